@@ -1,0 +1,65 @@
+-- jobs.claim: order, batches, queues, leases, lapses and burial.
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+truncate jobs.jobs;
+
+select jobs.enqueue('low', queue => 'q', priority => 0, run_at => now() - interval '3 seconds') is not null;
+select jobs.enqueue('high', queue => 'q', priority => 10) is not null;
+select jobs.enqueue('old', queue => 'q', priority => 0, run_at => now() - interval '1 hour') is not null;
+select jobs.enqueue('later', queue => 'q', run_at => now() + interval '1 hour') is not null;
+select jobs.enqueue('elsewhere', queue => 'r') is not null;
+
+-- Highest priority first, then oldest run_at; a future job is not handed out.
+select name, attempt, claim, lease_expires_at > now() as leased from jobs.claim('w1', array['q'], 10);
+select count(*) from jobs.claim('w1', array['q'], 10);
+select name, claimed_by, state from jobs.jobs where state = 'running' order by name;
+
+-- A delayed job whose time has come is claimable without any promoter.
+update jobs.jobs set run_at = now() - interval '1 second' where name = 'later';
+select name, attempt from jobs.claim('w2', array['q', 'r'], 10) order by name;
+
+-- The lease: from the argument, else the job type, else 30 seconds.
+truncate jobs.jobs;
+insert into jobs.job_types (name, lease) values ('slow', '10 minutes');
+select jobs.enqueue('slow') is not null, jobs.enqueue('fast') is not null, jobs.enqueue('given') is not null;
+select name, lease_expires_at - now() between interval '9 minutes' and interval '11 minutes' as ten_minutes
+from jobs.claim('w', max_jobs => 1) where name = 'slow';
+select name, lease_expires_at - now() between interval '25 seconds' and interval '35 seconds' as thirty_seconds
+from jobs.claim('w', max_jobs => 1);
+select name, lease_expires_at - now() between interval '50 minutes' and interval '70 minutes' as one_hour
+from jobs.claim('w', lease => '1 hour');
+
+-- A lapsed lease with attempts left is claimed again as a new attempt, with a greater token.
+truncate jobs.jobs;
+select jobs.enqueue('flaky', max_attempts => 2) is not null;
+select id, claim as first_claim from jobs.claim('w1') \gset
+update jobs.jobs set lease_expires_at = now() - interval '1 second' where id = :'id';
+select attempt, claim > :first_claim as greater_token from jobs.claim('w2');
+-- The first worker can change nothing now.
+select jobs.complete(:'id', :first_claim);
+select jobs.heartbeat(:'id', :first_claim);
+-- A lapse on the final attempt is buried by the claim, never handed out.
+update jobs.jobs set lease_expires_at = now() - interval '1 second' where id = :'id';
+select count(*) from jobs.claim('w3');
+select state, attempt, last_error, finished_at is not null as finished from jobs.jobs where id = :'id';
+
+-- A paused queue hands out nothing.
+insert into jobs.queues values ('default', true);
+select jobs.enqueue('waits') is not null;
+select count(*) from jobs.claim('w');
+update jobs.queues set paused = false;
+select name from jobs.claim('w');
+
+-- Bad input: a clear error, and nothing changes.
+select jobs.enqueue('untouched') is not null;
+select jobs.claim(null);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.claim('w', array[]::text[]);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.claim('w', array['default', null]);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.claim('w', max_jobs => 0);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.claim('w', lease => '0 seconds');
+\echo :LAST_ERROR_SQLSTATE
+select state, attempt from jobs.jobs where name = 'untouched';

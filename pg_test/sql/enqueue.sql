@@ -1,0 +1,74 @@
+-- jobs.enqueue and jobs.enqueue_batch: states, defaults, policy, idempotency, refusals.
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+
+-- A job enqueued now is ready; one for later is delayed.
+select (jobs.enqueue('send_email', '{"to": "a@example.com"}')).deduped;
+select (jobs.enqueue('send_email', run_at => now() + interval '1 hour')).deduped;
+select name, queue, state, priority, attempt, max_attempts, claim, payload
+from jobs.jobs order by state, created_at;
+
+-- max_attempts: the argument, else the job type's policy, else 25.
+insert into jobs.job_types (name, max_attempts) values ('report', 3);
+select jobs.enqueue('report') is not null as enqueued;
+select jobs.enqueue('report', max_attempts => 7) is not null as enqueued;
+select name, max_attempts from jobs.jobs where name = 'report' order by max_attempts;
+
+-- Idempotency: one live job per (name, tenant, key); the live job comes back deduped.
+select id as first_id from jobs.enqueue('charge', idempotency_key => 'order-1') \gset
+select id = :'first_id' as same_job, deduped from jobs.enqueue('charge', idempotency_key => 'order-1');
+-- Another name or another tenant does not share the key.
+select deduped from jobs.enqueue('refund', idempotency_key => 'order-1');
+select deduped from jobs.enqueue('charge', idempotency_key => 'order-1', tenant_id => 'acme');
+select deduped from jobs.enqueue('charge', idempotency_key => 'order-1', tenant_id => 'acme');
+select count(*) from jobs.jobs where idempotency_key = 'order-1';
+-- on_conflict => 'error' raises duplicate_job and inserts nothing.
+select jobs.enqueue('charge', idempotency_key => 'order-1', on_conflict => 'error');
+\echo :LAST_ERROR_SQLSTATE
+-- A finished job frees its key.
+update jobs.jobs set state = 'completed', finished_at = now() where id = :'first_id';
+select id <> :'first_id' as new_job, deduped from jobs.enqueue('charge', idempotency_key => 'order-1');
+
+-- A caller-allocated id that exists returns that job, whatever its state.
+select deduped from jobs.enqueue('outbox', id => '00000000-0000-0000-0000-000000000001');
+update jobs.jobs set state = 'completed' where id = '00000000-0000-0000-0000-000000000001';
+select id, deduped from jobs.enqueue('outbox', id => '00000000-0000-0000-0000-000000000001');
+-- run_id attaches a job to an existing run.
+select run_id from jobs.enqueue('step2', run_id => '00000000-0000-0000-0000-0000000000aa');
+
+-- enqueue_batch: one row per spec, in order; duplicates inside the batch dedupe too.
+select ordinal, deduped from jobs.enqueue_batch('[
+  {"name": "batch", "payload": {"n": 1}},
+  {"name": "batch", "payload": {"n": 2}, "queue": "other", "priority": 5},
+  {"name": "batch", "idempotency_key": "b"},
+  {"name": "batch", "idempotency_key": "b"},
+  {"name": "batch", "run_at": "2999-01-01T00:00:00Z"}
+]');
+select queue, state, priority, payload from jobs.jobs where name = 'batch' order by created_at, payload::text;
+select count(*) from jobs.enqueue_batch('[]');
+
+-- Bad input: a clear error, and nothing changes.
+select count(*) as jobs_before from jobs.jobs \gset
+select jobs.enqueue(null);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('x', payload => null);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('x', queue => '');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('x', max_attempts => 0);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('x', on_conflict => 'skip');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue(repeat('n', 201));
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue_batch(null);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue_batch('{"name": "x"}');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue_batch('[{"name": "ok"}, {"nme": "typo"}]');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue_batch('[{"name": "ok"}, {"name": "x", "max_attempts": "three"}]');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue_batch('[{"name": "ok"}, {"name": null}]');
+\echo :LAST_ERROR_SQLSTATE
+select count(*) = :jobs_before as unchanged from jobs.jobs;

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL 15 cluster with pg_jobs preloaded, run as the postgres user.
+#   scripts/cluster.sh start DIR PORT   initdb (once) and start; prints the connection string
+#   scripts/cluster.sh stop DIR         stop it (fast)
+# It listens on 127.0.0.1 and a socket in DIR, trusts local connections, and writes DIR/log.
+set -euo pipefail
+BIN=/usr/lib/postgresql/15/bin
+as_pg() { runuser -u postgres -- "$@"; }
+
+case "${1:-}" in
+  start)
+    dir=$2 port=$3
+    if [ ! -f "$dir/PG_VERSION" ]; then
+      mkdir -p "$dir" && chown postgres: "$dir"
+      as_pg "$BIN/initdb" -D "$dir" -U postgres --auth=trust >/dev/null
+      cat >> "$dir/postgresql.conf" <<CONF
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$dir'
+shared_preload_libraries = 'pg_jobs'
+max_connections = 100
+CONF
+    fi
+    as_pg "$BIN/pg_ctl" -D "$dir" -l "$dir/log" -w start >/dev/null
+    echo "host=127.0.0.1 port=$port user=postgres dbname=postgres"
+    ;;
+  stop)
+    dir=$2
+    [ -f "$dir/postmaster.pid" ] && as_pg "$BIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
+    ;;
+  *)
+    echo "usage: $0 start DIR PORT | stop DIR" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The SQL-level tests against the installed extension, each in a temporary instance run as
+# postgres: pg_regress golden files (pg_test/sql, pg_test/expected) and isolation specs
+# (pg_test/isolation). On a difference it prints regression.diffs and fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PGXS_TEST=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/pgxs/src/test
+work=$(mktemp -d /tmp/pg_jobs-sqltest.XXXXXX)
+cp -r pg_test "$work/"
+chown -R postgres: "$work"
+trap 'rm -rf "$work"' EXIT
+
+run() {  # run NAME TOOL INPUTDIR TESTS...
+  local name=$1 tool=$2 input=$3; shift 3
+  if ! runuser -u postgres -- "$tool" --temp-instance="$work/$name-instance" \
+      --bindir=/usr/lib/postgresql/15/bin --port="${PG_JOBS_TEST_PORT:-54391}" \
+      --inputdir="$input" --outputdir="$work/$name-out" --load-extension=pg_jobs \
+      --dbname=pg_jobs_regress "$@"; then
+    cat "$work/$name-out/regression.diffs" 2>/dev/null || true
+    exit 1
+  fi
+}
+
+mapfile -t regress < <(cd pg_test/sql && ls *.sql | sed 's/\.sql$//')
+run regress "$PGXS_TEST/regress/pg_regress" "$work/pg_test" "${regress[@]}"
+mapfile -t specs < <(cd pg_test/isolation/specs && ls *.spec | sed 's/\.spec$//')
+run isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$work/pg_test/isolation" "${specs[@]}"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every test of pg_jobs, as root on Debian 12: lints, the in-server tests (cargo pgrx
+# test), the pg_regress golden files, the isolation specs and the tests from outside the
+# server (pytest against a throwaway cluster). Installs what is missing first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+bash scripts/setup.sh
+
+echo "== cargo fmt, clippy"
+cargo fmt --check
+cargo clippy --features "pg15 pg_test" --all-targets -- -D warnings
+
+echo "== in-server tests (cargo pgrx test)"
+pgdata=/tmp/pg_jobs-pgrx-test
+cargo pgrx test pg15 --runas postgres --pgdata "$pgdata"
+
+echo "== pg_regress and isolation specs"
+bash scripts/test-sql.sh
+
+echo "== tests from outside the server (pytest)"
+dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)
+trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
+PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}")
+export PG_JOBS_DSN
+.venv/bin/python -m pytest -q tests

@@ -1,0 +1,254 @@
+-- Producing: jobs.enqueue and jobs.enqueue_batch, both through jobs._enqueue.
+--
+-- Idempotency: jobs_idempotency_live_idx allows one live row per (name, tenant, key). The
+-- insert uses ON CONFLICT DO NOTHING, which waits for an uncommitted holder of the key (or of a
+-- caller-allocated id) and then either inserts (the holder rolled back) or does nothing. What
+-- was not inserted is then looked up in a new statement, so its snapshot sees the holder that
+-- committed meanwhile. The holder may also have finished between the two statements, freeing
+-- the key: the insert is then sent once more and lands. Nobody gets an error for a race.
+--
+-- Bounds: at most 10000 specs per call. Rows are inserted in (name, tenant, key, id) order, so
+-- two batches that share keys wait on each other in one order and never deadlock.
+
+create function jobs._check_spec(s jobs.job_spec, p_where text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if s.name is null then
+    perform jobs._raise('22004', p_where || 'name must not be NULL',
+      'pass the job name your workers dispatch on, e.g. jobs.enqueue(''send_email'', ''{}'')');
+  elsif length(s.name) not between 1 and 200 then
+    perform jobs._raise('22023', p_where || 'name must be 1 to 200 characters, got ' || length(s.name),
+      'use a short, stable job name; put data in the payload');
+  elsif s.payload is null then
+    perform jobs._raise('22004', p_where || 'payload must not be NULL', 'pass ''{}'' for no payload');
+  elsif s.queue is null then
+    perform jobs._raise('22004', p_where || 'queue must not be NULL', 'omit queue to use ''default''');
+  elsif length(s.queue) not between 1 and 128 then
+    perform jobs._raise('22023', p_where || 'queue must be 1 to 128 characters, got ' || length(s.queue),
+      'use a short queue name such as ''default'' or ''emails''');
+  elsif s.priority is null then
+    perform jobs._raise('22004', p_where || 'priority must not be NULL', 'omit priority to use 0');
+  elsif s.max_attempts is not null and s.max_attempts < 1 then
+    perform jobs._raise('22023', p_where || 'max_attempts must be at least 1, got ' || s.max_attempts,
+      'pass 1 for a job that must never be retried, or NULL for the job type''s policy');
+  elsif s.idempotency_key is not null and length(s.idempotency_key) not between 1 and 512 then
+    perform jobs._raise('22023', p_where || 'idempotency_key must be 1 to 512 characters, got '
+      || length(s.idempotency_key), 'hash a long natural key, e.g. md5(...), or pass NULL');
+  elsif s.tenant_id is not null and length(s.tenant_id) not between 1 and 200 then
+    perform jobs._raise('22023', p_where || 'tenant_id must be 1 to 200 characters, got '
+      || length(s.tenant_id), 'pass a short tenant identifier or NULL');
+  elsif s.concurrency_key is not null and length(s.concurrency_key) not between 1 and 200 then
+    perform jobs._raise('22023', p_where || 'concurrency_key must be 1 to 200 characters, got '
+      || length(s.concurrency_key), 'pass a short key or NULL');
+  elsif s.on_conflict is null or s.on_conflict not in ('return', 'error') then
+    perform jobs._raise(case when s.on_conflict is null then '22004' else '22023' end,
+      p_where || 'on_conflict must be ''return'' or ''error'', got '
+      || coalesce(quote_literal(s.on_conflict), 'NULL'),
+      '''return'' hands back the live job holding the key; ''error'' raises duplicate_job');
+  end if;
+end
+$$;
+
+-- Inserts p_specs, answering one row per spec in order: the job and whether it was deduped.
+create function jobs._enqueue(p_specs jobs.job_spec[], p_caller text)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_n        int := coalesce(cardinality(p_specs), 0);
+  v_now      timestamptz := jobs.clock();
+  v_ids      uuid[];
+  v_runs     uuid[];
+  r_id       uuid[];
+  r_run      uuid[];
+  r_dedup    boolean[];
+  v_pending  int[];
+  v_missed   int[];
+  v_spec     jobs.job_spec;
+  v_fid      uuid;
+  v_frun     uuid;
+  v_i        int;
+  v_pos      int;
+  v_ins      record;
+begin
+  for v_i in 1 .. v_n loop
+    perform jobs._check_spec(p_specs[v_i],
+      case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
+           else p_caller || ': spec ' || v_i || ': ' end);
+  end loop;
+
+  v_ids := array(select coalesce(s.id, gen_random_uuid()) from unnest(p_specs) with ordinality s
+                 order by s.ordinality);
+  v_runs := array(select coalesce(s.run_id, gen_random_uuid()) from unnest(p_specs) with ordinality s
+                  order by s.ordinality);
+  r_id := array_fill(null::uuid, array[v_n]);
+  r_run := r_id;
+  r_dedup := array_fill(null::boolean, array[v_n]);
+  v_pending := array(select generate_series(1, v_n));
+
+  -- Twice at most: a second miss is not a race (see the header) and is reported.
+  for v_round in 1 .. 2 loop
+    exit when cardinality(v_pending) = 0;
+
+    for v_ins in
+      insert into jobs.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
+                                  tenant_id, idempotency_key, concurrency_key, payload,
+                                  enqueued_at, created_at, updated_at)
+      select v_ids[o.i], v_runs[o.i], s.name, s.queue,
+             case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
+             s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
+             s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
+             v_now, v_now, v_now
+      from unnest(v_pending) as o(i)
+      cross join lateral (select (p_specs[o.i]).*) as s
+      cross join lateral jobs._policy(s.name) as p
+      order by s.name, s.tenant_id, s.idempotency_key, v_ids[o.i]
+      on conflict do nothing
+      returning j.id, j.run_id
+    loop
+      v_pos := array_position(v_ids, v_ins.id);
+      r_id[v_pos] := v_ins.id;
+      r_run[v_pos] := v_ins.run_id;
+      r_dedup[v_pos] := false;
+    end loop;
+
+    v_missed := '{}';
+    foreach v_i in array v_pending loop
+      continue when r_dedup[v_i] is not null;
+      v_spec := p_specs[v_i];
+      v_fid := null;
+      -- Nothing inserted under an id the caller allocated: that job is the answer, whatever
+      -- its state (the outbox publishing one staged row twice).
+      if v_spec.id is not null then
+        select j.id, j.run_id into v_fid, v_frun from jobs.jobs j where j.id = v_spec.id;
+      end if;
+      -- A live job of this name, in this tenant, holds the key. Name and tenant are both in
+      -- the lookup: without them the answer could be another name's or another tenant's job.
+      if v_fid is null and v_spec.idempotency_key is not null then
+        if v_spec.tenant_id is null then
+          select j.id, j.run_id into v_fid, v_frun from jobs.jobs j
+          where j.name = v_spec.name and j.tenant_id is null
+            and j.idempotency_key = v_spec.idempotency_key
+            and j.state in ('ready', 'delayed', 'running', 'suspended');
+        else
+          select j.id, j.run_id into v_fid, v_frun from jobs.jobs j
+          where j.name = v_spec.name and j.tenant_id = v_spec.tenant_id
+            and j.idempotency_key = v_spec.idempotency_key
+            and j.state in ('ready', 'delayed', 'running', 'suspended');
+        end if;
+        if v_fid is not null and v_spec.on_conflict = 'error' then
+          perform jobs._raise('PJ002',
+            format('job %L%s already has a live job with idempotency key %L: %s',
+                   v_spec.name,
+                   coalesce(' of tenant ' || quote_literal(v_spec.tenant_id), ''),
+                   v_spec.idempotency_key, v_fid),
+            'use on_conflict => ''return'' to get the live job back, or a new key for new work');
+        end if;
+      end if;
+      if v_fid is null then
+        v_missed := v_missed || v_i;  -- the holder finished in between: insert again
+      else
+        r_id[v_i] := v_fid;
+        r_run[v_i] := v_frun;
+        r_dedup[v_i] := true;
+      end if;
+    end loop;
+    v_pending := v_missed;
+  end loop;
+
+  if cardinality(v_pending) > 0 then
+    perform jobs._raise('40001',
+      p_caller || ': the idempotency key of spec ' || v_pending[1]
+        || ' was taken and freed twice while this call ran',
+      'retry the call; it is safe, nothing was inserted twice');
+  end if;
+
+  return query select o.i, r_id[o.i], r_run[o.i], r_dedup[o.i]
+               from generate_series(1, v_n) as o(i);
+end
+$$;
+
+create function jobs.enqueue(
+  name            text,
+  payload         jsonb       default '{}',
+  queue           text        default 'default',
+  run_at          timestamptz default null,
+  priority        int         default 0,
+  max_attempts    int         default null,
+  idempotency_key text        default null,
+  tenant_id       text        default null,
+  concurrency_key text        default null,
+  on_conflict     text        default 'return',
+  id              uuid        default null,
+  run_id          uuid        default null
+) returns jobs.enqueued
+language sql volatile
+as $$
+  select e.id, e.run_id, e.deduped
+  from jobs._enqueue(array[row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)::jobs.job_spec],
+                     'jobs.enqueue') as e
+$$;
+comment on function jobs.enqueue is
+  'Enqueue one job. Returns (id, run_id, deduped); deduped is true when a live job of the same '
+  'name and tenant already holds idempotency_key (or the caller-allocated id exists).';
+
+create function jobs.enqueue_batch(specs jsonb)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_specs jobs.job_spec[];
+  v_bad   text;
+begin
+  if specs is null then
+    perform jobs._raise('22004', 'jobs.enqueue_batch: specs must not be NULL',
+      'pass a JSON array of job objects, e.g. ''[{"name": "send_email"}]''');
+  elsif jsonb_typeof(specs) <> 'array' then
+    perform jobs._raise('22023', 'jobs.enqueue_batch: specs must be a JSON array, got '
+      || jsonb_typeof(specs), 'wrap the job objects in [ ]');
+  elsif jsonb_array_length(specs) > 10000 then
+    perform jobs._raise('22023', 'jobs.enqueue_batch: at most 10000 specs per call, got '
+      || jsonb_array_length(specs), 'split the batch');
+  end if;
+
+  select format('spec %s is a JSON %s, not an object', e.ord, jsonb_typeof(e.spec)) into v_bad
+  from jsonb_array_elements(specs) with ordinality as e(spec, ord)
+  where jsonb_typeof(e.spec) <> 'object' order by e.ord limit 1;
+  if v_bad is null then
+    select format('spec %s has unknown key %L', e.ord, k.key) into v_bad
+    from jsonb_array_elements(specs) with ordinality as e(spec, ord)
+    cross join lateral jsonb_object_keys(e.spec) as k(key)
+    where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
+                        'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
+                        'id', 'run_id')
+    order by e.ord limit 1;
+  end if;
+  if v_bad is not null then
+    perform jobs._raise('22023', 'jobs.enqueue_batch: ' || v_bad,
+      'each spec is an object with the keys of jobs.enqueue''s arguments');
+  end if;
+
+  begin
+    -- Missing or null keys take jobs.enqueue's defaults.
+    v_specs := array(
+      select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
+                 coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
+                 r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id)::jobs.job_spec
+      from jsonb_array_elements(specs) with ordinality as e(spec, ord)
+      cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
+      order by e.ord);
+  exception when data_exception then
+    perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
+      'run_at is a timestamp, priority and max_attempts integers, id and run_id UUIDs');
+  end;
+
+  return query select * from jobs._enqueue(v_specs, 'jobs.enqueue_batch');
+end
+$$;
+comment on function jobs.enqueue_batch(jsonb) is
+  'Enqueue a JSON array of jobs (objects with jobs.enqueue''s argument names) in one call; '
+  'answers (ordinal, id, run_id, deduped) per spec, ordinal counting from 1';

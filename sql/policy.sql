@@ -1,0 +1,42 @@
+-- Job-type policy as every statement reads it: the jobs.job_types row of a name, or the
+-- defaults for a name with no row. The defaults here match the column defaults of
+-- jobs.job_types; the one addition is the lease, whose column NULL means 30 seconds.
+-- STABLE and a single SELECT returning a set, so the planner inlines it into the claim.
+create function jobs._policy(p_name text)
+returns setof jobs.job_types
+language sql stable parallel safe
+as $$
+  select p_name,
+         coalesce(t.max_attempts, 25),
+         coalesce(t.backoff, 'exponential'),
+         coalesce(t.backoff_base, interval '1 second'),
+         coalesce(t.backoff_max, interval '1 hour'),
+         coalesce(t.jitter, 0.1),
+         coalesce(t.dead_letter, true),
+         coalesce(t.lease, interval '30 seconds'),
+         t.concurrency
+  from (select) as d
+  left join jobs.job_types t on t.name = p_name
+$$;
+
+-- How long a job waits before its next attempt after failing attempt p_attempt:
+-- exponential (base * 2^(attempt-1)) or fixed (base), capped at backoff_max, then shortened
+-- by up to jitter (a fraction) at random so a burst of failures does not retry in lockstep.
+-- Computed in seconds as float8, so no base or attempt overflows an interval.
+create function jobs._backoff(p_backoff text, p_base interval, p_max interval, p_jitter float8,
+                              p_attempt int)
+returns interval
+language sql volatile parallel safe
+as $$
+  select make_interval(secs => least(
+           extract(epoch from p_base)
+             * case when p_backoff = 'fixed' then 1 else power(2, least(greatest(p_attempt - 1, 0), 60)) end,
+           extract(epoch from p_max))
+         * (1 - p_jitter * random()))
+$$;
+
+-- Where a job ends when it runs out of attempts: dead-lettered unless its policy says not.
+create function jobs._final_state(p_dead_letter boolean)
+returns jobs.job_state
+language sql immutable parallel safe
+as $$ select case when p_dead_letter then 'dead' else 'failed' end::jobs.job_state $$;

@@ -1,0 +1,140 @@
+-- pg_jobs schema: the tables, the job states and the indexes the hot statements walk.
+--
+-- Lifecycle of a row in jobs.jobs:
+--   enqueue -> ready | delayed
+--   claim   -> running          (attempt + 1, claim token + 1, lease set)
+--   running -> completed        (complete)
+--           -> delayed          (fail with attempts left: backoff or retry_at)
+--           -> dead | failed    (fail without attempts left, or not retryable)
+--           -> suspended        (snooze: parked, no attempt used)
+--           -> dead | failed    (its lease lapsed on the final attempt: buried by the next claim)
+--           -> running          (its lease lapsed with attempts left: re-claimed as a new attempt)
+--   delayed / suspended rows whose run_at has passed are claimable: no promoter is needed.
+--
+-- The fence: a worker holds a job while state = 'running', claim = its token and
+-- lease_expires_at > jobs.clock(). Every worker write checks that in the same UPDATE that
+-- writes, so the check is made under the row lock (a concurrent writer makes the UPDATE
+-- re-read the row and re-check). A refused write changes nothing.
+--
+-- Lock order: one jobs.jobs row at a time per statement, except claim and complete_many,
+-- which lock only rows they then update, never waiting on a locked row (claim skips them).
+
+create type jobs.job_state as enum (
+  'ready', 'delayed', 'running', 'suspended', 'completed', 'failed', 'dead', 'cancelled'
+);
+comment on type jobs.job_state is
+  'ready, delayed, running, suspended are live; completed, failed, dead, cancelled are finished';
+
+-- Per-name policy, applied at enqueue (max_attempts), claim (lease) and fail (backoff,
+-- dead_letter). A name with no row here gets the defaults of the columns.
+create table jobs.job_types (
+  name         text primary key check (length(name) between 1 and 200),
+  max_attempts int not null default 25 check (max_attempts >= 1),
+  backoff      text not null default 'exponential' check (backoff in ('exponential', 'fixed')),
+  backoff_base interval not null default '1 second' check (backoff_base >= interval '0'),
+  backoff_max  interval not null default '1 hour' check (backoff_max >= interval '0'),
+  jitter       float8 not null default 0.1 check (jitter >= 0 and jitter <= 1),
+  dead_letter  boolean not null default true,
+  lease        interval check (lease > interval '0'),
+  concurrency  int check (concurrency >= 1)
+);
+comment on table jobs.job_types is
+  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency';
+
+create table jobs.queues (
+  queue  text primary key check (length(queue) between 1 and 128),
+  paused boolean not null default false
+);
+comment on table jobs.queues is 'Queue settings; a queue with no row here is not paused';
+
+create table jobs.jobs (
+  id               uuid primary key,
+  run_id           uuid not null,
+  name             text not null,
+  queue            text not null,
+  state            jobs.job_state not null,
+  priority         int not null default 0,
+  run_at           timestamptz,
+  attempt          int not null default 0,
+  max_attempts     int not null,
+  claim            bigint not null default 0,
+  lease            interval,
+  lease_expires_at timestamptz,
+  claimed_by       text,
+  tenant_id        text,
+  idempotency_key  text,
+  concurrency_key  text,
+  payload          jsonb not null,
+  result           jsonb,
+  last_error       text,
+  enqueued_at      timestamptz not null,
+  created_at       timestamptz not null,
+  updated_at       timestamptz not null,
+  finished_at      timestamptz
+);
+comment on table jobs.jobs is 'One row per job; see the README for the life of a row';
+
+-- What claim walks, one range scan each, so its cost does not grow with backlog or history:
+--   ready jobs in claim order, due delayed/suspended jobs in run_at order, lapsed leases.
+-- Finished rows are in none of them.
+create index jobs_ready_idx on jobs.jobs (queue, priority desc, run_at) where state = 'ready';
+create index jobs_due_idx on jobs.jobs (queue, run_at) where state in ('delayed', 'suspended');
+create index jobs_lease_idx on jobs.jobs (queue, lease_expires_at) where state = 'running';
+
+-- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
+create unique index jobs_idempotency_live_idx
+  on jobs.jobs (name, tenant_id, idempotency_key) nulls not distinct
+  where idempotency_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+
+-- A job as a claim hands it to a worker.
+create type jobs.claimed_job as (
+  id               uuid,
+  run_id           uuid,
+  name             text,
+  queue            text,
+  payload          jsonb,
+  attempt          int,
+  max_attempts     int,
+  claim            bigint,
+  lease_expires_at timestamptz,
+  tenant_id        text,
+  priority         int,
+  enqueued_at      timestamptz,
+  last_error       text
+);
+
+-- What enqueue answers: a composite, so its column names cannot clash with the arguments.
+create type jobs.enqueued as (id uuid, run_id uuid, deduped boolean);
+
+-- One job to enqueue; jobs.enqueue_batch reads its JSON objects into these.
+create type jobs.job_spec as (
+  name            text,
+  payload         jsonb,
+  queue           text,
+  run_at          timestamptz,
+  priority        int,
+  max_attempts    int,
+  idempotency_key text,
+  tenant_id       text,
+  concurrency_key text,
+  on_conflict     text,
+  id              uuid,
+  run_id          uuid
+);
+
+-- The one source of time for every lease, run_at and backoff decision.
+create function jobs.clock() returns timestamptz
+language sql volatile parallel safe
+as $$ select clock_timestamp() $$;
+comment on function jobs.clock() is 'The time pg_jobs decides by: clock_timestamp()';
+
+-- Raise a documented refusal or bad-argument error: p_code is its SQLSTATE, p_message the
+-- cause, p_hint the fix. The codes are listed by jobs.error_codes() and in the README.
+create function jobs._raise(p_code text, p_message text, p_hint text)
+returns void
+language plpgsql
+as $$
+begin
+  raise exception using errcode = p_code, message = p_message, hint = p_hint;
+end
+$$;

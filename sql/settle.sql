@@ -1,0 +1,215 @@
+-- Working, after the claim: heartbeat, complete, complete_many, fail, snooze, assert_claim.
+--
+-- Every function here is fenced. Each write is a single UPDATE whose WHERE clause holds the
+-- fence:  state = 'running' and claim = <token> and lease_expires_at > jobs.clock().
+-- The row lock is taken by that UPDATE; if another transaction changed the row first (a
+-- re-claim, a cancel, a burial), PostgreSQL re-reads the newest version and evaluates the
+-- fence again (clock included) before writing, so a stale token never lands. A refused write
+-- changes nothing and answers NULL / false; assert_claim raises lease_lost.
+
+create function jobs._check_hold_args(p_fn text, p_id uuid, p_claim bigint)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_id is null then
+    perform jobs._raise('22004', p_fn || ': id must not be NULL', 'pass the id jobs.claim returned');
+  elsif p_claim is null then
+    perform jobs._raise('22004', p_fn || ': claim must not be NULL',
+      'pass the claim token jobs.claim returned with the job');
+  end if;
+end
+$$;
+
+-- Why a claim is not held, in words, for lease_lost messages.
+create function jobs._lost_reason(p_id uuid, p_claim bigint)
+returns text
+language sql stable
+as $$
+  select coalesce(
+    (select case
+       when j.state <> 'running' then format('the job is now %s', j.state)
+       when j.claim <> p_claim then format('the job was claimed again (claim %s)', j.claim)
+       else format('its lease expired at %s', j.lease_expires_at)
+     end
+     from jobs.jobs j where j.id = p_id),
+    'no job has this id')
+$$;
+
+create function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
+returns timestamptz
+language plpgsql volatile
+as $$
+declare
+  v_expires timestamptz;
+begin
+  perform jobs._check_hold_args('jobs.heartbeat', heartbeat.id, heartbeat.claim);
+  if heartbeat.lease is not null and heartbeat.lease <= interval '0' then
+    perform jobs._raise('22023', 'jobs.heartbeat: lease must be positive, got ' || heartbeat.lease,
+      'pass the lease to extend by, or NULL to extend by the lease of the claim');
+  end if;
+  update jobs.jobs as j set
+    lease = coalesce(heartbeat.lease, j.lease),
+    lease_expires_at = jobs.clock() + coalesce(heartbeat.lease, j.lease)
+  where j.id = heartbeat.id and j.claim = heartbeat.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning j.lease_expires_at into v_expires;
+  return v_expires;
+end
+$$;
+comment on function jobs.heartbeat(uuid, bigint, interval) is
+  'Extend the lease of a held job; answers the new expiry, or NULL when the claim is no longer held';
+
+create function jobs.complete(id uuid, claim bigint, result jsonb default null)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+begin
+  perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
+  update jobs.jobs as j set
+    state = 'completed', result = complete.result, lease_expires_at = null,
+    finished_at = v_now, updated_at = v_now
+  where j.id = complete.id and j.claim = complete.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock();
+  return found;
+end
+$$;
+comment on function jobs.complete(uuid, bigint, jsonb) is
+  'Settle a held job as completed; false (and nothing changed) when the claim is no longer held';
+
+create function jobs.complete_many(ids uuid[], claims bigint[], results jsonb[] default null)
+returns table (id uuid, landed boolean)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := jobs.clock();
+begin
+  if ids is null or claims is null then
+    perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
+      'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
+  elsif cardinality(ids) <> cardinality(claims)
+        or (results is not null and cardinality(results) <> cardinality(ids)) then
+    perform jobs._raise('22023', format('jobs.complete_many: ids, claims and results must be '
+      'equally long, got %s, %s and %s', cardinality(ids), cardinality(claims),
+      coalesce(cardinality(results)::text, 'NULL')), 'pass one claim (and result) per id');
+  elsif cardinality(ids) > 10000 then
+    perform jobs._raise('22023', 'jobs.complete_many: at most 10000 jobs per call, got '
+      || cardinality(ids), 'split the batch');
+  elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
+      'pass the id and claim token of every job');
+  end if;
+
+  return query
+  with input as (
+    select u.id, u.claim, u.result, u.ord
+    from unnest(ids, claims, coalesce(results, array_fill(null::jsonb, array[cardinality(ids)])))
+         with ordinality as u(id, claim, result, ord)
+  ),
+  landed as (
+    update jobs.jobs as j set
+      state = 'completed', result = i.result, lease_expires_at = null,
+      finished_at = v_now, updated_at = v_now
+    from input as i
+    where j.id = i.id and j.claim = i.claim
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+    returning j.id
+  )
+  select i.id, exists (select from landed l where l.id = i.id)
+  from input as i
+  order by i.ord;
+end
+$$;
+comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
+  'Complete a claimed batch in one statement, each job fenced on its own token; '
+  'answers (id, landed) in the order given';
+
+create function jobs.fail(id uuid, claim bigint, error text,
+                          retry_at timestamptz default null, retryable boolean default true)
+returns text
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz := jobs.clock();
+  v_state jobs.job_state;
+begin
+  perform jobs._check_hold_args('jobs.fail', fail.id, fail.claim);
+  if fail.error is null then
+    perform jobs._raise('22004', 'jobs.fail: error must not be NULL',
+      'pass the error text the job failed with; it is kept in last_error');
+  elsif fail.retryable is null then
+    perform jobs._raise('22004', 'jobs.fail: retryable must not be NULL',
+      'pass false to dead-letter now, or true to retry while attempts are left');
+  end if;
+
+  update jobs.jobs as j set
+    state = case when r.retry then 'delayed' else jobs._final_state(p.dead_letter) end,
+    run_at = case when r.retry
+      then coalesce(fail.retry_at,
+                    v_now + jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt))
+      else j.run_at end,
+    last_error = left(fail.error, 10000),
+    lease_expires_at = null,
+    finished_at = case when r.retry then null else v_now end,
+    updated_at = v_now
+  from (select h.name, h.attempt < h.max_attempts and fail.retryable as retry
+        from jobs.jobs h where h.id = fail.id) as r
+  cross join lateral jobs._policy(r.name) as p
+  where j.id = fail.id and j.claim = fail.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning j.state into v_state;
+
+  return case v_state when 'delayed' then 'retried' else v_state::text end;
+end
+$$;
+comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean) is
+  'Record a failed attempt: ''retried'' (delayed until retry_at or the backoff), ''dead'' or '
+  '''failed''; NULL when the claim is no longer held';
+
+create function jobs.snooze(id uuid, claim bigint, run_at timestamptz)
+returns boolean
+language plpgsql volatile
+as $$
+begin
+  perform jobs._check_hold_args('jobs.snooze', snooze.id, snooze.claim);
+  if snooze.run_at is null then
+    perform jobs._raise('22004', 'jobs.snooze: run_at must not be NULL',
+      'pass when the job should run again, e.g. now() + interval ''5 minutes''');
+  end if;
+  -- Parking is control flow, not a failure: the attempt the claim counted is given back.
+  update jobs.jobs as j set
+    state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
+    lease_expires_at = null, updated_at = jobs.clock()
+  where j.id = snooze.id and j.claim = snooze.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock();
+  return found;
+end
+$$;
+comment on function jobs.snooze(uuid, bigint, timestamptz) is
+  'Park a held job until run_at without using an attempt; false when the claim is no longer held';
+
+create function jobs.assert_claim(id uuid, claim bigint)
+returns void
+language plpgsql volatile
+as $$
+begin
+  perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
+  perform from jobs.jobs as j
+  where j.id = assert_claim.id and j.claim = assert_claim.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for share;
+  if not found then
+    perform jobs._raise('PJ001',
+      format('job %s is no longer held by claim %s: %s', assert_claim.id, assert_claim.claim,
+             jobs._lost_reason(assert_claim.id, assert_claim.claim)),
+      'roll back this transaction so its side effects are not committed; the job runs again '
+      'under a new claim');
+  end if;
+end
+$$;
+comment on function jobs.assert_claim(uuid, bigint) is
+  'Raise lease_lost unless the claim is held; locks the job row FOR SHARE until the transaction '
+  'ends, so call it in the transaction that writes the job''s side effects';

@@ -1,0 +1,81 @@
+//! Every documented error of pg_jobs, in one place: its name, its SQLSTATE, and when it is
+//! raised. The SQL functions raise these codes; `jobs.error_codes()` lists them for users and
+//! the tests check that each function raises the code listed here.
+
+use pgrx::prelude::*;
+
+/// A documented error: a refusal (class `PJ`) or a bad argument (class 22).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobError {
+    LeaseLost,
+    DuplicateJob,
+    InvalidParameterValue,
+    NullValueNotAllowed,
+    /// An idempotency key taken and freed twice during one enqueue: retry the call.
+    SerializationFailure,
+}
+
+impl JobError {
+    pub const ALL: [JobError; 5] = [
+        JobError::LeaseLost,
+        JobError::DuplicateJob,
+        JobError::InvalidParameterValue,
+        JobError::NullValueNotAllowed,
+        JobError::SerializationFailure,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            JobError::LeaseLost => "lease_lost",
+            JobError::DuplicateJob => "duplicate_job",
+            JobError::InvalidParameterValue => "invalid_parameter_value",
+            JobError::NullValueNotAllowed => "null_value_not_allowed",
+            JobError::SerializationFailure => "serialization_failure",
+        }
+    }
+
+    pub const fn sqlstate(self) -> &'static str {
+        match self {
+            JobError::LeaseLost => "PJ001",
+            JobError::DuplicateJob => "PJ002",
+            JobError::InvalidParameterValue => "22023",
+            JobError::NullValueNotAllowed => "22004",
+            JobError::SerializationFailure => "40001",
+        }
+    }
+
+    pub const fn meaning(self) -> &'static str {
+        match self {
+            JobError::LeaseLost => {
+                "the claim is no longer held (lease lapsed, re-claimed or cancelled): roll back"
+            }
+            JobError::DuplicateJob => {
+                "a live job of this name and tenant holds the idempotency key (on_conflict => 'error')"
+            }
+            JobError::InvalidParameterValue => {
+                "a bad argument: empty, out of range, oversized or unknown"
+            }
+            JobError::NullValueNotAllowed => "NULL where a value is required",
+            JobError::SerializationFailure => {
+                "an idempotency key was taken and freed twice during one enqueue: retry the call"
+            }
+        }
+    }
+}
+
+/// The documented error codes of pg_jobs.
+#[pg_extern(immutable, parallel_safe)]
+fn error_codes() -> TableIterator<
+    'static,
+    (
+        name!(name, &'static str),
+        name!(sqlstate, &'static str),
+        name!(meaning, &'static str),
+    ),
+> {
+    TableIterator::new(
+        JobError::ALL
+            .into_iter()
+            .map(|e| (e.name(), e.sqlstate(), e.meaning())),
+    )
+}

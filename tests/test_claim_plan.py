@@ -1,0 +1,80 @@
+"""The claim walks an index in claim order: its cost does not grow with backlog or history.
+
+The claim statement's plan is captured with auto_explain (nested statements, ANALYZE,
+BUFFERS) after enough calls for PL/pgSQL to settle on its cached plan, with 1M ready jobs
+and then with 1M finished rows beside 10k ready ones. Each claim of 10 jobs must read the
+ready jobs through jobs_ready_idx and touch a bounded number of buffers: no sort of the
+backlog, no scan of history. The plans are printed (pytest -s) and kept in
+docs/CLAIM_PLANS.md.
+"""
+
+import re
+
+import psycopg
+
+BIG = 1_000_000
+BUFFER_BOUND = 600  # a claim of 10 touches ~100; a backlog sort or history scan touches 10^4+
+
+
+def fill(conn, n, state):
+    conn.execute(
+        """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
+                                  payload, enqueued_at, created_at, updated_at, finished_at)
+           select gen_random_uuid(), gen_random_uuid(), 'bulk', 'default', %s::jobs.job_state,
+                  g %% 3, now() - make_interval(secs => g), 25, '{}', now(), now(), now(),
+                  case when %s <> 'ready' then now() end
+           from generate_series(1, %s) g""",
+        (state, state, n),
+    )
+    conn.execute("vacuum analyze jobs.jobs")
+
+
+def claim_plan(conn):
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute("load 'auto_explain'")
+    for setting, value in [
+        ("auto_explain.log_min_duration", "0"),
+        ("auto_explain.log_analyze", "on"),
+        ("auto_explain.log_buffers", "on"),
+        ("auto_explain.log_nested_statements", "on"),
+        ("auto_explain.log_level", "notice"),
+    ]:
+        conn.execute(f"set {setting} = {value}")
+    for _ in range(8):  # past PL/pgSQL's five custom plans, onto the cached one
+        notices.clear()
+        rows = conn.execute("select * from jobs.claim('planner', max_jobs => 10)").fetchall()
+        assert len(rows) == 10
+    conn.execute("set auto_explain.log_min_duration = -1")
+    plans = [n for n in notices if "jobs.jobs" in n and "candidates" in n]
+    assert len(plans) == 1, notices
+    return plans[0]
+
+
+def buffers(plan):
+    # The top node's Buffers line totals the statement.
+    line = next(l for l in plan.splitlines() if "Buffers:" in l)
+    return sum(int(x) for x in re.findall(r"(?:hit|read|dirtied|written)=(\d+)", line))
+
+
+def check(plan):
+    assert "Index Scan using jobs_ready_idx" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
+    assert buffers(plan) < BUFFER_BOUND, plan
+
+
+def test_claim_with_a_million_ready_jobs_walks_the_ready_index(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        fill(conn, BIG, "ready")
+        plan = claim_plan(conn)
+        print("\n-- claim of 10 with 1M ready jobs\n" + plan)
+        check(plan)
+
+
+def test_claim_with_a_million_finished_jobs_reads_none_of_them(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        fill(conn, BIG, "completed")
+        fill(conn, 10_000, "ready")
+        plan = claim_plan(conn)
+        print("\n-- claim of 10 with 1M completed and 10k ready jobs\n" + plan)
+        check(plan)
