@@ -2,6 +2,7 @@
 # The SQL-level tests against the installed extension, each in a temporary instance run as
 # postgres: pg_regress golden files (pg_test/sql, pg_test/expected) and isolation specs
 # (pg_test/isolation). On a difference it prints regression.diffs and fails.
+#   scripts/test-sql.sh [all|regress|isolation]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PGXS_TEST=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/pgxs/src/test
@@ -17,11 +18,19 @@ run() {  # run NAME TOOL INPUTDIR TESTS...
       --inputdir="$input" --outputdir="$work/$name-out" --load-extension=pg_jobs \
       --dbname=pg_jobs_regress "$@"; then
     cat "$work/$name-out/regression.diffs" 2>/dev/null || true
+    rm -rf "pg_test/results/$name" && mkdir -p pg_test/results
+    cp -r "$work/$name-out/results" "pg_test/results/$name" 2>/dev/null || true
+    echo "test-sql: $name differs; the actual outputs are in pg_test/results/$name" >&2
     exit 1
   fi
 }
 
-mapfile -t regress < <(cd pg_test/sql && ls *.sql | sed 's/\.sql$//')
-run regress "$PGXS_TEST/regress/pg_regress" "$work/pg_test" "${regress[@]}"
-mapfile -t specs < <(cd pg_test/isolation/specs && ls *.spec | sed 's/\.spec$//')
-run isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$work/pg_test/isolation" "${specs[@]}"
+what=${1:-all}
+if [ "$what" != isolation ]; then
+  mapfile -t regress < <(cd pg_test/sql && ls *.sql | sed 's/\.sql$//')
+  run regress "$PGXS_TEST/regress/pg_regress" "$work/pg_test" "${regress[@]}"
+fi
+if [ "$what" != regress ]; then
+  mapfile -t specs < <(cd pg_test/isolation/specs && ls *.spec | sed 's/\.spec$//')
+  run isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$work/pg_test/isolation" "${specs[@]}"
+fi

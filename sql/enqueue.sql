@@ -7,8 +7,9 @@
 -- committed meanwhile. The holder may also have finished between the two statements, freeing
 -- the key: the insert is then sent once more and lands. Nobody gets an error for a race.
 --
--- Bounds: at most 10000 specs per call. Rows are inserted in (name, tenant, key, id) order, so
--- two batches that share keys wait on each other in one order and never deadlock.
+-- Bounds: at most 10000 specs per call. Rows are inserted in (name, tenant, key, ordinal) order, so
+-- two batches that share keys wait on each other in one order and never deadlock, and of two
+-- specs with one key in a batch the first is inserted.
 
 create function jobs._check_spec(s jobs.job_spec, p_where text)
 returns void
@@ -105,7 +106,7 @@ begin
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
-      order by s.name, s.tenant_id, s.idempotency_key, v_ids[o.i]
+      order by s.name, s.tenant_id, s.idempotency_key, o.i
       on conflict do nothing
       returning j.id, j.run_id
     loop

@@ -1,7 +1,7 @@
 -- jobs.claim: order, batches, queues, leases, lapses and burial.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs;
+truncate jobs.jobs, jobs.job_types, jobs.queues;
 
 select jobs.enqueue('low', queue => 'q', priority => 0, run_at => now() - interval '3 seconds') is not null;
 select jobs.enqueue('high', queue => 'q', priority => 10) is not null;

@@ -1,6 +1,7 @@
 -- jobs.enqueue and jobs.enqueue_batch: states, defaults, policy, idempotency, refusals.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
+truncate jobs.jobs, jobs.job_types, jobs.queues;
 
 -- A job enqueued now is ready; one for later is delayed.
 select (jobs.enqueue('send_email', '{"to": "a@example.com"}')).deduped;
@@ -15,7 +16,7 @@ select jobs.enqueue('report', max_attempts => 7) is not null as enqueued;
 select name, max_attempts from jobs.jobs where name = 'report' order by max_attempts;
 
 -- Idempotency: one live job per (name, tenant, key); the live job comes back deduped.
-select id as first_id from jobs.enqueue('charge', idempotency_key => 'order-1') \gset
+select id as first_id from jobs.enqueue('charge', idempotency_key => 'order-1', id => '00000000-0000-0000-0000-00000000000c') \gset
 select id = :'first_id' as same_job, deduped from jobs.enqueue('charge', idempotency_key => 'order-1');
 -- Another name or another tenant does not share the key.
 select deduped from jobs.enqueue('refund', idempotency_key => 'order-1');

@@ -1,7 +1,7 @@
 -- heartbeat, complete, complete_many, fail, snooze, assert_claim: all fenced on the token.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs;
+truncate jobs.jobs, jobs.job_types, jobs.queues;
 
 -- heartbeat extends a held lease; with no lease given, by the lease of the claim.
 select jobs.enqueue('beat') is not null;
@@ -52,7 +52,7 @@ select jobs.fail(:'id', :claim, 'later', retry_at => '2999-01-01');
 select state, run_at from jobs.jobs where id = :'id';
 
 -- snooze parks the job without using an attempt.
-select jobs.enqueue('snoozy', max_attempts => 1) is not null;
+select jobs.enqueue('snoozy', max_attempts => 1, id => '00000000-0000-0000-0000-00000000005a') is not null;
 select id, claim from jobs.claim('w') \gset
 select jobs.snooze(:'id', :claim, now() - interval '1 second');
 select state, attempt from jobs.jobs where id = :'id';
