@@ -34,4 +34,9 @@ if ! .venv/bin/python -c 'import psycopg, pytest' 2>/dev/null; then
 fi
 
 echo "setup: building and installing pg_jobs into $("$PG_CONFIG" --pkglibdir)"
-cargo pgrx install --pg-config "$PG_CONFIG" >/dev/null
+log=$(mktemp /tmp/pg_jobs-install.XXXXXX)
+if ! cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
+  cat "$log"
+  exit 1
+fi
+rm -f "$log"

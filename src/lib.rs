@@ -12,7 +12,11 @@ mod error;
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("../sql/policy.sql", name = "policy", requires = ["schema"]);
-extension_sql_file!("../sql/enqueue.sql", name = "enqueue", requires = ["policy"]);
+extension_sql_file!(
+    "../sql/enqueue.sql",
+    name = "enqueue",
+    requires = ["policy"]
+);
 extension_sql_file!("../sql/claim.sql", name = "claim", requires = ["policy"]);
 extension_sql_file!("../sql/settle.sql", name = "settle", requires = ["policy"]);
 

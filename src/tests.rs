@@ -37,12 +37,12 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        let claim =
-            Spi::get_one_with_args::<i64>("select claim from jobs.jobs where id = $1::uuid", &[
-                id.as_str().into(),
-            ])
-            .unwrap()
-            .unwrap();
+        let claim = Spi::get_one_with_args::<i64>(
+            "select claim from jobs.jobs where id = $1::uuid",
+            &[id.as_str().into()],
+        )
+        .unwrap()
+        .unwrap();
         (id, claim)
     }
 
@@ -56,7 +56,10 @@ mod tests {
 
     #[pg_test]
     fn error_codes_are_listed_once_each() {
-        assert_eq!(count("select count(*) from jobs.error_codes()"), JobError::ALL.len() as i64);
+        assert_eq!(
+            count("select count(*) from jobs.error_codes()"),
+            JobError::ALL.len() as i64
+        );
         assert_eq!(
             count("select count(distinct sqlstate) from jobs.error_codes()"),
             JobError::ALL.len() as i64
@@ -66,7 +69,10 @@ mod tests {
     #[pg_test]
     fn lease_lost_is_raised_by_assert_claim_when_not_held() {
         let (id, claim) = enqueue_and_claim("assert_me", 3);
-        assert_eq!(sqlstate_of(&format!("select jobs.assert_claim('{id}', {claim})")), None);
+        assert_eq!(
+            sqlstate_of(&format!("select jobs.assert_claim('{id}', {claim})")),
+            None
+        );
         assert_eq!(
             sqlstate_of(&format!("select jobs.assert_claim('{id}', {})", claim + 1)).as_deref(),
             Some(JobError::LeaseLost.sqlstate())
@@ -83,8 +89,10 @@ mod tests {
         Spi::run("select jobs.enqueue('dup', idempotency_key => 'k1')").unwrap();
         let before = count("select count(*) from jobs.jobs");
         assert_eq!(
-            sqlstate_of("select jobs.enqueue('dup', idempotency_key => 'k1', on_conflict => 'error')")
-                .as_deref(),
+            sqlstate_of(
+                "select jobs.enqueue('dup', idempotency_key => 'k1', on_conflict => 'error')"
+            )
+            .as_deref(),
             Some(JobError::DuplicateJob.sqlstate())
         );
         // In a batch, the refusal of one spec takes back the specs inserted before it.
@@ -112,13 +120,28 @@ mod tests {
             ("select jobs.enqueue(repeat('x', 201))", invalid),
             ("select jobs.enqueue('x', max_attempts => 0)", invalid),
             ("select jobs.enqueue('x', on_conflict => 'ignore')", invalid),
-            ("select jobs.enqueue('x', idempotency_key => repeat('k', 513))", invalid),
+            (
+                "select jobs.enqueue('x', idempotency_key => repeat('k', 513))",
+                invalid,
+            ),
             ("select jobs.enqueue_batch(null)", null),
             ("select jobs.enqueue_batch('{}')", invalid),
-            (r#"select jobs.enqueue_batch('[{"name": "a"}, 3]')"#, invalid),
-            (r#"select jobs.enqueue_batch('[{"name": "a", "prority": 3}]')"#, invalid),
-            (r#"select jobs.enqueue_batch('[{"name": "a", "priority": "high"}]')"#, invalid),
-            (r#"select jobs.enqueue_batch('[{"name": "a"}, {"payload": {}}]')"#, null),
+            (
+                r#"select jobs.enqueue_batch('[{"name": "a"}, 3]')"#,
+                invalid,
+            ),
+            (
+                r#"select jobs.enqueue_batch('[{"name": "a", "prority": 3}]')"#,
+                invalid,
+            ),
+            (
+                r#"select jobs.enqueue_batch('[{"name": "a", "priority": "high"}]')"#,
+                invalid,
+            ),
+            (
+                r#"select jobs.enqueue_batch('[{"name": "a"}, {"payload": {}}]')"#,
+                null,
+            ),
             ("select jobs.claim(null)", null),
             ("select jobs.claim('w', array[]::text[])", invalid),
             ("select jobs.claim('w', null)", null),
@@ -126,9 +149,15 @@ mod tests {
             ("select jobs.claim('w', max_jobs => 1001)", invalid),
             ("select jobs.claim('w', lease => '-1 second')", invalid),
             ("select jobs.heartbeat(null, 1)", null),
-            ("select jobs.heartbeat(gen_random_uuid(), 1, '0 seconds')", invalid),
+            (
+                "select jobs.heartbeat(gen_random_uuid(), 1, '0 seconds')",
+                invalid,
+            ),
             ("select jobs.complete(gen_random_uuid(), null)", null),
-            ("select jobs.complete_many(array[gen_random_uuid()], array[]::bigint[])", invalid),
+            (
+                "select jobs.complete_many(array[gen_random_uuid()], array[]::bigint[])",
+                invalid,
+            ),
             ("select jobs.complete_many(null, null)", null),
             ("select jobs.fail(gen_random_uuid(), 1, null)", null),
             ("select jobs.snooze(gen_random_uuid(), 1, null)", null),
@@ -137,7 +166,10 @@ mod tests {
             assert_eq!(sqlstate_of(sql).as_deref(), want, "{sql}");
         }
         assert_eq!(count("select count(*) from jobs.jobs"), before);
-        assert_eq!(count("select count(*) from jobs.jobs where state <> 'ready'"), 0);
+        assert_eq!(
+            count("select count(*) from jobs.jobs where state <> 'ready'"),
+            0
+        );
     }
 
     #[pg_test]
@@ -212,7 +244,10 @@ mod tests {
     fn a_final_attempt_lapse_is_buried_by_the_claim_not_handed_out() {
         let (id, claim) = enqueue_and_claim("poison", 1);
         lapse(&id);
-        assert_eq!(count("select count(*) from jobs.claim('w2', array['pgtest'])"), 0);
+        assert_eq!(
+            count("select count(*) from jobs.claim('w2', array['pgtest'])"),
+            0
+        );
         let (state, error) = Spi::get_two_with_args::<String, String>(
             "select state::text, last_error from jobs.jobs where id = $1::uuid",
             &[id.as_str().into()],
@@ -225,12 +260,18 @@ mod tests {
             .unwrap();
         assert!(!landed);
         // Where the job type does not dead-letter, the burial ends `failed`.
-        Spi::run("insert into jobs.job_types (name, dead_letter) values ('poison2', false)").unwrap();
+        Spi::run("insert into jobs.job_types (name, dead_letter) values ('poison2', false)")
+            .unwrap();
         let (id2, _) = enqueue_and_claim("poison2", 1);
         lapse(&id2);
-        assert_eq!(count("select count(*) from jobs.claim('w2', array['pgtest'])"), 0);
         assert_eq!(
-            count(&format!("select count(*) from jobs.jobs where id = '{id2}' and state = 'failed'")),
+            count("select count(*) from jobs.claim('w2', array['pgtest'])"),
+            0
+        );
+        assert_eq!(
+            count(&format!(
+                "select count(*) from jobs.jobs where id = '{id2}' and state = 'failed'"
+            )),
             1
         );
     }
@@ -244,10 +285,9 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(parked);
-        let (claim, attempt) = Spi::get_two::<i64, i32>(
-            "select claim, attempt from jobs.claim('w', array['pgtest'])",
-        )
-        .unwrap();
+        let (claim, attempt) =
+            Spi::get_two::<i64, i32>("select claim, attempt from jobs.claim('w', array['pgtest'])")
+                .unwrap();
         assert_eq!(attempt, Some(1));
         let outcome = Spi::get_one::<String>(&format!(
             "select jobs.fail('{id}', {}, 'boom', retry_at => now() - interval '1 second')",
@@ -263,7 +303,8 @@ mod tests {
                 .unwrap();
         assert_eq!(outcome.as_deref(), Some("dead"));
         // A second settle with the same token is refused: NULL, nothing changed.
-        let again = Spi::get_one::<String>(&format!("select jobs.fail('{id}', {claim}, 'x')")).unwrap();
+        let again =
+            Spi::get_one::<String>(&format!("select jobs.fail('{id}', {claim}, 'x')")).unwrap();
         assert_eq!(again, None);
     }
 }
