@@ -4,15 +4,14 @@
 #   scripts/cluster.sh stop DIR         stop it (fast)
 # It listens on 127.0.0.1 and a socket in DIR, trusts local connections, and writes DIR/log.
 set -euo pipefail
-BIN=/usr/lib/postgresql/15/bin
-as_pg() { runuser -u postgres -- "$@"; }
+. "$(dirname "$0")/lib.sh"
 
 case "${1:-}" in
   start)
     dir=$2 port=$3
     if [ ! -f "$dir/PG_VERSION" ]; then
       mkdir -p "$dir" && chown postgres: "$dir"
-      as_pg "$BIN/initdb" -D "$dir" -U postgres --auth=trust >/dev/null
+      as_pg "$PG_BIN/initdb" -D "$dir" -U postgres --auth=trust >/dev/null
       cat >> "$dir/postgresql.conf" <<CONF
 port = $port
 listen_addresses = '127.0.0.1'
@@ -21,12 +20,15 @@ shared_preload_libraries = 'pg_jobs'
 max_connections = 100
 CONF
     fi
-    as_pg "$BIN/pg_ctl" -D "$dir" -l "$dir/log" -w start >/dev/null
+    if ! as_pg "$PG_BIN/pg_ctl" -D "$dir" -l "$dir/log" -w start >/dev/null; then
+      tail -20 "$dir/log" >&2
+      exit 1
+    fi
     echo "host=127.0.0.1 port=$port user=postgres dbname=postgres"
     ;;
   stop)
     dir=$2
-    [ -f "$dir/postmaster.pid" ] && as_pg "$BIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
+    [ -f "$dir/postmaster.pid" ] && as_pg "$PG_BIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
     ;;
   *)
     echo "usage: $0 start DIR PORT | stop DIR" >&2

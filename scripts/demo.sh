@@ -4,6 +4,7 @@
 # worker in examples/python, prints what became of each, and removes the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 bash scripts/setup.sh
 
 dir=$(mktemp -d /tmp/pg_jobs-demo.XXXXXX)

@@ -3,8 +3,7 @@
 # the extension into the system's PostgreSQL 15. Safe to re-run: what is there is reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+. scripts/lib.sh
 PGRX_VERSION=0.18.0
 
 packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo pkg-config python3 python3-venv)

@@ -5,7 +5,8 @@
 #   scripts/test-sql.sh [all|regress|isolation]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PGXS_TEST=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/pgxs/src/test
+. scripts/lib.sh
+PGXS_TEST=$("$PG_CONFIG" --pkglibdir)/pgxs/src/test
 work=$(mktemp -d /tmp/pg_jobs-sqltest.XXXXXX)
 cp -r pg_test "$work/"
 chown -R postgres: "$work"
@@ -13,8 +14,8 @@ trap 'rm -rf "$work"' EXIT
 
 run() {  # run NAME TOOL INPUTDIR TESTS...
   local name=$1 tool=$2 input=$3; shift 3
-  if ! runuser -u postgres -- "$tool" --temp-instance="$work/$name-instance" \
-      --bindir=/usr/lib/postgresql/15/bin --port="${PG_JOBS_TEST_PORT:-54391}" \
+  if ! as_pg "$tool" --temp-instance="$work/$name-instance" \
+      --bindir="$PG_BIN" --port="${PG_JOBS_TEST_PORT:-54391}" \
       --inputdir="$input" --outputdir="$work/$name-out" --load-extension=pg_jobs \
       --dbname=pg_jobs_regress "$@"; then
     cat "$work/$name-out/regression.diffs" 2>/dev/null || true

@@ -4,7 +4,7 @@
 # server (pytest against a throwaway cluster). Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+. scripts/lib.sh
 
 bash scripts/setup.sh
 
