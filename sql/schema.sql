@@ -6,9 +6,12 @@
 --   running -> completed        (complete)
 --           -> delayed          (fail with attempts left: backoff or retry_at)
 --           -> dead | failed    (fail without attempts left, or not retryable)
---           -> suspended        (snooze: parked, no attempt used)
+--           -> suspended        (snooze, await_event: parked, no attempt used)
 --           -> dead | failed    (its lease lapsed on the final attempt: buried by the next claim)
 --           -> running          (its lease lapsed with attempts left: re-claimed as a new attempt)
+--   suspended -> ready          (publish of the event it waits for)
+--   live      -> cancelled      (cancel)
+--   finished  -> ready          (requeue)
 --   delayed / suspended rows whose run_at has passed are claimable: no promoter is needed.
 --
 -- The fence: a worker holds a job while state = 'running', claim = its token and
@@ -67,6 +70,9 @@ create table jobs.jobs (
   payload          jsonb not null,
   result           jsonb,
   last_error       text,
+  wait_event       text,         -- await_event: the event name this job waits for
+  wait_key         text,         -- and its key ('' for none)
+  wait_until       timestamptz,  -- when the wait times out; NULL: never
   enqueued_at      timestamptz not null,
   created_at       timestamptz not null,
   updated_at       timestamptz not null,
@@ -80,6 +86,10 @@ comment on table jobs.jobs is 'One row per job; see the README for the life of a
 create index jobs_ready_idx on jobs.jobs (queue, priority desc, run_at) where state = 'ready';
 create index jobs_due_idx on jobs.jobs (queue, run_at) where state in ('delayed', 'suspended');
 create index jobs_lease_idx on jobs.jobs (queue, lease_expires_at) where state = 'running';
+
+-- publish finds the jobs waiting on an event by name (and key).
+create index jobs_waiting_idx on jobs.jobs (wait_event, wait_key)
+  where state = 'suspended' and wait_event is not null;
 
 -- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
 create unique index jobs_idempotency_live_idx

@@ -9,6 +9,10 @@ use pgrx::prelude::*;
 pub enum JobError {
     LeaseLost,
     DuplicateJob,
+    JobNotFound,
+    NotRequeueable,
+    NotCancellable,
+    NotPromotable,
     InvalidParameterValue,
     NullValueNotAllowed,
     /// An idempotency key taken and freed twice during one enqueue: retry the call.
@@ -16,9 +20,13 @@ pub enum JobError {
 }
 
 impl JobError {
-    pub const ALL: [JobError; 5] = [
+    pub const ALL: [JobError; 9] = [
         JobError::LeaseLost,
         JobError::DuplicateJob,
+        JobError::JobNotFound,
+        JobError::NotRequeueable,
+        JobError::NotCancellable,
+        JobError::NotPromotable,
         JobError::InvalidParameterValue,
         JobError::NullValueNotAllowed,
         JobError::SerializationFailure,
@@ -28,6 +36,10 @@ impl JobError {
         match self {
             JobError::LeaseLost => "lease_lost",
             JobError::DuplicateJob => "duplicate_job",
+            JobError::JobNotFound => "job_not_found",
+            JobError::NotRequeueable => "not_requeueable",
+            JobError::NotCancellable => "not_cancellable",
+            JobError::NotPromotable => "not_promotable",
             JobError::InvalidParameterValue => "invalid_parameter_value",
             JobError::NullValueNotAllowed => "null_value_not_allowed",
             JobError::SerializationFailure => "serialization_failure",
@@ -38,6 +50,10 @@ impl JobError {
         match self {
             JobError::LeaseLost => "PJ001",
             JobError::DuplicateJob => "PJ002",
+            JobError::JobNotFound => "PJ003",
+            JobError::NotRequeueable => "PJ004",
+            JobError::NotCancellable => "PJ005",
+            JobError::NotPromotable => "PJ006",
             JobError::InvalidParameterValue => "22023",
             JobError::NullValueNotAllowed => "22004",
             JobError::SerializationFailure => "40001",
@@ -50,8 +66,16 @@ impl JobError {
                 "the claim is no longer held (lease lapsed, re-claimed or cancelled): roll back"
             }
             JobError::DuplicateJob => {
-                "a live job of this name and tenant holds the idempotency key (on_conflict => 'error')"
+                "a live job of this name and tenant holds the idempotency key (on_conflict => 'error', or requeue)"
             }
+            JobError::JobNotFound => "no job has this id",
+            JobError::NotRequeueable => {
+                "only failed, dead, cancelled and completed jobs can be requeued"
+            }
+            JobError::NotCancellable => {
+                "only live jobs (ready, delayed, running, suspended) can be cancelled"
+            }
+            JobError::NotPromotable => "only delayed jobs can be promoted",
             JobError::InvalidParameterValue => {
                 "a bad argument: empty, out of range, oversized or unknown"
             }

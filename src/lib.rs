@@ -19,6 +19,9 @@ extension_sql_file!(
 );
 extension_sql_file!("../sql/claim.sql", name = "claim", requires = ["policy"]);
 extension_sql_file!("../sql/settle.sql", name = "settle", requires = ["policy"]);
+extension_sql_file!("../sql/steps.sql", name = "steps", requires = ["settle"]);
+extension_sql_file!("../sql/events.sql", name = "events", requires = ["steps"]);
+extension_sql_file!("../sql/operate.sql", name = "operate", requires = ["steps"]);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;

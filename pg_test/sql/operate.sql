@@ -1,0 +1,50 @@
+-- jobs.cancel, jobs.requeue, jobs.promote: what each accepts, and every refusal.
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+truncate jobs.jobs, jobs.job_types, jobs.queues, jobs.steps;
+
+-- cancel: live jobs only; a running holder loses its claim.
+select jobs.enqueue('c', id => '00000000-0000-0000-0000-0000000000c1') is not null;
+select id, claim from jobs.claim('w') \gset
+select jobs.cancel(:'id');
+select state, claim > :claim as token_advanced, finished_at is not null as finished from jobs.jobs where id = :'id';
+select jobs.complete(:'id', :claim);
+select jobs.heartbeat(:'id', :claim);
+select jobs.cancel(:'id');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.cancel('00000000-0000-0000-0000-000000000000');
+\echo :LAST_ERROR_SQLSTATE
+
+-- requeue: finished jobs go back to ready with attempts reset and a new token.
+select jobs.requeue(:'id');
+select state, attempt, claim, finished_at from jobs.jobs where id = :'id';
+select jobs.requeue(:'id');
+\echo :LAST_ERROR_SQLSTATE
+-- Steps are kept, or dropped from from_step on, in the same statement.
+select id, claim from jobs.claim('w') \gset
+select jobs.save_step(:'id', :claim, 'a', '1'), jobs.save_step(:'id', :claim, 'b', '2'),
+       jobs.save_step(:'id', :claim, 'c', '3');
+select jobs.fail(:'id', :claim, 'broken', retryable => false);
+select jobs.requeue(:'id', 'nope');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.requeue(:'id', 'b');
+select step from jobs.steps order by seq;
+-- A live job holding the key refuses the requeue, and nothing is deleted.
+select jobs.enqueue('k', idempotency_key => 'key-1', id => '00000000-0000-0000-0000-0000000000c2') is not null;
+update jobs.jobs set state = 'dead', finished_at = now() where id = '00000000-0000-0000-0000-0000000000c2';
+select jobs.enqueue('k', idempotency_key => 'key-1') is not null;
+select jobs.requeue('00000000-0000-0000-0000-0000000000c2');
+\echo :LAST_ERROR_SQLSTATE
+select state from jobs.jobs where id = '00000000-0000-0000-0000-0000000000c2';
+
+-- promote: a delayed job becomes claimable now; anything else is refused.
+select jobs.enqueue('p', run_at => now() + interval '1 day', id => '00000000-0000-0000-0000-0000000000c3') is not null;
+select count(*) from jobs.claim('w', array['default'], 10) where name = 'p';
+select jobs.promote('00000000-0000-0000-0000-0000000000c3');
+select name from jobs.claim('w', array['default'], 10) where name = 'p';
+select jobs.promote('00000000-0000-0000-0000-0000000000c3');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.promote('00000000-0000-0000-0000-000000000000');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.promote(null);
+\echo :LAST_ERROR_SQLSTATE

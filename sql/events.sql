@@ -1,0 +1,158 @@
+-- Stored events: jobs.events, jobs.publish, jobs.await_event.
+--
+-- An event is a (name, key) with a payload and an expiry. await_event answers 'received' when
+-- an unexpired event of that name and key exists (the newest one), and memoises the answer as
+-- a step of the run ('event:<name>' or 'event:<name>:<key>'), so every later attempt sees the
+-- same payload even when newer events arrive. Otherwise it suspends the job (no attempt used,
+-- the claim released) and answers 'waiting'. publish wakes every job waiting on its name and
+-- key. A waiter whose timeout passes is due again (run_at), so claim picks it up without the
+-- background worker, and its next await_event answers 'timed_out' (memoised the same way).
+-- An expired event is invisible at once: every read filters on expires_at.
+--
+-- No lost wake-up: "no event yet, so suspend" (await_event) and "insert the event, then wake
+-- the waiters" (publish) both hold a transaction-scoped advisory lock on (name, key), so one
+-- of them commits before the other looks: publish then sees the suspended waiter, or
+-- await_event sees the event.
+--
+-- Lock order: the (name, key) advisory lock, then job rows. Keys are stored as '' for none.
+
+create table jobs.events (
+  id           uuid primary key,
+  name         text not null check (length(name) between 1 and 200),
+  key          text not null default '' check (length(key) <= 512),
+  payload      jsonb,
+  published_at timestamptz not null,
+  expires_at   timestamptz not null
+);
+create index events_lookup_idx on jobs.events (name, key, published_at desc);
+create index events_expiry_idx on jobs.events (expires_at);
+comment on table jobs.events is 'Published events; a row past expires_at is invisible and swept';
+
+create function jobs._event_lock(p_name text, p_key text)
+returns void
+language sql volatile
+as $$ select pg_advisory_xact_lock(1886023522, hashtext(p_name || '/' || p_key)) $$;
+
+create function jobs._check_event_args(p_fn text, p_name text, p_key text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_name is null then
+    perform jobs._raise('22004', p_fn || ': name must not be NULL',
+      'name the event, e.g. ''order_paid''');
+  elsif length(p_name) not between 1 and 200 then
+    perform jobs._raise('22023', p_fn || ': name must be 1 to 200 characters, got ' || length(p_name),
+      'use a short event name and put data in the payload');
+  elsif length(p_key) > 512 then
+    perform jobs._raise('22023', p_fn || ': key must be at most 512 characters, got ' || length(p_key),
+      'hash a long key, e.g. md5(...)');
+  end if;
+end
+$$;
+
+create function jobs.publish(name text, payload jsonb default null, key text default null,
+                             ttl interval default '7 days')
+returns uuid
+language plpgsql volatile
+as $$
+declare
+  v_id  uuid := gen_random_uuid();
+  v_now timestamptz := jobs.clock();
+  v_key text := coalesce(publish.key, '');
+begin
+  perform jobs._check_event_args('jobs.publish', publish.name, publish.key);
+  if publish.ttl is null or publish.ttl <= interval '0' then
+    perform jobs._raise(case when publish.ttl is null then '22004' else '22023' end,
+      'jobs.publish: ttl must be a positive interval, got ' || coalesce(publish.ttl::text, 'NULL'),
+      'pass how long the event stays receivable, e.g. interval ''1 day''');
+  end if;
+  perform jobs._event_lock(publish.name, v_key);
+  insert into jobs.events (id, name, key, payload, published_at, expires_at)
+  values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl);
+  -- Wake the waiters: claimable now, and their await_event will find this event.
+  update jobs.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
+  where j.state = 'suspended' and j.wait_event = publish.name and j.wait_key = v_key;
+  return v_id;
+end
+$$;
+comment on function jobs.publish(text, jsonb, text, interval) is
+  'Store an event for ttl and wake every job waiting on its name and key; answers its id';
+
+create function jobs.await_event(id uuid, claim bigint, name text, key text default null,
+                                 timeout interval default null)
+returns table (status text, payload jsonb)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now   timestamptz := jobs.clock();
+  v_key   text := coalesce(await_event.key, '');
+  v_step  text := 'event:' || await_event.name || coalesce(':' || await_event.key, '');
+  v_job   record;
+  v_memo  jsonb;
+  v_until timestamptz;
+begin
+  perform jobs._check_hold_args('jobs.await_event', await_event.id, await_event.claim);
+  perform jobs._check_event_args('jobs.await_event', await_event.name, await_event.key);
+  if await_event.timeout is not null and await_event.timeout <= interval '0' then
+    perform jobs._raise('22023', 'jobs.await_event: timeout must be positive, got ' || await_event.timeout,
+      'pass how long to wait, or NULL to wait until the event is published');
+  end if;
+
+  perform jobs._event_lock(await_event.name, v_key);
+  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until into v_job
+  from jobs.jobs as j
+  where j.id = await_event.id and j.claim = await_event.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for update;
+  if not found then
+    perform jobs._raise('PJ001',
+      format('jobs.await_event: job %s is no longer held by claim %s: %s', await_event.id,
+             await_event.claim, jobs._lost_reason(await_event.id, await_event.claim)),
+      'stop working on this job; it runs again under a new claim');
+  end if;
+
+  -- Answered before: the same answer, whatever was published since.
+  select s.output into v_memo from jobs.steps as s
+  where s.run_id = v_job.run_id and s.step = v_step;
+  if found then
+    return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
+    return;
+  end if;
+
+  select jsonb_build_object('status', 'received', 'payload', e.payload) into v_memo
+  from jobs.events as e
+  where e.name = await_event.name and e.key = v_key and e.expires_at > v_now
+  order by e.published_at desc
+  limit 1;
+  if v_memo is null and v_job.wait_event = await_event.name and v_job.wait_key = v_key
+     and v_job.wait_until <= v_now then
+    v_memo := jsonb_build_object('status', 'timed_out', 'payload', null);
+  end if;
+
+  if v_memo is not null then
+    insert into jobs.steps (run_id, step, output, saved_at, attempt)
+    values (v_job.run_id, v_step, v_memo, v_now, v_job.attempt);
+    update jobs.jobs as j set wait_event = null, wait_key = null, wait_until = null
+    where j.id = await_event.id and j.wait_event is not null;
+    return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
+    return;
+  end if;
+
+  -- Suspend: no attempt used, the claim released. Waiting again for the same event keeps
+  -- the first deadline.
+  v_until := case when v_job.wait_event = await_event.name and v_job.wait_key = v_key
+                  then v_job.wait_until
+                  else v_now + await_event.timeout end;
+  update jobs.jobs as j set
+    state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null,
+    run_at = v_until, wait_event = await_event.name, wait_key = v_key, wait_until = v_until,
+    updated_at = v_now
+  where j.id = await_event.id;
+  return query select 'waiting'::text, null::jsonb;
+end
+$$;
+comment on function jobs.await_event(uuid, bigint, text, text, interval) is
+  'Receive the newest unexpired event of name (and key), memoised for the run; or suspend the '
+  'job until it is published or timeout passes (''waiting''); ''timed_out'' once it has';

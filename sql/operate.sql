@@ -1,0 +1,124 @@
+-- Operating: jobs.cancel, jobs.requeue, jobs.promote.
+--
+-- Each is one UPDATE that moves the job only from the states it accepts; when it moves
+-- nothing, jobs._refuse tells why: no such job (job_not_found), or the state it is in.
+-- Cancel and requeue advance the claim token, so a worker still holding the old one can
+-- change nothing.
+
+-- Raises job_not_found, or p_code with the job's state and p_rule, for a call that moved nothing.
+create function jobs._refuse(p_fn text, p_id uuid, p_code text, p_rule text, p_hint text)
+returns void
+language plpgsql stable
+as $$
+declare
+  v_state jobs.job_state;
+begin
+  select j.state into v_state from jobs.jobs as j where j.id = p_id;
+  if not found then
+    perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
+      'check the id; finished jobs are deleted after their retention period');
+  end if;
+  perform jobs._raise(p_code, format('%s: job %s is %s; %s', p_fn, p_id, v_state, p_rule), p_hint);
+end
+$$;
+
+create function jobs.cancel(id uuid)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+begin
+  if cancel.id is null then
+    perform jobs._raise('22004', 'jobs.cancel: id must not be NULL', 'pass the id of the job to cancel');
+  end if;
+  update jobs.jobs as j set
+    state = 'cancelled', claim = j.claim + 1, lease_expires_at = null,
+    wait_event = null, wait_key = null, wait_until = null,
+    finished_at = v_now, updated_at = v_now
+  where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended');
+  if not found then
+    perform jobs._refuse('jobs.cancel', cancel.id, 'PJ005',
+      'only live jobs (ready, delayed, running, suspended) can be cancelled',
+      'a finished job stays as it ended; use jobs.requeue to run it again');
+  end if;
+  return true;
+end
+$$;
+comment on function jobs.cancel(uuid) is
+  'Cancel a live job; a running holder loses its claim. Raises not_cancellable for finished jobs';
+
+create function jobs.requeue(id uuid, from_step text default null)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+  v_seq bigint;
+begin
+  if requeue.id is null then
+    perform jobs._raise('22004', 'jobs.requeue: id must not be NULL', 'pass the id of the job to requeue');
+  end if;
+  if requeue.from_step is not null then
+    select s.seq into v_seq
+    from jobs.jobs as j join jobs.steps as s on s.run_id = j.run_id and s.step = requeue.from_step
+    where j.id = requeue.id;
+    if v_seq is null and exists (select from jobs.jobs as j where j.id = requeue.id
+                                 and j.state in ('failed', 'dead', 'cancelled', 'completed')) then
+      perform jobs._raise('22023', format('jobs.requeue: the run of job %s has no step %L',
+        requeue.id, requeue.from_step),
+        'pass a step name from jobs.steps for this run_id, or NULL to keep every step');
+    end if;
+  end if;
+
+  begin
+    -- One statement moves the job and drops the steps, so a refused requeue deletes nothing.
+    with moved as (
+      update jobs.jobs as j set
+        state = 'ready', attempt = 0, claim = j.claim + 1, run_at = v_now,
+        lease_expires_at = null, result = null, finished_at = null,
+        wait_event = null, wait_key = null, wait_until = null, updated_at = v_now
+      where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
+      returning j.run_id
+    ), dropped as (
+      delete from jobs.steps as s using moved as m
+      where v_seq is not null and s.run_id = m.run_id and s.seq >= v_seq
+    )
+    select count(*) into v_seq from moved;
+  exception when unique_violation then
+    perform jobs._raise('PJ002', format('jobs.requeue: a live job now holds the idempotency key of job %s',
+      requeue.id), 'let the live job finish, or cancel it, then requeue this one');
+  end;
+  if v_seq = 0 then
+    perform jobs._refuse('jobs.requeue', requeue.id, 'PJ004',
+      'only failed, dead, cancelled and completed jobs can be requeued',
+      'a live job runs already; cancel it first to requeue it');
+  end if;
+  return true;
+end
+$$;
+comment on function jobs.requeue(uuid, text) is
+  'Run a finished job again: ready now, attempts reset, a new claim token; steps kept, or '
+  'dropped from from_step on. Raises not_requeueable for live jobs';
+
+create function jobs.promote(id uuid)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+begin
+  if promote.id is null then
+    perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed job');
+  end if;
+  update jobs.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
+  where j.id = promote.id and j.state = 'delayed';
+  if not found then
+    perform jobs._refuse('jobs.promote', promote.id, 'PJ006', 'only delayed jobs can be promoted',
+      'a ready job is claimable already; a suspended one waits for its event or snooze');
+  end if;
+  return true;
+end
+$$;
+comment on function jobs.promote(uuid) is
+  'Make a delayed job claimable now. Raises not_promotable for any other state';

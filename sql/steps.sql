@@ -1,0 +1,78 @@
+-- Durable steps: jobs.steps, jobs.save_step, jobs.get_step.
+--
+-- A step is memoised work inside a run (run_id): saved once by the holder of a claim, it is
+-- returned by get_step on every later attempt, so a retried job replays finished steps instead
+-- of redoing them. The first save of a step wins; saving it again keeps the first output.
+-- seq keeps the order steps were saved in, so requeue can drop "this step and every later one".
+--
+-- Lock order: the job row (FOR SHARE, holding the claim), then the step row.
+
+create table jobs.steps (
+  run_id   uuid not null,
+  step     text not null check (length(step) between 1 and 200),
+  output   jsonb,
+  saved_at timestamptz not null,
+  attempt  int not null,
+  seq      bigint generated always as identity,
+  primary key (run_id, step)
+);
+create index steps_run_seq_idx on jobs.steps (run_id, seq);
+comment on table jobs.steps is 'Memoised steps of durable runs, in the order they were saved (seq)';
+
+create function jobs.save_step(id uuid, claim bigint, step text, output jsonb default null)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_run     uuid;
+  v_attempt int;
+begin
+  perform jobs._check_hold_args('jobs.save_step', save_step.id, save_step.claim);
+  if save_step.step is null then
+    perform jobs._raise('22004', 'jobs.save_step: step must not be NULL',
+      'name the step, e.g. ''charge_card''; the name is its memo key within the run');
+  elsif length(save_step.step) not between 1 and 200 then
+    perform jobs._raise('22023', 'jobs.save_step: step must be 1 to 200 characters, got '
+      || length(save_step.step), 'use a short, stable step name');
+  end if;
+  -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
+  -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
+  select j.run_id, j.attempt into v_run, v_attempt
+  from jobs.jobs as j
+  where j.id = save_step.id and j.claim = save_step.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for share;
+  if v_run is null then
+    perform jobs._raise('PJ001',
+      format('jobs.save_step: job %s is no longer held by claim %s: %s', save_step.id,
+             save_step.claim, jobs._lost_reason(save_step.id, save_step.claim)),
+      'stop working on this job and roll back; it runs again under a new claim, which sees the '
+      'steps saved so far');
+  end if;
+  insert into jobs.steps (run_id, step, output, saved_at, attempt)
+  values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
+  on conflict on constraint steps_pkey do nothing;
+end
+$$;
+comment on function jobs.save_step(uuid, bigint, text, jsonb) is
+  'Memoise a finished step of a held job''s run; raises lease_lost (and saves nothing) when the '
+  'claim is no longer held. A step saved before keeps its first output.';
+
+create function jobs.get_step(run_id uuid, step text)
+returns table (done boolean, output jsonb)
+language plpgsql stable
+as $$
+#variable_conflict use_column
+begin
+  if get_step.run_id is null or get_step.step is null then
+    perform jobs._raise('22004', 'jobs.get_step: run_id and step must not be NULL',
+      'pass the run_id jobs.claim returned and the step name');
+  end if;
+  return query
+  select s.step is not null, s.output
+  from (select) as d
+  left join jobs.steps as s on s.run_id = get_step.run_id and s.step = get_step.step;
+end
+$$;
+comment on function jobs.get_step(uuid, text) is
+  'Whether a step of a run was saved, and its output: replay it instead of redoing it';
