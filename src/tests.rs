@@ -311,7 +311,10 @@ mod tests {
     #[pg_test]
     fn operator_refusals_have_their_codes_and_change_nothing() {
         let (id, claim) = enqueue_and_claim("ops", 3);
-        Spi::run(&format!("select jobs.save_step('{id}', {claim}, 'one', '1')")).unwrap();
+        Spi::run(&format!(
+            "select jobs.save_step('{id}', {claim}, 'one', '1')"
+        ))
+        .unwrap();
         let code = |sql: &str| sqlstate_of(sql);
         assert_eq!(
             code("select jobs.cancel(gen_random_uuid())").as_deref(),
@@ -348,20 +351,24 @@ mod tests {
 
     #[pg_test]
     fn requeue_is_refused_with_duplicate_job_when_a_live_job_holds_the_key() {
-        Spi::run("select jobs.enqueue('keyed', idempotency_key => 'k', queue => 'pgtest')").unwrap();
+        Spi::run("select jobs.enqueue('keyed', idempotency_key => 'k', queue => 'pgtest')")
+            .unwrap();
         let (id, claim) = Spi::get_two::<String, i64>(
             "select id::text, claim from jobs.claim('w', array['pgtest'])",
         )
         .unwrap();
         let (id, claim) = (id.unwrap(), claim.unwrap());
         Spi::run(&format!("select jobs.complete('{id}', {claim})")).unwrap();
-        Spi::run("select jobs.enqueue('keyed', idempotency_key => 'k', queue => 'pgtest')").unwrap();
+        Spi::run("select jobs.enqueue('keyed', idempotency_key => 'k', queue => 'pgtest')")
+            .unwrap();
         assert_eq!(
             sqlstate_of(&format!("select jobs.requeue('{id}')")).as_deref(),
             Some(JobError::DuplicateJob.sqlstate())
         );
         assert_eq!(
-            count(&format!("select count(*) from jobs.jobs where id = '{id}' and state = 'completed'")),
+            count(&format!(
+                "select count(*) from jobs.jobs where id = '{id}' and state = 'completed'"
+            )),
             1
         );
     }
@@ -375,25 +382,48 @@ mod tests {
             Some(JobError::LeaseLost.sqlstate())
         );
         assert_eq!(
-            sqlstate_of(&format!("select * from jobs.await_event('{id}', {stale}, 'e')")).as_deref(),
+            sqlstate_of(&format!(
+                "select * from jobs.await_event('{id}', {stale}, 'e')"
+            ))
+            .as_deref(),
             Some(JobError::LeaseLost.sqlstate())
         );
         assert_eq!(count("select count(*) from jobs.steps"), 0);
         assert_eq!(
-            count(&format!("select count(*) from jobs.jobs where id = '{id}' and state = 'running'")),
+            count(&format!(
+                "select count(*) from jobs.jobs where id = '{id}' and state = 'running'"
+            )),
             1
         );
         let null = Some(JobError::NullValueNotAllowed.sqlstate());
         let invalid = Some(JobError::InvalidParameterValue.sqlstate());
         for (sql, want) in [
-            (format!("select jobs.save_step('{id}', {claim}, null)"), null),
-            (format!("select jobs.save_step('{id}', {claim}, repeat('s', 201))"), invalid),
+            (
+                format!("select jobs.save_step('{id}', {claim}, null)"),
+                null,
+            ),
+            (
+                format!("select jobs.save_step('{id}', {claim}, repeat('s', 201))"),
+                invalid,
+            ),
             ("select * from jobs.get_step(null, 's')".to_string(), null),
             ("select jobs.publish(null)".to_string(), null),
-            ("select jobs.publish('e', ttl => '0 seconds')".to_string(), invalid),
-            ("select jobs.publish('e', key => repeat('k', 513))".to_string(), invalid),
-            (format!("select * from jobs.await_event('{id}', {claim}, null)"), null),
-            (format!("select * from jobs.await_event('{id}', {claim}, 'e', timeout => '-1 s')"), invalid),
+            (
+                "select jobs.publish('e', ttl => '0 seconds')".to_string(),
+                invalid,
+            ),
+            (
+                "select jobs.publish('e', key => repeat('k', 513))".to_string(),
+                invalid,
+            ),
+            (
+                format!("select * from jobs.await_event('{id}', {claim}, null)"),
+                null,
+            ),
+            (
+                format!("select * from jobs.await_event('{id}', {claim}, 'e', timeout => '-1 s')"),
+                invalid,
+            ),
             ("select jobs.cancel(null)".to_string(), null),
             ("select jobs.requeue(null)".to_string(), null),
             ("select jobs.promote(null)".to_string(), null),
@@ -404,4 +434,3 @@ mod tests {
         assert_eq!(count("select count(*) from jobs.events"), 0);
     }
 }
-
