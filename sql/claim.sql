@@ -49,23 +49,24 @@ begin
 
   return query
   with candidates as materialized (
-    select c.id, c.name, c.priority, c.run_at, c.bury
+    select c.id, c.name, c.priority, c.run_at, c.lapsed, c.bury
     from (select distinct q.queue from unnest(queues) as q(queue)) as q
     cross join lateral (
       select * from (
-        select j.id, j.name, j.priority, j.run_at, false as bury from jobs.jobs j
+        select j.id, j.name, j.priority, j.run_at, false as lapsed, false as bury from jobs.jobs j
         where j.queue = q.queue and j.state = 'ready'
         order by j.priority desc, j.run_at
         limit max_jobs for update skip locked) as ready
       union all
       select * from (
-        select j.id, j.name, j.priority, j.run_at, false from jobs.jobs j
+        select j.id, j.name, j.priority, j.run_at, false, false from jobs.jobs j
         where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
         order by j.run_at
         limit max_jobs for update skip locked) as due
       union all
       select * from (
-        select j.id, j.name, j.priority, j.run_at, j.attempt >= j.max_attempts from jobs.jobs j
+        select j.id, j.name, j.priority, j.run_at, true,
+               jobs._lapse_buries(j.attempt, j.max_attempts) from jobs.jobs j
         where j.queue = q.queue and j.state = 'running' and j.lease_expires_at <= v_now
         order by j.lease_expires_at
         limit max_jobs for update skip locked) as lapsed
@@ -82,10 +83,8 @@ begin
       lease = case when c.bury then null else coalesce(claim.lease, p.lease) end,
       lease_expires_at = case when c.bury then null else v_now + coalesce(claim.lease, p.lease) end,
       claimed_by = case when c.bury then j.claimed_by else worker_id end,
-      last_error = case when c.bury
-        then format('lease lapsed on the final attempt (%s of %s): the worker holding it stopped '
-                    'settling, so the job is not run again', j.attempt, j.max_attempts)
-        else j.last_error end,
+      last_error = case when c.lapsed then jobs._lapse_error(j.attempt, j.max_attempts)
+                   else j.last_error end,
       finished_at = case when c.bury then v_now end,
       updated_at = v_now
     from candidates as c

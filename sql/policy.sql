@@ -40,3 +40,23 @@ create function jobs._final_state(p_dead_letter boolean)
 returns jobs.job_state
 language sql immutable parallel safe
 as $$ select case when p_dead_letter then 'dead' else 'failed' end::jobs.job_state $$;
+
+-- What a lapsed lease (its worker stopped heartbeating) does to a job: with attempts left it
+-- runs again as a new attempt; on the final attempt it is buried (jobs._final_state) and never
+-- handed out. The claim and the sweep both decide and word it with these, so they agree.
+create function jobs._lapse_buries(p_attempt int, p_max_attempts int)
+returns boolean
+language sql immutable parallel safe
+as $$ select p_attempt >= p_max_attempts $$;
+
+create function jobs._lapse_error(p_attempt int, p_max_attempts int)
+returns text
+language sql immutable parallel safe
+as $$
+  select case when p_attempt >= p_max_attempts
+    then format('lease lapsed on the final attempt (%s of %s): the worker holding it stopped '
+                'settling, so the job is not run again', p_attempt, p_max_attempts)
+    else format('lease lapsed on attempt %s of %s: the worker holding it stopped settling, '
+                'so the job runs again', p_attempt, p_max_attempts)
+  end
+$$;

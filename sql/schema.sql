@@ -87,9 +87,18 @@ create index jobs_ready_idx on jobs.jobs (queue, priority desc, run_at) where st
 create index jobs_due_idx on jobs.jobs (queue, run_at) where state in ('delayed', 'suspended');
 create index jobs_lease_idx on jobs.jobs (queue, lease_expires_at) where state = 'running';
 
--- publish finds the jobs waiting on an event by name (and key).
+-- publish finds the jobs waiting on an event by name (and key); the sweep finds the waiters
+-- whose timeout passed.
 create index jobs_waiting_idx on jobs.jobs (wait_event, wait_key)
   where state = 'suspended' and wait_event is not null;
+create index jobs_wait_until_idx on jobs.jobs (wait_until)
+  where state = 'suspended' and wait_event is not null;
+
+-- Retention: the sweep deletes finished rows oldest first, per state; a run's steps go with
+-- the last job of the run.
+create index jobs_finished_idx on jobs.jobs (state, finished_at)
+  where state in ('completed', 'failed', 'dead', 'cancelled');
+create index jobs_run_idx on jobs.jobs (run_id);
 
 -- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
 create unique index jobs_idempotency_live_idx
@@ -132,11 +141,17 @@ create type jobs.job_spec as (
   run_id          uuid
 );
 
--- The one source of time for every lease, run_at and backoff decision.
+-- The one source of time for every lease, run_at, backoff and retention decision:
+-- clock_timestamp(), shifted by pg_jobs.clock_offset, a superuser-only setting that tests use
+-- to move time instead of sleeping. It is 0 unless set.
 create function jobs.clock() returns timestamptz
 language sql volatile parallel safe
-as $$ select clock_timestamp() $$;
-comment on function jobs.clock() is 'The time pg_jobs decides by: clock_timestamp()';
+as $$
+  select clock_timestamp()
+         + coalesce(nullif(current_setting('pg_jobs.clock_offset', true), '')::interval, interval '0')
+$$;
+comment on function jobs.clock() is
+  'The time pg_jobs decides by: clock_timestamp() plus pg_jobs.clock_offset (0; for tests)';
 
 -- Raise a documented refusal or bad-argument error: p_code is its SQLSTATE, p_message the
 -- cause, p_hint the fix. The codes are listed by jobs.error_codes() and in the README.

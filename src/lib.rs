@@ -1,12 +1,15 @@
 //! pg_jobs: a durable job queue inside PostgreSQL.
 //!
 //! The SQL surface is hand-written in `sql/` (one file per capability) and embedded here in
-//! dependency order. Rust holds what is better said once in Rust: the catalogue of error codes
-//! (`error.rs`), exported as `jobs.error_codes()`, and the tests that run inside the server.
+//! dependency order. Rust holds what needs the server's C API or is better said once in Rust:
+//! the settings (`gucs.rs`), the background worker (`worker.rs`), the catalogue of error codes
+//! (`error.rs`, exported as `jobs.error_codes()`), and the tests that run inside the server.
 
 use pgrx::prelude::*;
 
 mod error;
+mod gucs;
+mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -22,6 +25,18 @@ extension_sql_file!("../sql/settle.sql", name = "settle", requires = ["policy"])
 extension_sql_file!("../sql/steps.sql", name = "steps", requires = ["settle"]);
 extension_sql_file!("../sql/events.sql", name = "events", requires = ["steps"]);
 extension_sql_file!("../sql/operate.sql", name = "operate", requires = ["steps"]);
+extension_sql_file!("../sql/sweep.sql", name = "sweep", requires = ["events"]);
+
+/// Defines the settings and, when preloaded (`shared_preload_libraries`), registers the
+/// background worker. Nothing else needs preloading; a binary upgrade runs no worker.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    let preloaded = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    gucs::init(preloaded);
+    if preloaded && !unsafe { pg_sys::IsBinaryUpgrade } {
+        worker::register();
+    }
+}
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;

@@ -433,4 +433,36 @@ mod tests {
         assert_eq!(count("select count(*) from jobs.steps"), 0);
         assert_eq!(count("select count(*) from jobs.events"), 0);
     }
+
+    #[pg_test]
+    fn clock_offset_moves_the_time_pg_jobs_decides_by() {
+        let shift = |offset: &str| {
+            Spi::run(&format!("set pg_jobs.clock_offset = '{offset}'")).unwrap();
+            Spi::get_one::<f64>(
+                "select extract(epoch from jobs.clock() - clock_timestamp())::float8",
+            )
+            .unwrap()
+            .unwrap()
+        };
+        assert!((shift("1h") - 3600.0).abs() < 5.0);
+        assert!((shift("-2d") + 172_800.0).abs() < 5.0);
+        assert!(shift("0").abs() < 5.0);
+    }
+
+    #[pg_test]
+    fn settings_have_their_documented_defaults_and_the_prefix_is_reserved() {
+        for (name, value) in [
+            ("pg_jobs.sweep_interval", "1s"),
+            ("pg_jobs.completed_retention", "7d"),
+            ("pg_jobs.dead_retention", "30d"),
+            ("pg_jobs.clock_offset", "0"),
+        ] {
+            let shown = Spi::get_one::<String>(&format!("show {name}")).unwrap();
+            assert_eq!(shown.as_deref(), Some(value), "{name}");
+        }
+        assert_eq!(
+            sqlstate_of("set pg_jobs.no_such_setting = 1").as_deref(),
+            Some("42602")
+        );
+    }
 }

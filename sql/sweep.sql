@@ -1,0 +1,108 @@
+-- Housekeeping: jobs.sweep(), the background worker's pass, callable by hand.
+--
+-- Each task handles at most max_rows rows (retention: any of those past it; the others: oldest
+-- first), and skips rows other transactions
+-- hold (SKIP LOCKED), so a pass never waits on a worker and never holds many locks for long.
+-- The background worker runs passes back to back while any task fills its batch.
+--   lapsed_leases    running jobs whose lease lapsed: back to ready with attempts left, buried
+--                    (dead / failed) on the final attempt; the claim's own transition
+--                    (jobs._lapse_buries, jobs._lapse_error, jobs._final_state)
+--   waiter_timeouts  jobs waiting on an event whose timeout passed: ready (claim would take
+--                    them anyway once due; this makes the state say so)
+--   expired_events   events past expires_at deleted (they were invisible already)
+--   completed_deleted, dead_deleted
+--                    finished jobs past pg_jobs.completed_retention (completed, cancelled) or
+--                    pg_jobs.dead_retention (failed, dead) deleted
+--   steps_deleted    the steps of runs that no longer have any job
+-- Correctness never waits for a sweep: an expired event is invisible before it is deleted, and
+-- a lapsed lease or a due waiter is claimable before it is swept.
+
+create function jobs._retention(p_setting text, p_default interval)
+returns interval
+language sql stable
+as $$ select coalesce(nullif(current_setting(p_setting, true), '')::interval, p_default) $$;
+
+create function jobs.sweep(max_rows int default 1000)
+returns table (task text, affected bigint)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now       timestamptz := jobs.clock();
+  v_completed timestamptz := v_now - jobs._retention('pg_jobs.completed_retention', '7 days');
+  v_dead      timestamptz := v_now - jobs._retention('pg_jobs.dead_retention', '30 days');
+  v_runs      uuid[] := '{}';
+  v_part      uuid[];
+  v_n         bigint;
+begin
+  if max_rows is null or max_rows not between 1 and 100000 then
+    perform jobs._raise(case when max_rows is null then '22004' else '22023' end,
+      'jobs.sweep: max_rows must be 1 to 100000, got ' || coalesce(max_rows::text, 'NULL'),
+      'pass how many rows each task may handle in this pass');
+  end if;
+
+  with lapsed as (
+    select j.id, j.name, jobs._lapse_buries(j.attempt, j.max_attempts) as bury
+    from jobs.jobs as j
+    where j.state = 'running' and j.lease_expires_at <= v_now
+    order by j.lease_expires_at
+    limit max_rows
+    for update skip locked
+  )
+  update jobs.jobs as j set
+    state = case when l.bury then jobs._final_state(p.dead_letter) else 'ready' end,
+    lease_expires_at = null,
+    last_error = jobs._lapse_error(j.attempt, j.max_attempts),
+    finished_at = case when l.bury then v_now end,
+    updated_at = v_now
+  from lapsed as l
+  cross join lateral jobs._policy(l.name) as p
+  where j.id = l.id;
+  get diagnostics v_n = row_count;
+  task := 'lapsed_leases'; affected := v_n; return next;
+
+  update jobs.jobs as j set state = 'ready', updated_at = v_now
+  where j.id in (select w.id from jobs.jobs as w
+                 where w.state = 'suspended' and w.wait_event is not null and w.wait_until <= v_now
+                 order by w.wait_until limit max_rows for update skip locked);
+  get diagnostics v_n = row_count;
+  task := 'waiter_timeouts'; affected := v_n; return next;
+
+  delete from jobs.events as e
+  where e.id in (select x.id from jobs.events as x where x.expires_at <= v_now
+                 order by x.expires_at limit max_rows for update skip locked);
+  get diagnostics v_n = row_count;
+  task := 'expired_events'; affected := v_n; return next;
+
+  with gone as (
+    delete from jobs.jobs as j
+    where j.id in (select f.id from jobs.jobs as f
+                   where f.state in ('completed', 'cancelled') and f.finished_at < v_completed
+                   limit max_rows for update skip locked)
+    returning j.run_id
+  )
+  select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
+  v_runs := v_runs || v_part;
+  task := 'completed_deleted'; affected := v_n; return next;
+
+  with gone as (
+    delete from jobs.jobs as j
+    where j.id in (select f.id from jobs.jobs as f
+                   where f.state in ('failed', 'dead') and f.finished_at < v_dead
+                   limit max_rows for update skip locked)
+    returning j.run_id
+  )
+  select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
+  v_runs := v_runs || v_part;
+  task := 'dead_deleted'; affected := v_n; return next;
+
+  delete from jobs.steps as s
+  where s.run_id = any(v_runs)
+    and not exists (select from jobs.jobs as j where j.run_id = s.run_id);
+  get diagnostics v_n = row_count;
+  task := 'steps_deleted'; affected := v_n; return next;
+end
+$$;
+comment on function jobs.sweep(int) is
+  'One housekeeping pass, as the background worker runs it: lapsed leases, waiter timeouts, '
+  'expired events, retention. Each task handles at most max_rows rows. Answers (task, affected).';

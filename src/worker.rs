@@ -1,0 +1,118 @@
+//! The background worker: registration and its loop, nothing else. It sweeps the database
+//! named by `pg_jobs.database_name` every `pg_jobs.sweep_interval` with `jobs.sweep()`, so
+//! lapsed leases, expired events and retention are handled when no client is alive.
+//!
+//! It starts when recovery has finished (never on a standby; after a promotion it starts),
+//! re-reads its settings on SIGHUP, checks on every pass that the extension exists (it may be
+//! created, dropped and created again while the worker runs), and exits at SIGTERM. It exits
+//! with status 1, so the postmaster starts it again after `pg_terminate_backend` or a crash.
+
+use crate::gucs;
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
+use pgrx::prelude::*;
+use std::ffi::CString;
+use std::time::Duration;
+
+const NAME: &str = "pg_jobs sweeper";
+/// Rows each sweep task may handle in one pass (one transaction).
+const BATCH: i32 = 1000;
+
+pub fn register() {
+    BackgroundWorkerBuilder::new(NAME)
+        .set_type(NAME)
+        .set_library("pg_jobs")
+        .set_function("pg_jobs_sweeper_main")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(2)))
+        .load();
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = gucs::database_name();
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    log!("{NAME}: started on database {database:?}");
+
+    while BackgroundWorker::wait_latch(Some(gucs::sweep_interval())) {
+        if BackgroundWorker::sighup_received() {
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        // Passes back to back while a task fills its batch, so a backlog drains at once but
+        // no single transaction holds many rows.
+        while let Some(full) = BackgroundWorker::transaction(pass) {
+            if !full || BackgroundWorker::sigterm_received() {
+                break;
+            }
+        }
+    }
+    log!("{NAME}: stopping");
+    unsafe { pg_sys::proc_exit(1) };
+}
+
+/// One sweep in the current transaction. None when there is nothing to sweep here: the server
+/// is in recovery, or the extension is not installed in this database.
+fn pass() -> Option<bool> {
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        return None;
+    }
+    let installed =
+        Spi::get_one::<bool>("select exists (select from pg_extension where extname = 'pg_jobs')")
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+    if !installed {
+        report_activity(
+            pg_sys::BackendState::STATE_IDLE,
+            "waiting for CREATE EXTENSION pg_jobs",
+        );
+        return None;
+    }
+    report_activity(
+        pg_sys::BackendState::STATE_RUNNING,
+        "select * from jobs.sweep()",
+    );
+    let counts: Vec<(String, i64)> = Spi::connect(|client| {
+        client
+            .select(
+                "select task, affected from jobs.sweep($1)",
+                None,
+                &[BATCH.into()],
+            )
+            .map(|rows| {
+                rows.map(|row| {
+                    let task = row.get::<String>(1).ok().flatten().unwrap_or_default();
+                    let affected = row.get::<i64>(2).ok().flatten().unwrap_or(0);
+                    (task, affected)
+                })
+                .collect()
+            })
+            .unwrap_or_else(|e| error!("{NAME}: jobs.sweep() failed: {e}"))
+    });
+    report_activity(
+        pg_sys::BackendState::STATE_IDLE,
+        "select * from jobs.sweep()",
+    );
+    let summary = counts
+        .iter()
+        .map(|(task, n)| format!("{task}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if counts.iter().any(|(_, n)| *n > 0) {
+        log!("{NAME}: {summary}");
+    } else {
+        debug1!("{NAME}: nothing to do ({summary})");
+    }
+    Some(counts.iter().any(|(_, n)| *n >= BATCH as i64))
+}
+
+/// What `pg_stat_activity` shows for the worker: its state, and `query_start` as the time of
+/// the last pass.
+fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
+    let text = CString::new(what).expect("activity text has no NUL");
+    unsafe { pg_sys::pgstat_report_activity(state, text.as_ptr()) };
+}

@@ -1,0 +1,129 @@
+"""The background worker, against a cluster with shared_preload_libraries = 'pg_jobs'.
+
+The worker sweeps the database pg_jobs.database_name names ('postgres', the default), so these
+tests use that database. Every wait polls with a deadline; none sleeps a fixed time to hope.
+"""
+
+import time
+
+import psycopg
+import pytest
+
+DEADLINE = 20  # seconds; the sweep interval is set to 100 ms, restarts take 2 s
+
+
+def one(dsn, sql, args=None):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql, args).fetchone()[0]
+
+
+def eventually(dsn, sql, wanted, timeout=DEADLINE):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = one(dsn, sql)
+        if got == wanted:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{sql!r} answered {got!r}, not {wanted!r}, for {timeout} s")
+        time.sleep(0.05)
+
+
+def worker_pid(dsn):
+    return one(dsn, "select pid from pg_stat_activity where backend_type = 'pg_jobs sweeper'")
+
+
+def wait_for_passes(dsn, count):
+    """Waits until the worker has started `count` more sweeps (its query_start moves)."""
+    sql = "select query_start from pg_stat_activity where backend_type = 'pg_jobs sweeper'"
+    seen, last = 0, one(dsn, sql)
+    deadline = time.monotonic() + DEADLINE
+    while seen < count:
+        assert time.monotonic() < deadline, "the worker stopped sweeping"
+        time.sleep(0.02)
+        now = one(dsn, sql)
+        if now != last:
+            seen, last = seen + 1, now
+
+
+@pytest.fixture
+def swept(server_dsn):
+    """The swept database with pg_jobs created and a 100 ms sweep interval; reset afterwards."""
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute("create extension pg_jobs")
+        conn.execute("alter system set pg_jobs.sweep_interval = '100ms'")
+        conn.execute("select pg_reload_conf()")
+    yield server_dsn
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute("drop extension pg_jobs")
+        for setting in ("sweep_interval", "completed_retention", "dead_retention"):
+            conn.execute(f"alter system reset pg_jobs.{setting}")
+        conn.execute("select pg_reload_conf()")
+
+
+def abandon_final_attempt(dsn):
+    """Claims a one-attempt job under a short lease, then disconnects: no client is left."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue('abandoned', max_attempts => 1)")
+        assert conn.execute("select count(*) from jobs.claim('gone', lease => '200 ms')").fetchone()[0] == 1
+
+
+def test_the_worker_is_visible_in_pg_stat_activity(swept):
+    eventually(swept, "select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper'", 1)
+    eventually(
+        swept,
+        "select query from pg_stat_activity where backend_type = 'pg_jobs sweeper'",
+        "select * from jobs.sweep()",
+    )
+
+
+def test_a_final_attempt_lapse_becomes_dead_with_no_client_alive(swept):
+    abandon_final_attempt(swept)
+    eventually(swept, "select state::text from jobs.jobs", "dead")
+    assert "final attempt" in one(swept, "select last_error from jobs.jobs")
+
+
+def test_an_expired_event_disappears(swept):
+    one(swept, "select jobs.publish('flash', ttl => '200 ms')")
+    one(swept, "select jobs.publish('stays', ttl => '1 day')")
+    eventually(swept, "select string_agg(name, ',') from jobs.events", "stays")
+
+
+def test_retention_applies_after_alter_system_and_a_reload(swept):
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue('done')")
+        job_id, claim = conn.execute("select id, claim from jobs.claim('w')").fetchone()
+        assert conn.execute("select jobs.complete(%s, %s)", (job_id, claim)).fetchone()[0]
+    wait_for_passes(swept, 3)
+    assert one(swept, "select count(*) from jobs.jobs") == 1  # kept: 7 days by default
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("alter system set pg_jobs.completed_retention = '1s'")
+        conn.execute("select pg_reload_conf()")
+    eventually(swept, "select count(*) from jobs.jobs", 0)
+
+
+def test_a_killed_worker_comes_back_and_sweeps(swept):
+    eventually(swept, "select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper'", 1)
+    before = worker_pid(swept)
+    assert one(swept, "select pg_terminate_backend(%s)", (before,))
+    eventually(
+        swept,
+        f"select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper' and pid <> {before}",
+        1,
+    )
+    abandon_final_attempt(swept)
+    eventually(swept, "select state::text from jobs.jobs", "dead")
+
+
+def test_the_worker_copes_with_the_extension_dropped_and_created_again(swept):
+    wait_for_passes(swept, 2)
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("drop extension pg_jobs")
+    eventually(
+        swept,
+        "select query from pg_stat_activity where backend_type = 'pg_jobs sweeper'",
+        "waiting for CREATE EXTENSION pg_jobs",
+    )
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("create extension pg_jobs")
+    abandon_final_attempt(swept)
+    eventually(swept, "select state::text from jobs.jobs", "dead")
