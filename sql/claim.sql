@@ -1,18 +1,85 @@
--- Working: jobs.claim, the one statement that hands out jobs.
+-- Working: jobs.claim, which hands out jobs.
 --
--- For each requested (unpaused) queue, three bounded index range scans find candidates, each
--- at most max_jobs rows, skipping rows other claimers hold (FOR UPDATE SKIP LOCKED):
+-- Statement 1 finds candidates. For each requested (unpaused) queue, three bounded index range
+-- scans, each at most max_jobs rows, skipping rows other claimers hold (FOR UPDATE SKIP LOCKED):
 --   jobs_ready_idx  ready jobs, already in claim order (priority desc, run_at)
 --   jobs_due_idx    delayed and suspended jobs whose run_at has passed, oldest first
 --   jobs_lease_idx  running jobs whose lease lapsed, oldest lapse first
--- The candidates (at most 3 * max_jobs per queue) are merged by priority desc, run_at and cut
--- to max_jobs; a candidate cut here stays locked, unclaimed, until the claim's transaction ends.
--- Neither backlog nor finished history is read, so the cost of a claim does not grow with them.
+-- merged by priority desc, run_at. Neither backlog nor finished history is read, so the cost of
+-- a claim does not grow with them.
 --
--- A lapsed lease with attempts left becomes a new attempt. A lapse on the final attempt is
--- BURIED by the claim (dead, or failed where the job type does not dead-letter) and never
--- handed out: a job that kills its worker every time reaches the dead letters instead of
--- killing one worker per lease forever.
+-- Limits (only when a candidate has a concurrency_key or its job type a concurrency):
+-- jobs._within_limits takes an advisory lock per limited name and key (sorted, so claimers
+-- never deadlock), then counts the running jobs in a new statement, whose snapshot sees every
+-- claim committed under those locks, and keeps the candidates that fit. A candidate held back
+-- is not updated, so it is charged no attempt.
+--
+-- Statement 2 moves up to max_jobs of them. A lapsed lease with attempts left becomes a new
+-- attempt. A lapse on the final attempt is BURIED by the claim (dead, or failed where the job
+-- type does not dead-letter) and never handed out: a job that kills its worker every time
+-- reaches the dead letters instead of killing one worker per lease forever. Candidates not
+-- moved stay locked, unclaimed, until the claim's transaction ends.
+--
+-- Lock order: job rows (skipping locked ones), then the advisory locks of limits.
+
+
+-- The candidates (in claim order) that fit their limits: jobs.job_types.concurrency (running
+-- jobs of a name, fleet-wide) and concurrency_key (one running job per key). Buried candidates
+-- always pass: burying is not running. Called by jobs.claim with the candidate rows locked.
+create function jobs._within_limits(p_ids uuid[], p_names text[], p_lapsed boolean[],
+                                    p_bury boolean[], p_now timestamptz)
+returns table (ids uuid[], names text[], lapsed boolean[], bury boolean[])
+language plpgsql volatile
+as $$
+begin
+  -- Serialise the claimers of each limited name and key until they commit, so the count
+  -- below sees every claim made under the same limit. Sorted: one lock order for everyone.
+  perform pg_advisory_xact_lock(1886023523, hashtext(k.lock_key))
+  from (select distinct x.lock_key
+        from jobs.jobs as j
+        left join jobs.job_types as t on t.name = j.name
+        cross join lateral (values ('name:' || j.name, t.concurrency is not null),
+                                   ('key:' || j.concurrency_key, j.concurrency_key is not null))
+                   as x(lock_key, limited)
+        where j.id = any(p_ids) and x.limited
+        order by x.lock_key) as k;
+
+  -- A new statement, so a new snapshot: it sees the claims committed under those locks.
+  return query
+  with c as (
+    select u.id, u.name, u.lapsed, u.bury, u.ord, j.concurrency_key, t.concurrency
+    from unnest(p_ids, p_names, p_lapsed, p_bury) with ordinality as u(id, name, lapsed, bury, ord)
+    join jobs.jobs as j on j.id = u.id
+    left join jobs.job_types as t on t.name = u.name
+  ),
+  held as (  -- the jobs running now under a candidate's name or key
+    select r.name, r.concurrency_key
+    from jobs.jobs as r
+    where r.state = 'running' and r.lease_expires_at > p_now and r.id <> all(p_ids)
+      and (r.name in (select c.name from c where c.concurrency is not null)
+           or r.concurrency_key in (select c.concurrency_key from c))
+  ),
+  ranked as (
+    select c.*,
+           row_number() over (partition by c.name order by c.ord) as nth_of_name,
+           row_number() over (partition by c.concurrency_key order by c.ord) as nth_of_key
+    from c where not c.bury
+  ),
+  fits as (
+    select c.id, c.name, c.lapsed, c.bury, c.ord from c where c.bury
+    union all
+    select r.id, r.name, r.lapsed, r.bury, r.ord from ranked as r
+    where (r.concurrency is null
+           or r.nth_of_name + (select count(*) from held h where h.name = r.name) <= r.concurrency)
+      and (r.concurrency_key is null
+           or (r.nth_of_key = 1
+               and not exists (select from held h where h.concurrency_key = r.concurrency_key)))
+  )
+  select array_agg(f.id order by f.ord), array_agg(f.name order by f.ord),
+         array_agg(f.lapsed order by f.ord), array_agg(f.bury order by f.ord)
+  from fits as f;
+end
+$$;
 
 create function jobs.claim(
   worker_id text,
@@ -23,7 +90,12 @@ create function jobs.claim(
 language plpgsql volatile
 as $$
 declare
-  v_now timestamptz := jobs.clock();
+  v_now     timestamptz := jobs.clock();
+  v_ids     uuid[];
+  v_names   text[];
+  v_lapsed  boolean[];
+  v_bury    boolean[];
+  v_limited boolean;
 begin
   if worker_id is null then
     perform jobs._raise('22004', 'jobs.claim: worker_id must not be NULL',
@@ -47,33 +119,55 @@ begin
       'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy');
   end if;
 
+  select array_agg(c.id order by c.priority desc, c.run_at),
+         array_agg(c.name order by c.priority desc, c.run_at),
+         array_agg(c.lapsed order by c.priority desc, c.run_at),
+         array_agg(c.bury order by c.priority desc, c.run_at),
+         coalesce(bool_or(c.concurrency_key is not null or t.concurrency is not null), false)
+    into v_ids, v_names, v_lapsed, v_bury, v_limited
+  from (select distinct q.queue from unnest(queues) as q(queue)) as q
+  cross join lateral (
+    select * from (
+      select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as lapsed, false as bury
+      from jobs.jobs j
+      where j.queue = q.queue and j.state = 'ready'
+      order by j.priority desc, j.run_at
+      limit max_jobs for update skip locked) as ready
+    union all
+    select * from (
+      select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
+      from jobs.jobs j
+      where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
+      order by j.run_at
+      limit max_jobs for update skip locked) as due
+    union all
+    select * from (
+      select j.id, j.name, j.priority, j.run_at, j.concurrency_key, true,
+             jobs._lapse_buries(j.attempt, j.max_attempts)
+      from jobs.jobs j
+      where j.queue = q.queue and j.state = 'running' and j.lease_expires_at <= v_now
+      order by j.lease_expires_at
+      limit max_jobs for update skip locked) as lapsed
+  ) as c
+  left join jobs.job_types as t on t.name = c.name
+  where not exists (select from jobs.queues p where p.queue = q.queue and p.paused);
+
+  if v_ids is null then
+    return;
+  end if;
+  if v_limited then
+    select l.ids, l.names, l.lapsed, l.bury into v_ids, v_names, v_lapsed, v_bury
+    from jobs._within_limits(v_ids, v_names, v_lapsed, v_bury, v_now) as l;
+    if v_ids is null then
+      return;
+    end if;
+  end if;
+
   return query
-  with candidates as materialized (
-    select c.id, c.name, c.priority, c.run_at, c.lapsed, c.bury
-    from (select distinct q.queue from unnest(queues) as q(queue)) as q
-    cross join lateral (
-      select * from (
-        select j.id, j.name, j.priority, j.run_at, false as lapsed, false as bury from jobs.jobs j
-        where j.queue = q.queue and j.state = 'ready'
-        order by j.priority desc, j.run_at
-        limit max_jobs for update skip locked) as ready
-      union all
-      select * from (
-        select j.id, j.name, j.priority, j.run_at, false, false from jobs.jobs j
-        where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
-        order by j.run_at
-        limit max_jobs for update skip locked) as due
-      union all
-      select * from (
-        select j.id, j.name, j.priority, j.run_at, true,
-               jobs._lapse_buries(j.attempt, j.max_attempts) from jobs.jobs j
-        where j.queue = q.queue and j.state = 'running' and j.lease_expires_at <= v_now
-        order by j.lease_expires_at
-        limit max_jobs for update skip locked) as lapsed
-    ) as c
-    where not exists (select from jobs.queues p where p.queue = q.queue and p.paused)
-    order by c.priority desc, c.run_at
-    limit max_jobs
+  with candidates as (
+    select c.id, c.name, c.lapsed, c.bury
+    from unnest(v_ids[1:max_jobs], v_names[1:max_jobs], v_lapsed[1:max_jobs], v_bury[1:max_jobs])
+         as c(id, name, lapsed, bury)
   ),
   moved as (
     update jobs.jobs as j set

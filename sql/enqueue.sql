@@ -160,6 +160,15 @@ begin
     v_pending := v_missed;
   end loop;
 
+  -- jobs.queues lists every queue ever used (queue_stats reads it).
+  insert into jobs.queues (queue)
+  select distinct s.queue from unnest(p_specs) as s
+  where not exists (select from jobs.queues as q where q.queue = s.queue)
+  on conflict do nothing;
+  perform jobs._wake(array(
+    select distinct (p_specs[o.i]).queue from generate_series(1, v_n) as o(i)
+    where not r_dedup[o.i] and coalesce((p_specs[o.i]).run_at, v_now) <= v_now), r_id);
+
   if cardinality(v_pending) > 0 then
     perform jobs._raise('40001',
       p_caller || ': the idempotency key of spec ' || v_pending[1]

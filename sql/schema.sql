@@ -48,7 +48,8 @@ create table jobs.queues (
   queue  text primary key check (length(queue) between 1 and 128),
   paused boolean not null default false
 );
-comment on table jobs.queues is 'Queue settings; a queue with no row here is not paused';
+comment on table jobs.queues is 'Every queue ever used (enqueue adds it) and whether it is paused';
+insert into jobs.queues (queue) values ('default');
 
 create table jobs.jobs (
   id               uuid primary key,
@@ -94,9 +95,9 @@ create index jobs_waiting_idx on jobs.jobs (wait_event, wait_key)
 create index jobs_wait_until_idx on jobs.jobs (wait_until)
   where state = 'suspended' and wait_event is not null;
 
--- Retention: the sweep deletes finished rows oldest first, per state; a run's steps go with
--- the last job of the run.
-create index jobs_finished_idx on jobs.jobs (state, finished_at)
+-- Retention: the sweep deletes finished rows past their retention, per state, and
+-- jobs.queue_stats counts them per queue (index-only); a run's steps go with its last job.
+create index jobs_finished_idx on jobs.jobs (state, finished_at) include (queue)
   where state in ('completed', 'failed', 'dead', 'cancelled');
 create index jobs_run_idx on jobs.jobs (run_id);
 
@@ -161,5 +162,30 @@ language plpgsql
 as $$
 begin
   raise exception using errcode = p_code, message = p_message, hint = p_hint;
+end
+$$;
+
+-- Wake-ups: NOTIFY on channel pg_jobs, payload the queue name, when a queue that had no ready
+-- job gets one (p_queues; p_new are the jobs that just became ready, not counted). A queue
+-- with ready jobs already has workers claiming (a worker only sleeps after a claim that
+-- answered nothing), so under load no notification is sent, and each costs a commit-time
+-- lock. At most one per queue per call, and PostgreSQL folds repeats within a transaction.
+create function jobs._wake(p_queues text[], p_new uuid[])
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_queue text;
+begin
+  foreach v_queue in array p_queues loop
+    -- In jobs_ready_idx order, so the probe reads one index entry, never the table.
+    perform from jobs.jobs as j
+    where j.queue = v_queue and j.state = 'ready' and j.id <> all(p_new)
+    order by j.priority desc, j.run_at
+    limit 1;
+    if not found then
+      perform pg_notify('pg_jobs', v_queue);
+    end if;
+  end loop;
 end
 $$;

@@ -26,6 +26,8 @@ extension_sql_file!("../sql/steps.sql", name = "steps", requires = ["settle"]);
 extension_sql_file!("../sql/events.sql", name = "events", requires = ["steps"]);
 extension_sql_file!("../sql/operate.sql", name = "operate", requires = ["steps"]);
 extension_sql_file!("../sql/sweep.sql", name = "sweep", requires = ["events"]);
+extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["sweep"]);
+extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 /// Defines the settings and, when preloaded (`shared_preload_libraries`), registers the
 /// background worker. Nothing else needs preloading; a binary upgrade runs no worker.

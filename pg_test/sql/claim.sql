@@ -44,10 +44,10 @@ select count(*) from jobs.claim('w3');
 select state, attempt, last_error, finished_at is not null as finished from jobs.jobs where id = :'id';
 
 -- A paused queue hands out nothing.
-insert into jobs.queues values ('default', true);
 select jobs.enqueue('waits') is not null;
+select jobs.pause_queue('default');
 select count(*) from jobs.claim('w');
-update jobs.queues set paused = false;
+select jobs.resume_queue('default');
 select name from jobs.claim('w');
 
 -- Bad input: a clear error, and nothing changes.

@@ -1,0 +1,83 @@
+-- Privileges. Nothing in jobs is granted to PUBLIC. Three capabilities, granted per role:
+--   producer  enqueue, enqueue_batch, publish
+--   worker    a producer's, and claim, heartbeat, complete, complete_many, fail, snooze,
+--             assert_claim, save_step, get_step, await_event
+--   admin     everything: every function (including the grants), every table and view
+-- Only admins read or write the tables. The API functions run as their owner (SECURITY
+-- DEFINER) so producers and workers need no table privileges, and each pins search_path to
+-- pg_catalog, pg_temp, so no schema a caller puts first can shadow a function, operator or type
+-- they use. Installed last, after every function exists.
+
+create function jobs._grant(p_fn text, p_role name, p_functions text[], p_admin boolean)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_fn regprocedure;
+begin
+  if p_role is null then
+    perform jobs._raise('22004', p_fn || ': role must not be NULL', 'name an existing role');
+  elsif not exists (select from pg_catalog.pg_roles where rolname = p_role) then
+    perform jobs._raise('22023', format('%s: role %I does not exist', p_fn, p_role),
+      format('create it first: create role %I login', p_role));
+  end if;
+  execute format('grant usage on schema jobs to %I', p_role);
+  execute format('grant usage on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec to %I',
+                 p_role);
+  for v_fn in
+    select p.oid::regprocedure from pg_catalog.pg_proc as p
+    where p.pronamespace = 'jobs'::regnamespace and (p_admin or p.proname = any(p_functions))
+  loop
+    execute format('grant execute on function %s to %I', v_fn, p_role);
+  end loop;
+  if p_admin then
+    execute format('grant select, insert, update, delete on all tables in schema jobs to %I', p_role);
+    execute format('grant usage, select on all sequences in schema jobs to %I', p_role);
+  end if;
+end
+$$;
+
+create function jobs.grant_producer(role name)
+returns void
+language sql volatile
+as $$ select jobs._grant('jobs.grant_producer', $1,
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes'], false) $$;
+comment on function jobs.grant_producer(name) is 'Let a role enqueue and publish';
+
+create function jobs.grant_worker(role name)
+returns void
+language sql volatile
+as $$ select jobs._grant('jobs.grant_worker', $1,
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
+                               'heartbeat', 'complete', 'complete_many', 'fail', 'snooze',
+                               'assert_claim', 'save_step', 'get_step', 'await_event'], false) $$;
+comment on function jobs.grant_worker(name) is
+  'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
+
+create function jobs.grant_admin(role name)
+returns void
+language sql volatile
+as $$ select jobs._grant('jobs.grant_admin', $1, null, true) $$;
+comment on function jobs.grant_admin(name) is
+  'Let a role do everything: every function, and read and write every table';
+
+do $$
+declare
+  v_fn regprocedure;
+begin
+  for v_fn in
+    select p.oid::regprocedure from pg_catalog.pg_proc as p
+    where p.pronamespace = 'jobs'::regnamespace
+      and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
+                        'complete_many', 'fail', 'snooze', 'assert_claim', 'save_step',
+                        'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
+                        'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
+                        'grant_admin')
+  loop
+    execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', v_fn);
+  end loop;
+end
+$$;
+
+revoke all on all functions in schema jobs from public;
+revoke all on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec from public;
