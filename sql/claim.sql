@@ -114,10 +114,10 @@ begin
   elsif max_jobs not between 1 and 1000 then
     perform jobs._raise('22023', 'jobs.claim: max_jobs must be 1 to 1000, got ' || max_jobs,
       'pass a batch size from 1 to 1000');
-  elsif lease is not null and lease <= interval '0' then
-    perform jobs._raise('22023', 'jobs.claim: lease must be positive, got ' || lease,
-      'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy');
   end if;
+  perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',
+    'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy; '
+    'heartbeat to run longer');
 
   select array_agg(c.id order by c.priority desc, c.run_at),
          array_agg(c.name order by c.priority desc, c.run_at),

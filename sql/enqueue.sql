@@ -43,6 +43,9 @@ begin
   elsif s.concurrency_key is not null and length(s.concurrency_key) not between 1 and 200 then
     perform jobs._raise('22023', p_where || 'concurrency_key must be 1 to 200 characters, got '
       || length(s.concurrency_key), 'pass a short key or NULL');
+  elsif not isfinite(s.run_at) then
+    perform jobs._raise('22023', p_where || 'run_at must be a finite time, got ' || s.run_at,
+      'pass NULL to run now, or a time such as now() + interval ''1 hour''');
   elsif s.on_conflict is null or s.on_conflict not in ('return', 'error') then
     perform jobs._raise(case when s.on_conflict is null then '22004' else '22023' end,
       p_where || 'on_conflict must be ''return'' or ''error'', got '

@@ -59,20 +59,30 @@ as $$
 declare
   v_id  uuid := gen_random_uuid();
   v_now timestamptz := jobs.clock();
-  v_key text := coalesce(publish.key, '');
+  v_key    text := coalesce(publish.key, '');
+  v_queues text[];
+  v_woken  uuid[];
 begin
   perform jobs._check_event_args('jobs.publish', publish.name, publish.key);
-  if publish.ttl is null or publish.ttl <= interval '0' then
-    perform jobs._raise(case when publish.ttl is null then '22004' else '22023' end,
-      'jobs.publish: ttl must be a positive interval, got ' || coalesce(publish.ttl::text, 'NULL'),
+  if publish.ttl is null then
+    perform jobs._raise('22004', 'jobs.publish: ttl must not be NULL',
       'pass how long the event stays receivable, e.g. interval ''1 day''');
   end if;
+  perform jobs._check_interval('jobs.publish: ttl', publish.ttl, interval '10 years',
+    'pass how long the event stays receivable, e.g. interval ''1 day''');
   perform jobs._event_lock(publish.name, v_key);
   insert into jobs.events (id, name, key, payload, published_at, expires_at)
   values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl);
   -- Wake the waiters: claimable now, and their await_event will find this event.
-  update jobs.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
-  where j.state = 'suspended' and j.wait_event = publish.name and j.wait_key = v_key;
+  with woken as (
+    update jobs.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
+    where j.state = 'suspended' and j.wait_event = publish.name and j.wait_key = v_key
+    returning j.id, j.queue
+  )
+  select array_agg(distinct w.queue), array_agg(w.id) into v_queues, v_woken from woken as w;
+  if v_woken is not null then
+    perform jobs._wake(v_queues, v_woken);
+  end if;
   return v_id;
 end
 $$;
@@ -95,10 +105,8 @@ declare
 begin
   perform jobs._check_hold_args('jobs.await_event', await_event.id, await_event.claim);
   perform jobs._check_event_args('jobs.await_event', await_event.name, await_event.key);
-  if await_event.timeout is not null and await_event.timeout <= interval '0' then
-    perform jobs._raise('22023', 'jobs.await_event: timeout must be positive, got ' || await_event.timeout,
-      'pass how long to wait, or NULL to wait until the event is published');
-  end if;
+  perform jobs._check_interval('jobs.await_event: timeout', await_event.timeout, interval '10 years',
+    'pass how long to wait, or NULL to wait until the event is published');
 
   perform jobs._event_lock(await_event.name, v_key);
   select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until into v_job

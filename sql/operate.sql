@@ -53,8 +53,9 @@ returns boolean
 language plpgsql volatile
 as $$
 declare
-  v_now timestamptz := jobs.clock();
-  v_seq bigint;
+  v_now   timestamptz := jobs.clock();
+  v_seq   bigint;
+  v_queue text;
 begin
   if requeue.id is null then
     perform jobs._raise('22004', 'jobs.requeue: id must not be NULL', 'pass the id of the job to requeue');
@@ -79,17 +80,19 @@ begin
         lease_expires_at = null, result = null, finished_at = null,
         wait_event = null, wait_key = null, wait_until = null, updated_at = v_now
       where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
-      returning j.run_id
+      returning j.run_id, j.queue
     ), dropped as (
       delete from jobs.steps as s using moved as m
       where v_seq is not null and s.run_id = m.run_id and s.seq >= v_seq
     )
-    select count(*) into v_seq from moved;
+    select count(*), min(m.queue) into v_seq, v_queue from moved as m;
   exception when unique_violation then
     perform jobs._raise('PJ002', format('jobs.requeue: a live job now holds the idempotency key of job %s',
       requeue.id), 'let the live job finish, or cancel it, then requeue this one');
   end;
-  if v_seq = 0 then
+  if v_seq = 1 then
+    perform jobs._wake(array[v_queue], array[requeue.id]);
+  else
     perform jobs._refuse('jobs.requeue', requeue.id, 'PJ004',
       'only failed, dead, cancelled and completed jobs can be requeued',
       'a live job runs already; cancel it first to requeue it');
@@ -106,14 +109,18 @@ returns boolean
 language plpgsql volatile
 as $$
 declare
-  v_now timestamptz := jobs.clock();
+  v_now   timestamptz := jobs.clock();
+  v_queue text;
 begin
   if promote.id is null then
     perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed job');
   end if;
   update jobs.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
-  where j.id = promote.id and j.state = 'delayed';
-  if not found then
+  where j.id = promote.id and j.state = 'delayed'
+  returning j.queue into v_queue;
+  if found then
+    perform jobs._wake(array[v_queue], array[promote.id]);
+  else
     perform jobs._refuse('jobs.promote', promote.id, 'PJ006', 'only delayed jobs can be promoted',
       'a ready job is claimable already; a suspended one waits for its event or snooze');
   end if;

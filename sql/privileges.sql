@@ -3,6 +3,7 @@
 --   worker    a producer's, and claim, heartbeat, complete, complete_many, fail, snooze,
 --             assert_claim, save_step, get_step, await_event
 --   admin     everything: every function (including the grants), every table and view
+--   monitor   select on jobs.queue_stats only (for postgres_exporter and alerts)
 -- Only admins read or write the tables. The API functions run as their owner (SECURITY
 -- DEFINER) so producers and workers need no table privileges, and each pins search_path to
 -- pg_catalog, pg_temp, so no schema a caller puts first can shadow a function, operator or type
@@ -61,6 +62,18 @@ as $$ select jobs._grant('jobs.grant_admin', $1, null, true) $$;
 comment on function jobs.grant_admin(name) is
   'Let a role do everything: every function, and read and write every table';
 
+create function jobs.grant_monitor(role name)
+returns void
+language plpgsql volatile
+as $$
+begin
+  perform jobs._grant('jobs.grant_monitor', role, array['clock', '_oldest_ready'], false);
+  execute format('grant select on jobs.queue_stats to %I', role);
+end
+$$;
+comment on function jobs.grant_monitor(name) is
+  'Let a role read jobs.queue_stats, and nothing else (for postgres_exporter and alerts)';
+
 do $$
 declare
   v_fn regprocedure;
@@ -72,7 +85,7 @@ begin
                         'complete_many', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
-                        'grant_admin')
+                        'grant_admin', 'grant_monitor', '_oldest_ready')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', v_fn);
   end loop;

@@ -38,7 +38,7 @@ create table jobs.job_types (
   backoff_max  interval not null default '1 hour' check (backoff_max >= interval '0'),
   jitter       float8 not null default 0.1 check (jitter >= 0 and jitter <= 1),
   dead_letter  boolean not null default true,
-  lease        interval check (lease > interval '0'),
+  lease        interval check (lease > interval '0' and lease <= interval '7 days'),
   concurrency  int check (concurrency >= 1)
 );
 comment on table jobs.job_types is
@@ -187,5 +187,31 @@ begin
       perform pg_notify('pg_jobs', v_queue);
     end if;
   end loop;
+end
+$$;
+
+-- Bounds for the intervals callers pass: p_value must be positive and at most p_max (22023
+-- otherwise). NULL passes; callers that require a value check that first.
+create function jobs._check_interval(p_what text, p_value interval, p_max interval, p_hint text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_value <= interval '0' or p_value > p_max then
+    perform jobs._raise('22023',
+      format('%s must be positive and at most %s, got %s', p_what, p_max, p_value), p_hint);
+  end if;
+end
+$$;
+
+-- Timestamps callers pass must be finite ('infinity' would never come, or always be first).
+create function jobs._check_finite(p_what text, p_value timestamptz, p_hint text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if not isfinite(p_value) then
+    perform jobs._raise('22023', format('%s must be a finite time, got %s', p_what, p_value), p_hint);
+  end if;
 end
 $$;

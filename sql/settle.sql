@@ -44,10 +44,8 @@ declare
   v_expires timestamptz;
 begin
   perform jobs._check_hold_args('jobs.heartbeat', heartbeat.id, heartbeat.claim);
-  if heartbeat.lease is not null and heartbeat.lease <= interval '0' then
-    perform jobs._raise('22023', 'jobs.heartbeat: lease must be positive, got ' || heartbeat.lease,
-      'pass the lease to extend by, or NULL to extend by the lease of the claim');
-  end if;
+  perform jobs._check_interval('jobs.heartbeat: lease', heartbeat.lease, interval '7 days',
+    'pass the lease to extend by, or NULL to extend by the lease of the claim');
   update jobs.jobs as j set
     lease = coalesce(heartbeat.lease, j.lease),
     lease_expires_at = jobs.clock() + coalesce(heartbeat.lease, j.lease)
@@ -144,6 +142,8 @@ begin
     perform jobs._raise('22004', 'jobs.fail: retryable must not be NULL',
       'pass false to dead-letter now, or true to retry while attempts are left');
   end if;
+  perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
+    'pass when to retry, or NULL for the job type''s backoff');
 
   update jobs.jobs as j set
     state = case when r.retry then 'delayed' else jobs._final_state(p.dead_letter) end,
@@ -179,6 +179,8 @@ begin
     perform jobs._raise('22004', 'jobs.snooze: run_at must not be NULL',
       'pass when the job should run again, e.g. now() + interval ''5 minutes''');
   end if;
+  perform jobs._check_finite('jobs.snooze: run_at', snooze.run_at,
+    'pass when the job should run again, e.g. now() + interval ''5 minutes''');
   -- Parking is control flow, not a failure: the attempt the claim counted is given back.
   update jobs.jobs as j set
     state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,

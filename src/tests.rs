@@ -148,6 +148,32 @@ mod tests {
             ("select jobs.claim('w', max_jobs => 0)", invalid),
             ("select jobs.claim('w', max_jobs => 1001)", invalid),
             ("select jobs.claim('w', lease => '-1 second')", invalid),
+            ("select jobs.claim('w', lease => '100 years')", invalid),
+            ("select jobs.enqueue('x', run_at => 'infinity')", invalid),
+            ("select jobs.enqueue('x', run_at => '-infinity')", invalid),
+            ("select jobs.enqueue('x', tenant_id => '')", invalid),
+            (
+                "select jobs.enqueue('x', concurrency_key => repeat('c', 201))",
+                invalid,
+            ),
+            ("select jobs.claim(repeat('w', 201))", invalid),
+            (
+                "select jobs.heartbeat(gen_random_uuid(), 1, '8 days')",
+                invalid,
+            ),
+            (
+                "select jobs.fail(gen_random_uuid(), 1, 'e', retry_at => 'infinity')",
+                invalid,
+            ),
+            (
+                "select jobs.snooze(gen_random_uuid(), 1, 'infinity')",
+                invalid,
+            ),
+            ("select jobs.publish('e', ttl => '100 years')", invalid),
+            ("select jobs.publish('e', ttl => null)", null),
+            ("select jobs.pause_queue('no_such_queue')", invalid),
+            ("select jobs.resume_queue(null)", null),
+            ("select jobs.sweep(0)", invalid),
             ("select jobs.heartbeat(null, 1)", null),
             (
                 "select jobs.heartbeat(gen_random_uuid(), 1, '0 seconds')",

@@ -7,9 +7,11 @@ create role pgj_nobody;
 create role pgj_producer;
 create role pgj_worker;
 create role pgj_admin;
+create role pgj_monitor;
 select jobs.grant_producer('pgj_producer');
 select jobs.grant_worker('pgj_worker');
 select jobs.grant_admin('pgj_admin');
+select jobs.grant_monitor('pgj_monitor');
 select jobs.grant_worker('pgj_missing');
 \echo :LAST_ERROR_SQLSTATE
 select jobs.grant_worker(null);
@@ -55,6 +57,13 @@ select jobs.pause_queue('default');
 select jobs.resume_queue('default');
 reset role;
 
+-- A monitor reads queue_stats and nothing else.
+set role pgj_monitor;
+select queue, ready, oldest_ready_age is not null as aged from jobs.queue_stats where queue = 'default';
+select count(*) from jobs.jobs;
+select jobs.enqueue('x');
+reset role;
+
 -- A hostile search_path: a schema ahead of pg_catalog whose = on bigint is always true and
 -- whose clock_timestamp() is far in the future. The fence still refuses a wrong token.
 create schema evil;
@@ -73,5 +82,5 @@ reset search_path;
 drop schema evil cascade;
 
 reset role;
-drop owned by pgj_producer, pgj_worker, pgj_admin, pgj_nobody;
-drop role pgj_nobody, pgj_producer, pgj_worker, pgj_admin;
+drop owned by pgj_producer, pgj_worker, pgj_admin, pgj_nobody, pgj_monitor;
+drop role pgj_nobody, pgj_producer, pgj_worker, pgj_admin, pgj_monitor;
