@@ -34,6 +34,7 @@ declare
   v_runs      uuid[] := '{}';
   v_part      uuid[];
   v_n         bigint;
+  v_task      text;
 begin
   if max_rows is null or max_rows not between 1 and 100000 then
     perform jobs._raise(case when max_rows is null then '22004' else '22023' end,
@@ -74,27 +75,24 @@ begin
   get diagnostics v_n = row_count;
   task := 'expired_events'; affected := v_n; return next;
 
-  with gone as (
-    delete from jobs.jobs as j
-    where j.id in (select f.id from jobs.jobs as f
-                   where f.state in ('completed', 'cancelled') and f.finished_at < v_completed
-                   limit max_rows for update skip locked)
-    returning j.run_id
-  )
-  select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
-  v_runs := v_runs || v_part;
-  task := 'completed_deleted'; affected := v_n; return next;
-
-  with gone as (
-    delete from jobs.jobs as j
-    where j.id in (select f.id from jobs.jobs as f
-                   where f.state in ('failed', 'dead') and f.finished_at < v_dead
-                   limit max_rows for update skip locked)
-    returning j.run_id
-  )
-  select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
-  v_runs := v_runs || v_part;
-  task := 'dead_deleted'; affected := v_n; return next;
+  -- Retention, per pair of states. The literal state list lets the planner use
+  -- jobs_finished_idx, whose predicate it is.
+  foreach v_task in array array['completed_deleted', 'dead_deleted'] loop
+    with gone as (
+      delete from jobs.jobs as j
+      where j.id in (
+        select f.id from jobs.jobs as f
+        where f.state in ('completed', 'failed', 'dead', 'cancelled')
+          and f.state = any(case v_task when 'completed_deleted'
+                                 then '{completed,cancelled}' else '{failed,dead}' end::jobs.job_state[])
+          and f.finished_at < case v_task when 'completed_deleted' then v_completed else v_dead end
+        limit max_rows for update skip locked)
+      returning j.run_id
+    )
+    select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
+    v_runs := v_runs || v_part;
+    task := v_task; affected := v_n; return next;
+  end loop;
 
   delete from jobs.steps as s
   where s.run_id = any(v_runs)
