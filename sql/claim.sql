@@ -145,8 +145,9 @@ begin
       select j.id, j.name, j.priority, j.run_at, j.concurrency_key, true,
              jobs._lapse_buries(j.attempt, j.max_attempts)
       from jobs.jobs j
-      where j.queue = q.queue and j.state = 'running' and j.lease_expires_at <= v_now
-      order by j.lease_expires_at
+      where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
+        and j.lease_expires_at <= v_now
+      order by j.lease_scan_at
       limit max_jobs for update skip locked) as lapsed
   ) as c
   left join jobs.job_types as t on t.name = c.name
@@ -176,6 +177,7 @@ begin
       claim = case when c.bury then j.claim else j.claim + 1 end,
       lease = case when c.bury then null else coalesce(claim.lease, p.lease) end,
       lease_expires_at = case when c.bury then null else v_now + coalesce(claim.lease, p.lease) end,
+      lease_scan_at = case when c.bury then null else v_now + coalesce(claim.lease, p.lease) end,
       claimed_by = case when c.bury then j.claimed_by else worker_id end,
       last_error = case when c.lapsed then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,

@@ -64,6 +64,7 @@ create table jobs.jobs (
   claim            bigint not null default 0,
   lease            interval,
   lease_expires_at timestamptz,
+  lease_scan_at    timestamptz,   -- when lapse scans look at this running job; <= lease_expires_at
   claimed_by       text,
   tenant_id        text,
   idempotency_key  text,
@@ -78,6 +79,12 @@ create table jobs.jobs (
   created_at       timestamptz not null,
   updated_at       timestamptz not null,
   finished_at      timestamptz
+) with (
+  -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
+  fillfactor = 70,
+  autovacuum_vacuum_scale_factor = 0.01,
+  autovacuum_vacuum_insert_scale_factor = 0.05,
+  autovacuum_analyze_scale_factor = 0.02
 );
 comment on table jobs.jobs is 'One row per job; see the README for the life of a row';
 
@@ -86,7 +93,10 @@ comment on table jobs.jobs is 'One row per job; see the README for the life of a
 -- Finished rows are in none of them.
 create index jobs_ready_idx on jobs.jobs (queue, priority desc, run_at) where state = 'ready';
 create index jobs_due_idx on jobs.jobs (queue, run_at) where state in ('delayed', 'suspended');
-create index jobs_lease_idx on jobs.jobs (queue, lease_expires_at) where state = 'running';
+-- Lapsed leases are found by lease_scan_at, not lease_expires_at: a heartbeat moves the expiry
+-- but leaves lease_scan_at (an earlier bound) until it has passed, so most heartbeats change
+-- no indexed column and are HOT updates. A scan then checks lease_expires_at on the row.
+create index jobs_lease_idx on jobs.jobs (queue, lease_scan_at) where state = 'running';
 
 -- publish finds the jobs waiting on an event by name (and key); the sweep finds the waiters
 -- whose timeout passed.

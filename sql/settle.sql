@@ -41,14 +41,20 @@ returns timestamptz
 language plpgsql volatile
 as $$
 declare
+  v_now     timestamptz := jobs.clock();
   v_expires timestamptz;
 begin
   perform jobs._check_hold_args('jobs.heartbeat', heartbeat.id, heartbeat.claim);
   perform jobs._check_interval('jobs.heartbeat: lease', heartbeat.lease, interval '7 days',
     'pass the lease to extend by, or NULL to extend by the lease of the claim');
+  -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
+  -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
   update jobs.jobs as j set
     lease = coalesce(heartbeat.lease, j.lease),
-    lease_expires_at = jobs.clock() + coalesce(heartbeat.lease, j.lease)
+    lease_expires_at = v_now + coalesce(heartbeat.lease, j.lease),
+    lease_scan_at = case
+      when j.lease_scan_at > v_now and j.lease_scan_at <= v_now + coalesce(heartbeat.lease, j.lease)
+      then j.lease_scan_at else v_now + coalesce(heartbeat.lease, j.lease) end
   where j.id = heartbeat.id and j.claim = heartbeat.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.lease_expires_at into v_expires;

@@ -45,8 +45,8 @@ begin
   with lapsed as (
     select j.id, j.name, jobs._lapse_buries(j.attempt, j.max_attempts) as bury
     from jobs.jobs as j
-    where j.state = 'running' and j.lease_expires_at <= v_now
-    order by j.lease_expires_at
+    where j.state = 'running' and j.lease_scan_at <= v_now and j.lease_expires_at <= v_now
+    order by j.lease_scan_at
     limit max_rows
     for update skip locked
   )

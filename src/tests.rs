@@ -48,7 +48,7 @@ mod tests {
 
     fn lapse(id: &str) {
         Spi::run_with_args(
-            "update jobs.jobs set lease_expires_at = now() - interval '1 second' where id = $1::uuid",
+            "update jobs.jobs set lease_expires_at = now() - interval '1 second', lease_scan_at = now() - interval '1 second' where id = $1::uuid",
             &[id.into()],
         )
         .unwrap();
@@ -489,6 +489,46 @@ mod tests {
         assert_eq!(
             sqlstate_of("set pg_jobs.no_such_setting = 1").as_deref(),
             Some("42602")
+        );
+    }
+
+    #[pg_test]
+    fn heartbeats_leave_the_indexed_lease_scan_time_alone_until_it_passes() {
+        let (id, claim) = enqueue_and_claim("beats", 3);
+        let scan = || {
+            Spi::get_two_with_args::<String, bool>(
+                "select lease_scan_at::text, lease_scan_at <= lease_expires_at from jobs.jobs where id = $1::uuid",
+                &[id.as_str().into()],
+            )
+            .unwrap()
+        };
+        let (first, ok) = scan();
+        assert_eq!(ok, Some(true));
+        Spi::run(&format!("select jobs.heartbeat('{id}', {claim})")).unwrap();
+        assert_eq!(
+            scan().0,
+            first,
+            "a heartbeat within the scan time must not move it"
+        );
+        // A shorter lease pulls the scan time back to the new expiry.
+        Spi::run(&format!(
+            "select jobs.heartbeat('{id}', {claim}, '1 second')"
+        ))
+        .unwrap();
+        let (shorter, ok) = scan();
+        assert_ne!(shorter, first);
+        assert_eq!(ok, Some(true));
+        // Once the scan time has passed, the next heartbeat moves it to the new expiry.
+        Spi::run(&format!(
+            "update jobs.jobs set lease_scan_at = now() - interval '1 second' where id = '{id}'"
+        ))
+        .unwrap();
+        Spi::run(&format!("select jobs.heartbeat('{id}', {claim}, '1 hour')")).unwrap();
+        assert_eq!(
+            count(&format!(
+                "select count(*) from jobs.jobs where id = '{id}' and lease_scan_at = lease_expires_at"
+            )),
+            1
         );
     }
 }

@@ -33,13 +33,13 @@ from jobs.claim('w', lease => '1 hour');
 truncate jobs.jobs;
 select jobs.enqueue('flaky', max_attempts => 2) is not null;
 select id, claim as first_claim from jobs.claim('w1') \gset
-update jobs.jobs set lease_expires_at = now() - interval '1 second' where id = :'id';
+update jobs.jobs set lease_expires_at = now() - interval '1 second', lease_scan_at = now() - interval '1 second' where id = :'id';
 select attempt, claim > :first_claim as greater_token from jobs.claim('w2');
 -- The first worker can change nothing now.
 select jobs.complete(:'id', :first_claim);
 select jobs.heartbeat(:'id', :first_claim);
 -- A lapse on the final attempt is buried by the claim, never handed out.
-update jobs.jobs set lease_expires_at = now() - interval '1 second' where id = :'id';
+update jobs.jobs set lease_expires_at = now() - interval '1 second', lease_scan_at = now() - interval '1 second' where id = :'id';
 select count(*) from jobs.claim('w3');
 select state, attempt, last_error, finished_at is not null as finished from jobs.jobs where id = :'id';
 

@@ -63,7 +63,7 @@ select id, claim from jobs.jobs where name = 'snoozy' \gset
 select jobs.assert_claim(:'id', :claim);
 select jobs.assert_claim(:'id', :claim - 1);
 \echo :LAST_ERROR_SQLSTATE
-update jobs.jobs set lease_expires_at = '2000-01-01' where id = :'id';
+update jobs.jobs set lease_expires_at = '2000-01-01', lease_scan_at = '2000-01-01' where id = :'id';
 select jobs.assert_claim(:'id', :claim);
 \echo :LAST_ERROR_SQLSTATE
 select jobs.assert_claim('00000000-0000-0000-0000-000000000000', 1);

@@ -15,7 +15,7 @@ select done, output from jobs.get_step('00000000-0000-0000-0000-0000000000f1', '
 select done, output from jobs.get_step('00000000-0000-0000-0000-0000000000f1', 'transform');
 
 -- A later attempt sees the steps; the earlier holder can save nothing.
-update jobs.jobs set lease_expires_at = now() - interval '1 second';
+update jobs.jobs set lease_expires_at = now() - interval '1 second', lease_scan_at = now() - interval '1 second';
 select attempt from jobs.claim('w2');
 select jobs.save_step(:'id', :claim, 'load', '{}');
 \echo :LAST_ERROR_SQLSTATE
