@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL 15 cluster with pg_jobs preloaded, run as the postgres user.
-#   scripts/cluster.sh start DIR PORT   initdb (once) and start; prints the connection string
+#   scripts/cluster.sh start DIR PORT [CONF]
+#                                       initdb (once, appending the file CONF to postgresql.conf)
+#                                       and start; prints the connection string
 #   scripts/cluster.sh stop DIR         stop it (fast)
 # It listens on 127.0.0.1 and a socket in DIR, trusts local connections, and writes DIR/log.
 set -euo pipefail
@@ -19,6 +21,7 @@ unix_socket_directories = '$dir'
 shared_preload_libraries = 'pg_jobs'
 max_connections = 100
 CONF
+      if [ -n "${4:-}" ]; then cat "$4" >> "$dir/postgresql.conf"; fi
     fi
     if ! as_pg "$PG_BIN/pg_ctl" -D "$dir" -l "$dir/log" -w start >/dev/null; then
       tail -20 "$dir/log" >&2

@@ -86,7 +86,8 @@ begin
 
   v_ids := array(select coalesce(s.id, gen_random_uuid()) from unnest(p_specs) with ordinality s
                  order by s.ordinality);
-  v_runs := array(select coalesce(s.run_id, gen_random_uuid()) from unnest(p_specs) with ordinality s
+  -- A new run is named after its first job: run_id = id (see jobs_attached_idx).
+  v_runs := array(select coalesce(s.run_id, v_ids[s.ordinality]) from unnest(p_specs) with ordinality s
                   order by s.ordinality);
   r_id := array_fill(null::uuid, array[v_n]);
   r_run := r_id;

@@ -8,6 +8,11 @@
 -- DEFINER) so producers and workers need no table privileges, and each pins search_path to
 -- pg_catalog, pg_temp, so no schema a caller puts first can shadow a function, operator or type
 -- they use. Installed last, after every function exists.
+--
+-- The same functions run on cached generic plans (plan_cache_mode = force_generic_plan):
+-- their statements are index lookups whose best plan does not depend on the values, and a
+-- custom plan for the claim's candidate scan cost more to plan than to run (measured: the
+-- drain of docs/BENCHMARKS.md went from about 8.6k to 11.7k jobs/s).
 
 create function jobs._grant(p_fn text, p_role name, p_functions text[], p_admin boolean)
 returns void
@@ -87,7 +92,8 @@ begin
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready')
   loop
-    execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', v_fn);
+    execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
+                   'set plan_cache_mode = force_generic_plan', v_fn);
   end loop;
 end
 $$;

@@ -53,7 +53,7 @@ insert into jobs.queues (queue) values ('default');
 
 create table jobs.jobs (
   id               uuid primary key,
-  run_id           uuid not null,
+  run_id           uuid not null,  -- the first job's id for a new run
   name             text not null,
   queue            text not null,
   state            jobs.job_state not null,
@@ -106,10 +106,13 @@ create index jobs_wait_until_idx on jobs.jobs (wait_until)
   where state = 'suspended' and wait_event is not null;
 
 -- Retention: the sweep deletes finished rows past their retention, per state, and
--- jobs.queue_stats counts them per queue (index-only); a run's steps go with its last job.
+-- jobs.queue_stats counts them per queue (index-only).
 create index jobs_finished_idx on jobs.jobs (state, finished_at) include (queue)
   where state in ('completed', 'failed', 'dead', 'cancelled');
-create index jobs_run_idx on jobs.jobs (run_id);
+
+-- A run's steps go with its last job. A new run's run_id is its first job's id (found by the
+-- primary key); only jobs attached to another job's run need this small index.
+create index jobs_attached_idx on jobs.jobs (run_id) where run_id <> id;
 
 -- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
 create unique index jobs_idempotency_live_idx

@@ -122,8 +122,8 @@ begin
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
     returning j.id
   )
-  select i.id, exists (select from landed l where l.id = i.id)
-  from input as i
+  select i.id, l.id is not null
+  from input as i left join landed as l on l.id = i.id
   order by i.ord;
 end
 $$;

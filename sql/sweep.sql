@@ -96,7 +96,8 @@ begin
 
   delete from jobs.steps as s
   where s.run_id = any(v_runs)
-    and not exists (select from jobs.jobs as j where j.run_id = s.run_id);
+    and not exists (select from jobs.jobs as j where j.id = s.run_id)
+    and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
   get diagnostics v_n = row_count;
   task := 'steps_deleted'; affected := v_n; return next;
 end

@@ -1,0 +1,1 @@
+select jobs.enqueue('bench', '{"n": 1}', queue => 'bench');

@@ -1,0 +1,1 @@
+select pgmq.send('bench', '{"n": 1}');

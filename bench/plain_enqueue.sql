@@ -1,0 +1,1 @@
+insert into plain.jobs (payload) values ('{"n": 1}');

@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Benchmarks pg_jobs beside its peers, in one run, on one throwaway cluster.
+
+    bash bench/run.sh [--quick] [--reps N] [--out FILE]
+
+Candidates: pg_jobs, a minimal plain-SQL queue (one SKIP LOCKED claim, then a delete), and
+pgmq 1.1.4 (its SQL-only install from the pgmq wheel on PyPI, downloaded at run time, never
+committed). Before each candidate's run, `pgbench -N` at the same client count measures the
+machine's ceiling at that moment: this machine's fsync rate drifts, so only ratios within a
+run mean anything. Repetitions are interleaved and medians reported. The run writes a JSON
+file of every measurement and a Markdown report, and exits 1 when a target of issue 6 is
+missed, 0 when all are met.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+import psycopg
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
+PSQL = "/usr/bin/psql"
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+class Db:
+    def __init__(self, dsn):
+        self.dsn = dsn
+
+    def sql(self, query, args=None):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cur = conn.execute(query, args)
+            return cur.fetchall() if cur.description else None
+
+    def one(self, query, args=None):
+        return self.sql(query, args)[0][0]
+
+    def pgbench(self, script, clients, transactions=None, seconds=None, rate=None, defines=None):
+        how = ["-b", script[len("builtin:"):]] if script.startswith("builtin:") else ["-f", script]
+        cmd = [PGBENCH, "-n", "-c", str(clients), "-j", str(min(clients, 4))] + how
+        cmd += ["-t", str(transactions)] if transactions else ["-T", str(seconds)]
+        if rate:
+            cmd += ["-R", str(rate)]
+        for key, value in (defines or {}).items():
+            cmd += ["-D", f"{key}={value}"]
+        started = time.monotonic()
+        out = subprocess.run(cmd + [self.dsn], capture_output=True, text=True)
+        wall = time.monotonic() - started
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}")
+        tps = float(re.search(r"tps = ([\d.]+) \(without initial", out.stdout).group(1))
+        return {"tps": tps, "wall": wall}
+
+
+# ---------------------------------------------------------------- candidates
+
+
+class PgJobs:
+    name = "pg_jobs"
+    drain_script = "pgjobs_drain.sql"
+
+    def setup(self, db):
+        db.sql("drop extension if exists pg_jobs cascade")
+        db.sql("create extension pg_jobs")
+
+    def fill(self, db, n):
+        db.sql("truncate jobs.jobs")
+        for start in range(0, n, 10000):
+            db.sql(
+                """select count(*) from jobs.enqueue_batch(
+                     (select jsonb_agg(jsonb_build_object('name', 'bench', 'queue', 'bench',
+                                                          'payload', jsonb_build_object('n', g)))
+                      from generate_series(%s::int, %s::int) g))""",
+                (start + 1, min(n, start + 10000)),
+            )
+        db.sql("vacuum analyze jobs.jobs")
+
+    def left(self, db):
+        return db.one("select count(*) from jobs.jobs where state <> 'completed'")
+
+
+class Plain:
+    name = "plain SQL"
+    drain_script = "plain_drain.sql"
+
+    def setup(self, db):
+        db.sql("drop schema if exists plain cascade")
+        db.sql("create schema plain")
+        db.sql(
+            """create table plain.jobs (id bigserial primary key, payload jsonb not null,
+                                        run_at timestamptz not null default now(),
+                                        claimed_at timestamptz)"""
+        )
+        db.sql("create index on plain.jobs (id) where claimed_at is null")
+
+    def fill(self, db, n):
+        db.sql("truncate plain.jobs")
+        db.sql("insert into plain.jobs (payload) select jsonb_build_object('n', g) from generate_series(1, %s::int) g", (n,))
+        db.sql("vacuum analyze plain.jobs")
+
+    def left(self, db):
+        return db.one("select count(*) from plain.jobs")
+
+
+class Pgmq:
+    name = "pgmq 1.1.4"
+    drain_script = "pgmq_drain.sql"
+
+    def __init__(self, sql_file):
+        self.sql_file = sql_file
+
+    def setup(self, db):
+        db.sql("drop schema if exists pgmq cascade")
+        subprocess.run([PSQL, db.dsn, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", self.sql_file],
+                       check=True, capture_output=True)
+        db.sql("select pgmq.create('bench')")
+
+    def fill(self, db, n):
+        db.sql("select pgmq.purge_queue('bench')")
+        for start in range(0, n, 10000):
+            db.sql(
+                "select count(*) from pgmq.send_batch('bench', (select array_agg(jsonb_build_object('n', g)) from generate_series(%s::int, %s::int) g))",
+                (start + 1, min(n, start + 10000)),
+            )
+        db.sql("vacuum analyze pgmq.q_bench")
+
+    def left(self, db):
+        return db.one("select count(*) from pgmq.q_bench")
+
+
+def fetch_pgmq_sql():
+    """pgmq/sql/pgmq.sql from the pgmq==1.1.4 wheel on PyPI, into a temporary directory."""
+    tmp = tempfile.mkdtemp(prefix="pgmq-")
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, "pgmq==1.1.4"],
+                   check=True)
+    wheel = next(f for f in os.listdir(tmp) if f.endswith(".whl"))
+    with zipfile.ZipFile(os.path.join(tmp, wheel)) as zf:
+        zf.extract("pgmq/sql/pgmq.sql", tmp)
+    return os.path.join(tmp, "pgmq/sql/pgmq.sql")
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def ceiling(db, clients, seconds):
+    """pgbench -N (simple-update) tps at this client count, now: the machine's ceiling."""
+    return db.pgbench("builtin:simple-update", clients, seconds=seconds)["tps"]
+
+
+def drain(db, cand, clients, batch, n, seconds_ceiling):
+    cand.fill(db, n)
+    ceil = ceiling(db, clients, seconds_ceiling)
+    per_client = math.ceil(n / (clients * batch)) + 2
+    run = db.pgbench(os.path.join(BENCH, cand.drain_script), clients, transactions=per_client,
+                     defines={"batch": batch})
+    left = cand.left(db)
+    jobs_per_s = (n - left) / run["wall"]
+    return {"candidate": cand.name, "clients": clients, "batch": batch, "jobs": n, "left": left,
+            "jobs_per_s": jobs_per_s, "ceiling_tps": ceil, "ratio_to_ceiling": jobs_per_s / ceil}
+
+
+def run_drains(db, cands, args, results):
+    configs = [(k, b) for k in (1, 4, 8) for b in (1, 10, 100)]
+    for rep in range(args.reps):
+        order = configs[:]
+        random.Random(rep).shuffle(order)
+        for clients, batch in order:
+            n = min(args.jobs, args.jobs_per_batch_job * batch)
+            for cand in cands:
+                r = drain(db, cand, clients, batch, n, args.ceiling_seconds)
+                r["rep"] = rep
+                results["drain"].append(r)
+                log(f"drain rep {rep} {cand.name:10} K={clients} B={batch:3} {r['jobs_per_s']:9.0f} jobs/s"
+                    f"  ceiling {r['ceiling_tps']:7.0f} tps  left {r['left']}")
+
+
+def run_enqueue(db, cands, args, results):
+    pgj, plain, pgmq = cands
+    for rep in range(args.reps):
+        for label, script in [("pg_jobs enqueue", "pgjobs_enqueue.sql"), ("plain INSERT", "plain_enqueue.sql"),
+                              ("pgmq send", "pgmq_enqueue.sql"),
+                              ("pg_jobs enqueue_batch(100)", "pgjobs_enqueue_batch.sql"),
+                              ("INSERT of the same 100 rows into jobs.jobs", "insert_batch.sql"),
+                              ("pgmq send_batch(100)", "pgmq_enqueue_batch.sql")]:
+            db.sql("truncate jobs.jobs")
+            db.sql("truncate plain.jobs")
+            db.sql("select pgmq.purge_queue('bench')")
+            r = db.pgbench(os.path.join(BENCH, script), 4, seconds=args.seconds)
+            rows = 100 if "100" in label else 1
+            results["enqueue"].append({"rep": rep, "what": label, "tps": r["tps"], "rows_per_s": r["tps"] * rows})
+            log(f"enqueue rep {rep} {label:45} {r['tps'] * rows:9.0f} rows/s")
+
+
+def run_heartbeats(db, args, results):
+    held = 1000
+    db.sql("truncate jobs.jobs")
+    db.sql("drop table if exists bench_held")
+    db.sql("create table bench_held (n int primary key, id uuid, claim bigint)")
+    db.sql(
+        """select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'beat', 'queue', 'bench'))
+                                                   from generate_series(1, %s::int)))""", (held,))
+    db.sql(
+        """insert into bench_held select row_number() over (), id, claim
+           from jobs.claim('beat', array['bench'], 1000, '1 hour')""")
+    db.sql("vacuum analyze jobs.jobs")
+    before = db.sql("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relid = 'jobs.jobs'::regclass")[0]
+    r = db.pgbench(os.path.join(BENCH, "pgjobs_heartbeat.sql"), 4, seconds=args.seconds, defines={"held": held})
+    time.sleep(1)  # let the statistics collector catch up
+    after = db.sql("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relid = 'jobs.jobs'::regclass")[0]
+    upd, hot = after[0] - before[0], after[1] - before[1]
+    results["heartbeat"] = {"tps": r["tps"], "updates": upd, "hot_updates": hot, "hot_ratio": hot / max(upd, 1)}
+    log(f"heartbeats {r['tps']:.0f}/s, HOT {hot}/{upd} = {hot / max(upd, 1):.3f}")
+
+
+def run_claim_backlogs(db, args, results):
+    def load(ready, finished):
+        db.sql("truncate jobs.jobs")
+        for state, n in (("completed", finished), ("ready", ready)):
+            if n:
+                db.sql(
+                    """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
+                                              payload, enqueued_at, created_at, updated_at, finished_at)
+                       select gen_random_uuid(), gen_random_uuid(), 'bench', 'bench', %s::jobs.job_state, 0,
+                              now() - make_interval(secs => g), 25, '{}', now(), now(), now(),
+                              case when %s = 'completed' then now() end
+                       from generate_series(1, %s::int) g""", (state, state, n))
+        db.sql("vacuum analyze jobs.jobs")
+
+    scenarios = [("10k ready", 10_000, 0), ("1M ready", args.big, 0), ("1M finished + 10k ready", 10_000, args.big)]
+    for rep in range(args.reps):
+        for label, ready, finished in scenarios:
+            load(ready, finished)
+            r = db.pgbench(os.path.join(BENCH, "pgjobs_claim_release.sql"), 4, seconds=args.seconds)
+            results["claim_backlog"].append({"rep": rep, "what": label, "claims_per_s": r["tps"]})
+            log(f"claim rep {rep} {label:25} {r['tps']:8.0f} claims of 10/s")
+
+
+def run_churn(db, args, results):
+    db.sql("truncate jobs.jobs")
+    db.sql("alter system set pg_jobs.completed_retention = '1min'")
+    db.sql("alter system set pg_jobs.sweep_interval = '1s'")
+    db.sql("select pg_reload_conf()")
+    db.sql("vacuum analyze jobs.jobs")
+    producer = subprocess.Popen(
+        [PGBENCH, "-n", "-c", "2", "-j", "2", "-R", str(args.churn_rate), "-T", str(args.churn_minutes * 60),
+         "-f", os.path.join(BENCH, "pgjobs_enqueue.sql"), db.dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    consumer = subprocess.Popen(
+        [PGBENCH, "-n", "-c", "4", "-j", "4", "-T", str(args.churn_minutes * 60 + 5),
+         "-f", os.path.join(BENCH, "churn_consume.sql"), db.dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    start = time.monotonic()
+    for minute in range(1, args.churn_minutes + 1):
+        time.sleep(max(0, start + minute * 60 - time.monotonic()))
+        row = db.sql(
+            """select count(*),
+                      percentile_cont(0.5) within group (order by extract(epoch from finished_at - enqueued_at)),
+                      percentile_cont(0.99) within group (order by extract(epoch from finished_at - enqueued_at))
+               from jobs.jobs where state = 'completed' and finished_at > now() - interval '1 minute'""")[0]
+        stats = db.sql(
+            """select n_dead_tup, pg_table_size('jobs.jobs'), pg_indexes_size('jobs.jobs')
+               from pg_stat_user_tables where relid = 'jobs.jobs'::regclass""")[0]
+        point = {"minute": minute, "completed": row[0], "p50_ms": (row[1] or 0) * 1000, "p99_ms": (row[2] or 0) * 1000,
+                 "n_dead_tup": stats[0], "table_bytes": stats[1], "index_bytes": stats[2]}
+        results["churn"].append(point)
+        log(f"churn minute {minute}: {point}")
+    producer.wait()
+    consumer.wait()
+    db.sql("alter system reset pg_jobs.completed_retention")
+    db.sql("alter system reset pg_jobs.sweep_interval")
+    db.sql("select pg_reload_conf()")
+
+
+def run_cpu_bound(db, cands, args, results):
+    """The same drain with synchronous_commit = off: CPU-bound, not fsync-bound."""
+    db.sql("alter system set synchronous_commit = off")
+    db.sql("select pg_reload_conf()")
+    try:
+        for rep in range(args.reps):
+            for cand in cands:
+                r = drain(db, cand, 4, 10, min(args.jobs, args.jobs_per_batch_job * 10), args.ceiling_seconds)
+                r["rep"] = rep
+                results["cpu_bound"].append(r)
+                log(f"cpu-bound rep {rep} {cand.name:10} {r['jobs_per_s']:9.0f} jobs/s  ceiling {r['ceiling_tps']:7.0f}")
+    finally:
+        db.sql("alter system reset synchronous_commit")
+        db.sql("select pg_reload_conf()")
+
+
+# ---------------------------------------------------------------- report
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def drain_median(results, cand, clients, batch, key="jobs_per_s", section="drain"):
+    return median([r[key] for r in results[section]
+                   if r["candidate"] == cand and r["clients"] == clients and r["batch"] == batch])
+
+
+def targets(results):
+    checks = []
+    for batch in (10, 100):
+        pgj = drain_median(results, "pg_jobs", 4, batch)
+        plain = drain_median(results, "plain SQL", 4, batch)
+        pgmq = drain_median(results, "pgmq 1.1.4", 4, batch)
+        checks.append((f"drain K=4 B={batch}: pg_jobs / plain SQL >= 0.9", pgj / plain, 0.9))
+        checks.append((f"drain K=4 B={batch}: pg_jobs / pgmq >= 1.2", pgj / pgmq, 1.2))
+    for batch, want in ((1, 0.4), (10, 1.8), (100, 4.0)):
+        ratio = drain_median(results, "pg_jobs", 4, batch, key="ratio_to_ceiling")
+        checks.append((f"drain K=4 B={batch}: pg_jobs jobs/s / pgbench -N tps >= {want}", ratio, want))
+    claims = {w: median([r["claims_per_s"] for r in results["claim_backlog"] if r["what"] == w])
+              for w in ("10k ready", "1M ready", "1M finished + 10k ready")}
+    checks.append(("claims with 1M ready / with 10k ready >= 0.8", claims["1M ready"] / claims["10k ready"], 0.8))
+    checks.append(("claims with 1M finished / with 10k ready >= 0.8",
+                   claims["1M finished + 10k ready"] / claims["10k ready"], 0.8))
+    checks.append(("heartbeats: HOT updates / updates >= 0.95", results["heartbeat"]["hot_ratio"], 0.95))
+    churn = results["churn"]
+    if len(churn) >= 2:
+        first, last = churn[0]["completed"], churn[-1]["completed"]
+        checks.append(("churn: last minute's throughput / first's >= 0.9", last / max(first, 1), 0.9))
+        half = len(churn) // 2
+        grew = churn[-1]["table_bytes"] / max(churn[half]["table_bytes"], 1)
+        checks.append(("churn: table size, last / middle minute <= 1.1 (stops growing)", 1 / grew if grew else 0, 1 / 1.1))
+    enq = {w: median([r["rows_per_s"] for r in results["enqueue"] if r["what"] == w]) for w in
+           {r["what"] for r in results["enqueue"]}}
+    checks.append(("enqueue_batch(100) / INSERT of the same rows >= 0.9",
+                   enq["pg_jobs enqueue_batch(100)"] / enq["INSERT of the same 100 rows into jobs.jobs"], 0.9))
+    return checks, claims, enq
+
+
+def report(results, args):
+    checks, claims, enq = targets(results)
+    lines = [f"Run: `{results['command']}` on {results['machine']}", ""]
+    lines += ["### Drain (median jobs/s; in brackets, the ratio to `pgbench -N` tps at the same K)", "",
+              "| K | B | pg_jobs | plain SQL | pgmq 1.1.4 |", "|---|---|---|---|---|"]
+    for clients in (1, 4, 8):
+        for batch in (1, 10, 100):
+            cells = []
+            for cand in ("pg_jobs", "plain SQL", "pgmq 1.1.4"):
+                v = drain_median(results, cand, clients, batch)
+                c = drain_median(results, cand, clients, batch, key="ratio_to_ceiling")
+                cells.append(f"{v:,.0f} ({c:.2f}x)")
+            lines.append(f"| {clients} | {batch} | " + " | ".join(cells) + " |")
+    lines += ["", "### CPU-bound drain, synchronous_commit = off, K=4, B=10 (median jobs/s)", "",
+              "| candidate | jobs/s | ratio to pgbench -N |", "|---|---|---|"]
+    for cand in ("pg_jobs", "plain SQL", "pgmq 1.1.4"):
+        lines.append(f"| {cand} | {drain_median(results, cand, 4, 10, section='cpu_bound'):,.0f} | "
+                     f"{drain_median(results, cand, 4, 10, key='ratio_to_ceiling', section='cpu_bound'):.2f}x |")
+    lines += ["", "### Enqueue, 4 clients (median rows/s)", "", "| what | rows/s |", "|---|---|"]
+    lines += [f"| {w} | {v:,.0f} |" for w, v in sorted(enq.items())]
+    hb = results["heartbeat"]
+    lines += ["", "### Heartbeats, 4 clients over 1000 held jobs", "",
+              f"{hb['tps']:,.0f} heartbeats/s; {hb['hot_updates']:,} of {hb['updates']:,} updates were HOT "
+              f"({hb['hot_ratio']:.1%}).", "",
+              "### Claim throughput by backlog (claims of 10 then release, 4 clients, median per second)", "",
+              "| backlog | claims/s |", "|---|---|"]
+    lines += [f"| {w} | {v:,.0f} |" for w, v in claims.items()]
+    lines += ["", f"### Steady churn: {args.churn_rate} jobs/s for {args.churn_minutes} min, 4 workers, "
+              "retention 1 min, the background worker sweeping every second", "",
+              "| minute | completed | p50 latency ms | p99 latency ms | n_dead_tup | table bytes | index bytes |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {p['minute']} | {p['completed']:,} | {p['p50_ms']:.1f} | {p['p99_ms']:.1f} | {p['n_dead_tup']:,} | "
+              f"{p['table_bytes']:,} | {p['index_bytes']:,} |" for p in results["churn"]]
+    lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
+    missed = 0
+    for label, value, want in checks:
+        ok = value >= want
+        missed += not ok
+        lines.append(f"| {label} | {value:.2f} | {'yes' if ok else '**no**'} |")
+    return "\n".join(lines) + "\n", missed
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dsn", required=True)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=100_000, help="jobs per drain (capped for small batches)")
+    ap.add_argument("--jobs-per-batch-job", type=int, default=100_000,
+                    help="cap on jobs per drain as a multiple of the batch size")
+    ap.add_argument("--seconds", type=int, default=10, help="length of each timed pgbench run")
+    ap.add_argument("--ceiling-seconds", type=int, default=5)
+    ap.add_argument("--big", type=int, default=1_000_000)
+    ap.add_argument("--churn-rate", type=int, default=500)
+    ap.add_argument("--churn-minutes", type=int, default=5)
+    ap.add_argument("--command", default="bash bench/run.sh")
+    ap.add_argument("--out", default="bench-results.json")
+    ap.add_argument("--report", default="bench-report.md")
+    args = ap.parse_args()
+
+    db = Db(args.dsn)
+    subprocess.run([PGBENCH, "-i", "-s", "10", "-q", args.dsn], check=True, capture_output=True)
+    cands = [PgJobs(), Plain(), Pgmq(fetch_pgmq_sql())]
+    for cand in cands:
+        cand.setup(db)
+    results = {"command": args.command, "machine": machine(), "args": vars(args), "drain": [], "enqueue": [],
+               "claim_backlog": [], "churn": [], "cpu_bound": [], "heartbeat": {}}
+    run_drains(db, cands, args, results)
+    run_cpu_bound(db, cands, args, results)
+    run_enqueue(db, cands, args, results)
+    run_heartbeats(db, args, results)
+    run_claim_backlogs(db, args, results)
+    run_churn(db, args, results)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    text, missed = report(results, args)
+    with open(args.report, "w") as f:
+        f.write(text)
+    print(text)
+    log(f"{missed} target(s) missed" if missed else "every target met")
+    sys.exit(1 if missed else 0)
+
+
+def machine():
+    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
+                         text=True).stdout.strip()
+    mem = subprocess.run(["sh", "-c", "free -g | awk '/Mem:/ {print $2}'"], capture_output=True, text=True).stdout.strip()
+    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB, PostgreSQL 15, {time.strftime('%Y-%m-%d')}"
+
+
+if __name__ == "__main__":
+    main()
