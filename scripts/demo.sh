@@ -33,7 +33,7 @@ select (jobs.enqueue('resize_image', '{"width": 320, "height": 240}',
 SQL
 
 echo "== the worker (examples/python/worker.py) works the queue until it is empty"
-.venv/bin/python examples/python/worker.py --dsn "$dsn" --until-empty
+.venv/bin/python examples/python/worker.py --dsn "$dsn" --until-empty --poll 0.2
 
 echo "== what became of each job"
 psql <<'SQL'

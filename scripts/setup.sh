@@ -11,6 +11,8 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# Node.js for the example worker in examples/node: the machine's own, else Debian's.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get update -qq
@@ -30,6 +32,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c 'import psycopg, pytest' 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9'
+fi
+
+if [ ! -d examples/node/node_modules ]; then
+  (cd examples/node && npm ci --no-audit --no-fund --silent)
 fi
 
 echo "setup: building and installing pg_jobs into $("$PG_CONFIG" --pkglibdir)"

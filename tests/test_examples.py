@@ -1,0 +1,100 @@
+"""Every example worker in examples/, run as a real process against the test cluster.
+
+Each must: work a mixed batch to the end (each job's write landing exactly once, failures
+retried and then dead-lettered with their error text); wake on LISTEN pg_jobs rather than its
+poll; and, on SIGTERM while it holds a job, finish that job (heartbeating past its lease)
+and exit 0.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKERS = {
+    "python": [sys.executable, os.path.join(ROOT, "examples/python/worker.py")],
+    "node": ["node", os.path.join(ROOT, "examples/node/worker.js")],
+}
+DEADLINE = 30
+
+
+def start(kind, dsn, *extra):
+    if kind == "node" and not (shutil.which("node") and os.path.isdir(os.path.join(ROOT, "examples/node/node_modules"))):
+        pytest.fail("node or examples/node/node_modules is missing: run scripts/setup.sh")
+    url = "postgresql://postgres@127.0.0.1:{port}/{dbname}".format(
+        **dict(part.split("=", 1) for part in dsn.split()))
+    target = url if kind == "node" else dsn
+    return subprocess.Popen(WORKERS[kind] + ["--dsn", target, "--quiet", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(dsn, sql, wanted):
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            got = conn.execute(sql).fetchone()[0]
+        if got == wanted:
+            return
+        assert time.monotonic() < deadline, f"{sql!r} answered {got!r}, not {wanted!r}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def example_db(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("create table example_log (job_id uuid not null, worker text not null, payload jsonb)")
+        conn.execute("insert into jobs.job_types (name, max_attempts, backoff_base, jitter) values ('fail', 2, '10 ms', 0)")
+    return dsn
+
+
+@pytest.mark.parametrize("kind", sorted(WORKERS))
+def test_the_worker_works_a_mixed_batch_to_the_end(example_db, kind):
+    with psycopg.connect(example_db, autocommit=True) as conn:
+        conn.execute("""select count(*) from jobs.enqueue_batch(
+            (select jsonb_agg(jsonb_build_object('name', 'record', 'payload', jsonb_build_object('n', g)))
+             from generate_series(1, 50) g))""")
+        conn.execute("""select jobs.enqueue('fail', '{"message": "disk full"}')""")
+    worker = start(kind, example_db, "--until-empty", "--poll", "0.1", "--batch", "7")
+    out, err = worker.communicate(timeout=DEADLINE)
+    assert worker.returncode == 0, err
+    with psycopg.connect(example_db) as conn:
+        logged = conn.execute("select count(*), count(distinct job_id) from example_log").fetchone()
+        states = dict(conn.execute("select name, state::text from jobs.jobs group by 1, 2"))
+        error = conn.execute("select last_error from jobs.jobs where name = 'fail'").fetchone()[0]
+    assert logged == (50, 50)
+    assert states == {"record": "completed", "fail": "dead"}
+    assert "disk full" in error
+
+
+@pytest.mark.parametrize("kind", sorted(WORKERS))
+def test_the_worker_wakes_on_listen_not_its_poll(example_db, kind):
+    worker = start(kind, example_db, "--poll", "600")
+    try:
+        time.sleep(1)  # let it find the queue empty and go to sleep on LISTEN
+        with psycopg.connect(example_db, autocommit=True) as conn:
+            conn.execute("select jobs.enqueue('record', '{}')")
+        wait_for(example_db, "select count(*) from example_log", 1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=DEADLINE)
+
+
+@pytest.mark.parametrize("kind", sorted(WORKERS))
+def test_sigterm_finishes_the_held_job_and_exits_zero(example_db, kind):
+    with psycopg.connect(example_db, autocommit=True) as conn:
+        job_id = conn.execute("""select id from jobs.enqueue('sleep', '{"seconds": 2}')""").fetchone()[0]
+    worker = start(kind, example_db, "--lease", "1", "--poll", "0.1")
+    wait_for(example_db, f"select state::text from jobs.jobs where id = '{job_id}'", "running")
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=DEADLINE)
+    assert worker.returncode == 0, err
+    with psycopg.connect(example_db) as conn:
+        state, attempt = conn.execute("select state::text, attempt from jobs.jobs where id = %s", (job_id,)).fetchone()
+    # The 2 s job outlived its 1 s lease only because the worker heartbeated it.
+    assert (state, attempt) == ("completed", 1)
