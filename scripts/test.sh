@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of pg_jobs, as root on Debian 12: lints, the in-server tests (cargo pgrx
-# test), the pg_regress golden files, the isolation specs and the tests from outside the
-# server (pytest against a throwaway cluster). Installs what is missing first.
+# test), the pg_regress golden files, the isolation specs, the tests from outside the server
+# (pytest against throwaway clusters), and the packaged tarball installed and tested.
+# Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -25,3 +26,6 @@ trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}")
 export PG_JOBS_DSN
 .venv/bin/python -m pytest -q tests
+
+echo "== package: build the tarball, install it in place of the build, run the SQL tests on it"
+bash scripts/package.sh --check
