@@ -34,7 +34,7 @@ def cluster(*args):
 class Stats:
     def __init__(self):
         self.lock = threading.Lock()
-        self.counts = {"completed": 0, "refused": 0, "killed": 0, "vanished": 0, "outlived": 0}
+        self.counts = {"completed": 0, "refused": 0, "killed": 0, "vanished": 0, "outlived": 0, "crashed": 0}
 
     def add(self, key):
         with self.lock:
@@ -86,6 +86,7 @@ def chaos(dsn, stop, stats, crash_after):
                             "-D", DATA, "-m", "immediate", "-w", "stop"], check=True, capture_output=True)
             time.sleep(0.5)
             cluster("start", DATA, str(PORT))
+            stats.add("crashed")
             continue
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
@@ -138,7 +139,7 @@ def test_exactly_once_effects_through_kills_vanishings_lapses_and_a_crash():
         print(f"\nchaos: {stats.counts}; stale settles refused by the fence: {stats.counts['refused']}")
         assert states == {"completed": JOBS}, states
         assert (effects, distinct, orphans) == (JOBS, JOBS, 0)
-        assert stats.counts["killed"] > 0 and stats.counts["outlived"] > 0
+        assert stats.counts["killed"] > 0 and stats.counts["outlived"] > 0 and stats.counts["crashed"] == 1
     finally:
         cluster("stop", DATA)
         subprocess.run(["rm", "-rf", DATA])

@@ -98,7 +98,7 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice(
     sh("rm", "-rf", PDIR, SDIR)
     conf = f"{PDIR}.conf"
     with open(conf, "w") as f:
-        f.write("synchronous_standby_names = 'standby1'\npg_jobs.sweep_interval = '100ms'\n")
+        f.write("pg_jobs.sweep_interval = '100ms'\n")
     sh("bash", os.path.join(ROOT, "scripts/cluster.sh"), "start", PDIR, str(PRIMARY), conf)
     os.remove(conf)
     try:
@@ -120,6 +120,10 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice(
         with open(f"{SDIR}/postgresql.auto.conf", "a") as f:
             f.write(f"primary_conninfo = 'host=127.0.0.1 port={PRIMARY} user=postgres application_name=standby1'\n")
         as_pg(f"{BIN}/pg_ctl", "-D", SDIR, "-l", f"{SDIR}/log", "-w", "start")
+        # Synchronous once the standby is attached (before, every commit would wait for it).
+        with psycopg.connect(dsn(PRIMARY), autocommit=True) as conn:
+            conn.execute("alter system set synchronous_standby_names = 'standby1'")
+            conn.execute("select pg_reload_conf()")
         eventually(PRIMARY, "select sync_state from pg_stat_replication where application_name = 'standby1'", "sync")
 
         # During recovery the worker does not run on the standby.
