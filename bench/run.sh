@@ -10,7 +10,7 @@ bash scripts/setup.sh
 args=("$@")
 if [ "${1:-}" = "--quick" ]; then
   args=(--reps 3 --jobs 20000 --jobs-per-batch-job 2000 --seconds 5 --ceiling-seconds 3
-        --big 1000000 --churn-minutes 3 "${@:2}")
+        --big 1000000 --churn-minutes 3 --churn-rate 300 "${@:2}")
 fi
 
 dir=$(mktemp -d /tmp/pg_jobs-bench.XXXXXX)

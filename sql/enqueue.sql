@@ -11,48 +11,42 @@
 -- two batches that share keys wait on each other in one order and never deadlock, and of two
 -- specs with one key in a batch the first is inserted.
 
-create function jobs._check_spec(s jobs.job_spec, p_where text)
-returns void
-language plpgsql immutable
+-- What is wrong with a spec, as (SQLSTATE, message, hint), or NULL when nothing is. A single
+-- CASE expression, so the planner inlines it and a batch is checked in one statement.
+create function jobs._spec_problem(s jobs.job_spec)
+returns text[]
+language sql immutable parallel safe
 as $$
-begin
-  if s.name is null then
-    perform jobs._raise('22004', p_where || 'name must not be NULL',
-      'pass the job name your workers dispatch on, e.g. jobs.enqueue(''send_email'', ''{}'')');
-  elsif length(s.name) not between 1 and 200 then
-    perform jobs._raise('22023', p_where || 'name must be 1 to 200 characters, got ' || length(s.name),
-      'use a short, stable job name; put data in the payload');
-  elsif s.payload is null then
-    perform jobs._raise('22004', p_where || 'payload must not be NULL', 'pass ''{}'' for no payload');
-  elsif s.queue is null then
-    perform jobs._raise('22004', p_where || 'queue must not be NULL', 'omit queue to use ''default''');
-  elsif length(s.queue) not between 1 and 128 then
-    perform jobs._raise('22023', p_where || 'queue must be 1 to 128 characters, got ' || length(s.queue),
-      'use a short queue name such as ''default'' or ''emails''');
-  elsif s.priority is null then
-    perform jobs._raise('22004', p_where || 'priority must not be NULL', 'omit priority to use 0');
-  elsif s.max_attempts is not null and s.max_attempts < 1 then
-    perform jobs._raise('22023', p_where || 'max_attempts must be at least 1, got ' || s.max_attempts,
-      'pass 1 for a job that must never be retried, or NULL for the job type''s policy');
-  elsif s.idempotency_key is not null and length(s.idempotency_key) not between 1 and 512 then
-    perform jobs._raise('22023', p_where || 'idempotency_key must be 1 to 512 characters, got '
-      || length(s.idempotency_key), 'hash a long natural key, e.g. md5(...), or pass NULL');
-  elsif s.tenant_id is not null and length(s.tenant_id) not between 1 and 200 then
-    perform jobs._raise('22023', p_where || 'tenant_id must be 1 to 200 characters, got '
-      || length(s.tenant_id), 'pass a short tenant identifier or NULL');
-  elsif s.concurrency_key is not null and length(s.concurrency_key) not between 1 and 200 then
-    perform jobs._raise('22023', p_where || 'concurrency_key must be 1 to 200 characters, got '
-      || length(s.concurrency_key), 'pass a short key or NULL');
-  elsif not isfinite(s.run_at) then
-    perform jobs._raise('22023', p_where || 'run_at must be a finite time, got ' || s.run_at,
-      'pass NULL to run now, or a time such as now() + interval ''1 hour''');
-  elsif s.on_conflict is null or s.on_conflict not in ('return', 'error') then
-    perform jobs._raise(case when s.on_conflict is null then '22004' else '22023' end,
-      p_where || 'on_conflict must be ''return'' or ''error'', got '
-      || coalesce(quote_literal(s.on_conflict), 'NULL'),
-      '''return'' hands back the live job holding the key; ''error'' raises duplicate_job');
-  end if;
-end
+  select case
+    when s.name is null then array['22004', 'name must not be NULL',
+      'pass the job name your workers dispatch on, e.g. jobs.enqueue(''send_email'', ''{}'')']
+    when length(s.name) not between 1 and 200 then array['22023',
+      'name must be 1 to 200 characters, got ' || length(s.name),
+      'use a short, stable job name; put data in the payload']
+    when s.payload is null then array['22004', 'payload must not be NULL', 'pass ''{}'' for no payload']
+    when s.queue is null then array['22004', 'queue must not be NULL', 'omit queue to use ''default''']
+    when length(s.queue) not between 1 and 128 then array['22023',
+      'queue must be 1 to 128 characters, got ' || length(s.queue),
+      'use a short queue name such as ''default'' or ''emails''']
+    when s.priority is null then array['22004', 'priority must not be NULL', 'omit priority to use 0']
+    when s.max_attempts < 1 then array['22023', 'max_attempts must be at least 1, got ' || s.max_attempts,
+      'pass 1 for a job that must never be retried, or NULL for the job type''s policy']
+    when length(s.idempotency_key) not between 1 and 512 then array['22023',
+      'idempotency_key must be 1 to 512 characters, got ' || length(s.idempotency_key),
+      'hash a long natural key, e.g. md5(...), or pass NULL']
+    when length(s.tenant_id) not between 1 and 200 then array['22023',
+      'tenant_id must be 1 to 200 characters, got ' || length(s.tenant_id),
+      'pass a short tenant identifier or NULL']
+    when length(s.concurrency_key) not between 1 and 200 then array['22023',
+      'concurrency_key must be 1 to 200 characters, got ' || length(s.concurrency_key),
+      'pass a short key or NULL']
+    when not isfinite(s.run_at) then array['22023', 'run_at must be a finite time, got ' || s.run_at,
+      'pass NULL to run now, or a time such as now() + interval ''1 hour''']
+    when s.on_conflict is null or s.on_conflict not in ('return', 'error') then array[
+      case when s.on_conflict is null then '22004' else '22023' end,
+      'on_conflict must be ''return'' or ''error'', got ' || coalesce(quote_literal(s.on_conflict), 'NULL'),
+      '''return'' hands back the live job holding the key; ''error'' raises duplicate_job']
+  end
 $$;
 
 -- Inserts p_specs, answering one row per spec in order: the job and whether it was deduped.
@@ -77,12 +71,17 @@ declare
   v_i        int;
   v_pos      int;
   v_ins      record;
+  v_problem  text[];
 begin
-  for v_i in 1 .. v_n loop
-    perform jobs._check_spec(p_specs[v_i],
+  select o.i into v_i from generate_series(1, v_n) as o(i)
+  where jobs._spec_problem(p_specs[o.i]) is not null
+  order by o.i limit 1;
+  if v_i is not null then
+    v_problem := jobs._spec_problem(p_specs[v_i]);
+    perform jobs._raise(v_problem[1],
       case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
-           else p_caller || ': spec ' || v_i || ': ' end);
-  end loop;
+           else p_caller || ': spec ' || v_i || ': ' end || v_problem[2], v_problem[3]);
+  end if;
 
   v_ids := array(select coalesce(s.id, gen_random_uuid()) from unnest(p_specs) with ordinality s
                  order by s.ordinality);
