@@ -68,6 +68,13 @@ class Db:
 # ---------------------------------------------------------------- candidates
 
 
+def in_chunks(db, n, sql, size=10_000):
+    """Runs sql (taking a first and last number) over 1..n, size numbers at a time."""
+    for start in range(0, n, size):
+        db.sql(sql, (start + 1, min(n, start + size)))
+
+
+
 class PgJobs:
     name = "pg_jobs"
     drain_script = "pgjobs_drain.sql"
@@ -78,14 +85,10 @@ class PgJobs:
 
     def fill(self, db, n):
         db.sql("truncate jobs.jobs")
-        for start in range(0, n, 10000):
-            db.sql(
-                """select count(*) from jobs.enqueue_batch(
-                     (select jsonb_agg(jsonb_build_object('name', 'bench', 'queue', 'bench',
-                                                          'payload', jsonb_build_object('n', g)))
-                      from generate_series(%s::int, %s::int) g))""",
-                (start + 1, min(n, start + 10000)),
-            )
+        in_chunks(db, n, """select count(*) from jobs.enqueue_batch(
+                              (select jsonb_agg(jsonb_build_object('name', 'bench', 'queue', 'bench',
+                                                                   'payload', jsonb_build_object('n', g)))
+                               from generate_series(%s::int, %s::int) g))""")
         db.sql("vacuum analyze jobs.jobs")
 
     def left(self, db):
@@ -130,11 +133,9 @@ class Pgmq:
 
     def fill(self, db, n):
         db.sql("select pgmq.purge_queue('bench')")
-        for start in range(0, n, 10000):
-            db.sql(
-                "select count(*) from pgmq.send_batch('bench', (select array_agg(jsonb_build_object('n', g)) from generate_series(%s::int, %s::int) g))",
-                (start + 1, min(n, start + 10000)),
-            )
+        in_chunks(db, n, """select count(*) from pgmq.send_batch('bench',
+                              (select array_agg(jsonb_build_object('n', g))
+                               from generate_series(%s::int, %s::int) g))""")
         db.sql("vacuum analyze pgmq.q_bench")
 
     def left(self, db):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of pg_jobs, as root on Debian 12: lints, the in-server tests (cargo pgrx
-# test), the pg_regress golden files, the isolation specs, the tests from outside the server
-# (pytest against throwaway clusters), and the packaged tarball installed and tested.
+# test), the pg_regress golden files, the isolation specs, the packaged tarball installed and
+# tested, and the tests from outside the server (pytest against throwaway clusters, on that
+# install).
 # Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +21,12 @@ cargo pgrx test pg15 --runas postgres --pgdata "$pgdata"
 echo "== pg_regress and isolation specs"
 bash scripts/test-sql.sh
 
+echo "== package: build the tarball, install it in place of the build, run the SQL tests on it"
+bash scripts/package.sh --check
+
 echo "== tests from outside the server (pytest)"
 dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)
 trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}")
 export PG_JOBS_DSN
 .venv/bin/python -m pytest -q tests
-
-echo "== package: build the tarball, install it in place of the build, run the SQL tests on it"
-bash scripts/package.sh --check
