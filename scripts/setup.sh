@@ -30,8 +30,9 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import psycopg, pytest' 2>/dev/null; then
-  .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9'
+if ! .venv/bin/python -c 'import psycopg, pytest, hypothesis' 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9' \
+    'hypothesis>=6,<7'
 fi
 
 if [ ! -d examples/node/node_modules ]; then

@@ -70,8 +70,8 @@ def worker(dsn, n, stop, stats):
                                 raise psycopg.Rollback()
                         if landed:
                             stats.add("completed")
-        except psycopg.OperationalError:
-            stats.add("killed")  # our connection was killed, or the server is down
+        except (psycopg.Error, psycopg.Rollback):
+            stats.add("killed")  # our connection was killed (even mid-rollback), or the server is down
             time.sleep(0.1)
 
 

@@ -70,11 +70,13 @@ def worker(shared, n):
                     for job_id, claim in batch:
                         with conn.transaction():
                             conn.execute("insert into effects (job_id) values (%s)", (job_id,))
-                            if not conn.execute("select jobs.complete(%s, %s)", (job_id, claim)).fetchone()[0]:
+                            landed = conn.execute("select jobs.complete(%s, %s)", (job_id, claim)).fetchone()[0]
+                            if not landed:
                                 raise psycopg.Rollback()
-                        with shared.lock:  # the commit returned: acknowledged
-                            shared.completed.add(job_id)
-        except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction):
+                        if landed:
+                            with shared.lock:  # the commit returned: acknowledged
+                                shared.completed.add(job_id)
+        except (psycopg.Error, psycopg.Rollback):  # the primary died, or it is the standby
             time.sleep(0.1)
 
 
@@ -90,7 +92,7 @@ def producer(shared):
                         shared.enqueued.add(job_id)
                     n += 1
                     time.sleep(0.002)
-        except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction):
+        except psycopg.Error:
             time.sleep(0.1)  # the same key again after a failover: deduped if it had landed
 
 
