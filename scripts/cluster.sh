@@ -13,7 +13,7 @@ case "${1:-}" in
     dir=$2 port=$3
     if [ ! -f "$dir/PG_VERSION" ]; then
       mkdir -p "$dir" && chown postgres: "$dir"
-      as_pg "$PG_BIN/initdb" -D "$dir" -U postgres --auth=trust >/dev/null
+      as_pg "$PG_BIN/initdb" -D "$dir" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
       cat >> "$dir/postgresql.conf" <<CONF
 port = $port
 listen_addresses = '127.0.0.1'
