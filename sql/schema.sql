@@ -82,6 +82,7 @@ create table jobs.jobs (
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
+  autovacuum_vacuum_cost_delay = 0,
   autovacuum_vacuum_scale_factor = 0.01,
   autovacuum_vacuum_insert_scale_factor = 0.05,
   autovacuum_analyze_scale_factor = 0.02

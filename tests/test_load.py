@@ -1,0 +1,127 @@
+"""Load: a million jobs through 16 connections, with the background worker and retention on.
+
+Four producers enqueue batches of 1000 (waiting while more than 50k jobs are ready) while
+twelve workers claim batches of 100 and complete them; the background worker sweeps every 200 ms and deletes completed jobs after 5 seconds.
+Nothing is lost (every acknowledged job is completed, exactly once), the table stops growing
+(its size in the second half of the run stays within 1.25x of the first half), and the server
+log has no ERROR that a client did not cause. The test runs its own preloaded cluster.
+
+Run it with `PG_JOBS_LOAD=1 PG_JOBS_DSN=unused .venv/bin/python -m pytest -s tests/test_load.py`.
+Today nothing is lost and the log is clean, but the size check fails: at saturation (about
+7k jobs/s on 2 cores) the heap keeps growing, as dead row versions are reclaimed more slowly
+than they are made.
+"""
+
+import os
+import subprocess
+import threading
+import time
+
+import psycopg
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PORT = int(os.environ.get("PG_JOBS_LOAD_PORT", "54399"))
+DATA = f"/tmp/pg_jobs-load-{PORT}"
+JOBS = int(os.environ.get("PG_JOBS_LOAD_JOBS", "1000000"))
+BATCH_IN, BATCH_OUT, PRODUCERS, WORKERS = 1000, 100, 4, 12
+BACKLOG = 50_000  # producers wait while more jobs than this are ready
+
+
+def cluster(*args):
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts/cluster.sh"), *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.skipif(not os.environ.get("PG_JOBS_LOAD"),
+                    reason="opt-in (PG_JOBS_LOAD=1): about 2 minutes, and its table-size check fails "
+                           "today (the heap keeps growing at saturation; see docs/GUARANTEES.md)")
+def test_a_million_jobs_through_sixteen_connections_with_retention_on():
+    subprocess.run(["rm", "-rf", DATA], check=True)
+    conf = f"{DATA}.conf"
+    with open(conf, "w") as f:
+        f.write("pg_jobs.sweep_interval = '200ms'\npg_jobs.completed_retention = '5s'\n"
+                "synchronous_commit = off\nmax_wal_size = '4GB'\n"
+                # As the README recommends for busy queues: vacuum comes round in seconds.
+                "autovacuum_naptime = '5s'\n")
+    dsn = cluster("start", DATA, str(PORT), conf)
+    os.remove(conf)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("create extension pg_jobs")
+        lock, stop = threading.Lock(), threading.Event()
+        counts = {"enqueued": 0, "completed": 0, "calls": 0}
+        sizes, parts, errors = [], [], []
+
+        def producer():
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    while True:
+                        # Backpressure: a backlog is not what retention can bound.
+                        while conn.execute("select ready from jobs.queue_stats where queue = 'default'").fetchone()[0] > BACKLOG:
+                            time.sleep(0.05)
+                        with lock:
+                            if counts["calls"] * BATCH_IN >= JOBS:
+                                return
+                            counts["calls"] += 1
+                        n = conn.execute(
+                            """select count(*) from jobs.enqueue_batch(
+                                 (select jsonb_agg(jsonb_build_object('name', 'load', 'payload', jsonb_build_object('n', g)))
+                                  from generate_series(1, %s) g))""", (BATCH_IN,)).fetchone()[0]
+                        with lock:
+                            counts["enqueued"] += n
+            except Exception as exc:
+                errors.append(exc)
+
+        def worker(n):
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    while not stop.is_set():
+                        rows = conn.execute("select id, claim from jobs.claim(%s, max_jobs => %s)",
+                                            (f"w{n}", BATCH_OUT)).fetchall()
+                        if not rows:
+                            time.sleep(0.01)
+                            continue
+                        landed = conn.execute(
+                            "select count(*) filter (where landed) from jobs.complete_many(%s, %s)",
+                            ([r[0] for r in rows], [r[1] for r in rows])).fetchone()[0]
+                        with lock:
+                            counts["completed"] += landed
+            except Exception as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=producer) for _ in range(PRODUCERS)]
+        threads += [threading.Thread(target=worker, args=(n,)) for n in range(WORKERS)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 900
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                time.sleep(1)
+                sizes.append(conn.execute("select pg_total_relation_size('jobs.jobs')").fetchone()[0])
+                parts.append(conn.execute("select pg_relation_size('jobs.jobs'), pg_indexes_size('jobs.jobs')").fetchone())
+                with lock:
+                    if counts["completed"] >= JOBS:
+                        break
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+
+        assert not errors, errors
+        assert counts["enqueued"] == JOBS
+        assert counts["completed"] == JOBS, counts
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            live = conn.execute("select count(*) from jobs.jobs where state <> 'completed'").fetchone()[0]
+        assert live == 0
+        half = len(sizes) // 2
+        print(f"\nload: {JOBS} jobs in {len(sizes)} s; jobs.jobs with indexes, first half max "
+              f"{max(sizes[:half]) >> 20} MiB, second half max {max(sizes[half:]) >> 20} MiB")
+        print("heap and index MiB over time:", [(h >> 20, i >> 20) for h, i in parts[::10]])
+        assert max(sizes[half:]) <= 1.25 * max(sizes[:half]), "the table kept growing"
+        with open(f"{DATA}/log") as log:
+            server_errors = [line for line in log if "ERROR:" in line or "FATAL:" in line or "PANIC:" in line]
+        assert server_errors == [], server_errors[:5]
+    finally:
+        subprocess.run(["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D", DATA,
+                        "-m", "immediate", "-w", "stop"], capture_output=True)
+        subprocess.run(["rm", "-rf", DATA])
