@@ -10,6 +10,7 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 
 import psycopg
 
@@ -86,14 +87,17 @@ def producer(shared):
         try:
             with psycopg.connect(dsn(shared.port), autocommit=True, connect_timeout=2) as conn:
                 while not shared.stop.is_set() and n < JOBS:
+                    # A caller-allocated id, not an idempotency key: a retry after a lost
+                    # acknowledgement must find the job even once it has completed (a finished
+                    # job frees its key, but its id stays taken).
                     job_id = conn.execute("select id from jobs.enqueue('work', jsonb_build_object('n', %s::int), "
-                                          "idempotency_key => %s)", (n, f"n-{n}")).fetchone()[0]
+                                          "id => %s)", (n, uuid.uuid5(uuid.NAMESPACE_OID, f"work-{n}"))).fetchone()[0]
                     with shared.lock:
                         shared.enqueued.add(job_id)
                     n += 1
                     time.sleep(0.002)
         except psycopg.Error:
-            time.sleep(0.1)  # the same key again after a failover: deduped if it had landed
+            time.sleep(0.1)  # the same id again after a failover: deduped if it had landed
 
 
 def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice():
