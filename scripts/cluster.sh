@@ -31,7 +31,11 @@ CONF
     ;;
   stop)
     dir=$2
-    [ -f "$dir/postmaster.pid" ] && as_pg "$PG_BIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
+    # Fast, and immediate if a fast stop has not finished in 30 s: never leave a server behind.
+    if [ -f "$dir/postmaster.pid" ]; then
+      as_pg "$PG_BIN/pg_ctl" -D "$dir" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+        as_pg "$PG_BIN/pg_ctl" -D "$dir" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
     ;;
   *)
     echo "usage: $0 start DIR PORT | stop DIR" >&2
