@@ -7,6 +7,7 @@ also crosses re-claims and retries.
 """
 
 import threading
+import time
 
 import psycopg
 
@@ -32,9 +33,7 @@ def worker(dsn, worker_id, stats, errors):
                     conn.commit()
                     if left == 0:
                         return
-                    # Jobs still pending: retry backoffs. Make them due instead of sleeping.
-                    conn.execute("update jobs.jobs set run_at = now() where state = 'delayed'")
-                    conn.commit()
+                    time.sleep(0.01)  # the rest are held by other workers, or retrying
                     idle_rounds = 0
                     continue
                 for job_id, claim, attempt, payload in batch:
@@ -68,6 +67,8 @@ def worker(dsn, worker_id, stats, errors):
 def test_eight_workers_drain_ten_thousand_jobs_each_exactly_once(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("create table effects (job_id uuid not null, worker text not null)")
+        # Retries are due at once, so the drain needs no waiting on backoffs.
+        conn.execute("insert into jobs.job_types (name, backoff_base, jitter) values ('work', '0 seconds', 0)")
         conn.execute(
             """select count(*) from jobs.enqueue_batch(
                  (select jsonb_agg(jsonb_build_object('name', 'work', 'queue', 'drain',
