@@ -5,6 +5,13 @@ import uuid
 
 import psycopg
 import pytest
+from hypothesis import settings
+
+# CI runs the randomized tests on a fixed sequence of examples, so a red run is reproducible
+# and a green one is not luck; a local run draws fresh examples each time.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")
