@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 PGRX_VERSION=0.18.0
 
-packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo pkg-config python3 python3-venv)
+packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo pkg-config python3 python3-venv
+          golang-go golang-github-lib-pq-dev)  # the last two: the Go example worker, from Debian
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

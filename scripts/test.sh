@@ -10,9 +10,14 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-echo "== cargo fmt, clippy"
+echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example)"
 cargo fmt --check
 cargo clippy --features "pg15 pg_test" --all-targets -- -D warnings
+cargo fmt --check --manifest-path examples/rust/Cargo.toml
+cargo clippy --quiet --release --locked --manifest-path examples/rust/Cargo.toml -- -D warnings
+test -z "$(gofmt -l examples/go)"
+(cd examples/go && GO111MODULE=off GOPATH=/usr/share/gocode go vet .)
+bash scripts/build-examples.sh
 
 echo "== in-server tests (cargo pgrx test)"
 pgdata=/tmp/pg_jobs-pgrx-test

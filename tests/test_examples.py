@@ -20,6 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKERS = {
     "python": [sys.executable, os.path.join(ROOT, "examples/python/worker.py")],
     "node": ["node", os.path.join(ROOT, "examples/node/worker.js")],
+    "rust": [os.path.join(ROOT, "examples/rust/target/release/pg_jobs_worker_example")],
+    "go": [os.path.join(ROOT, "examples/go/pg_jobs_worker")],
 }
 DEADLINE = 30
 
@@ -27,9 +29,12 @@ DEADLINE = 30
 def start(kind, dsn, *extra):
     if kind == "node" and not (shutil.which("node") and os.path.isdir(os.path.join(ROOT, "examples/node/node_modules"))):
         pytest.fail("node or examples/node/node_modules is missing: run scripts/setup.sh")
+    if kind in ("rust", "go") and not os.path.exists(WORKERS[kind][0]):
+        pytest.fail(f"{WORKERS[kind][0]} is missing: run scripts/build-examples.sh")
     url = "postgresql://postgres@127.0.0.1:{port}/{dbname}".format(
         **dict(part.split("=", 1) for part in dsn.split()))
-    target = url if kind == "node" else dsn
+    # node-postgres takes a URL; lib/pq asks for TLS unless told not to.
+    target = {"node": url, "go": dsn + " sslmode=disable"}.get(kind, dsn)
     return subprocess.Popen(WORKERS[kind] + ["--dsn", target, "--quiet", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds the compiled example workers (Rust and Go) for tests/test_examples.py. The Go worker
+# builds offline against Debian's lib/pq (GOPATH mode); the Rust one fetches its crates once.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+echo "build-examples: examples/rust (tokio-postgres)"
+cargo build --quiet --release --locked --manifest-path examples/rust/Cargo.toml
+echo "build-examples: examples/go (lib/pq)"
+(cd examples/go && GO111MODULE=off GOPATH=/usr/share/gocode go build -o pg_jobs_worker .)
