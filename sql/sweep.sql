@@ -42,36 +42,38 @@ begin
       'pass how many rows each task may handle in this pass');
   end if;
 
-  with lapsed as (
-    select j.id, j.name, jobs._lapse_buries(j.attempt, j.max_attempts) as bury
-    from jobs.jobs as j
-    where j.state = 'running' and j.lease_scan_at <= v_now and j.lease_expires_at <= v_now
-    order by j.lease_scan_at
-    limit max_rows
-    for update skip locked
-  )
+  -- Each task picks its rows by physical address (ctid) in a locking subselect and then
+  -- changes exactly those: a TID scan whatever the table's statistics say, and no second
+  -- lookup through the primary key. The rows are locked, so their addresses cannot change.
   update jobs.jobs as j set
-    state = case when l.bury then jobs._final_state(p.dead_letter) else 'ready' end,
+    state = case when jobs._lapse_buries(j.attempt, j.max_attempts)
+                 then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
+                 else 'ready' end,
     lease_expires_at = null,
     last_error = jobs._lapse_error(j.attempt, j.max_attempts),
-    finished_at = case when l.bury then v_now end,
+    finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts) then v_now end,
     updated_at = v_now
-  from lapsed as l
-  cross join lateral jobs._policy(l.name) as p
-  where j.id = l.id;
+  where j.ctid = any(array(
+      select l.ctid from jobs.jobs as l
+      where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
+      order by l.lease_scan_at limit max_rows for update skip locked))
+    and j.state = 'running';
   get diagnostics v_n = row_count;
   task := 'lapsed_leases'; affected := v_n; return next;
 
   update jobs.jobs as j set state = 'ready', updated_at = v_now
-  where j.id in (select w.id from jobs.jobs as w
-                 where w.state = 'suspended' and w.wait_event is not null and w.wait_until <= v_now
-                 order by w.wait_until limit max_rows for update skip locked);
+  where j.ctid = any(array(
+      select w.ctid from jobs.jobs as w
+      where w.state = 'suspended' and w.wait_event is not null and w.wait_until <= v_now
+      order by w.wait_until limit max_rows for update skip locked))
+    and j.state = 'suspended';
   get diagnostics v_n = row_count;
   task := 'waiter_timeouts'; affected := v_n; return next;
 
   delete from jobs.events as e
-  where e.id in (select x.id from jobs.events as x where x.expires_at <= v_now
-                 order by x.expires_at limit max_rows for update skip locked);
+  where e.ctid = any(array(
+      select x.ctid from jobs.events as x where x.expires_at <= v_now
+      order by x.expires_at limit max_rows for update skip locked));
   get diagnostics v_n = row_count;
   task := 'expired_events'; affected := v_n; return next;
 
@@ -80,13 +82,13 @@ begin
   foreach v_task in array array['completed_deleted', 'dead_deleted'] loop
     with gone as (
       delete from jobs.jobs as j
-      where j.id in (
-        select f.id from jobs.jobs as f
+      where j.ctid = any(array(
+        select f.ctid from jobs.jobs as f
         where f.state in ('completed', 'failed', 'dead', 'cancelled')
           and f.state = any(case v_task when 'completed_deleted'
                                  then '{completed,cancelled}' else '{failed,dead}' end::jobs.job_state[])
           and f.finished_at < case v_task when 'completed_deleted' then v_completed else v_dead end
-        limit max_rows for update skip locked)
+        limit max_rows for update skip locked))
       returning j.run_id
     )
     select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;

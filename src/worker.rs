@@ -16,8 +16,9 @@ use std::ffi::CString;
 use std::time::Duration;
 
 const NAME: &str = "pg_jobs sweeper";
-/// Rows each sweep task may handle in one pass (one transaction).
-const BATCH: i32 = 1000;
+/// Rows each sweep task may handle in one pass (one transaction). 5000 lets retention keep up
+/// with about 10k completed jobs a second on 2 cores (tests/test_load.py); 1000 did not.
+const BATCH: i32 = 5000;
 
 pub fn register() {
     BackgroundWorkerBuilder::new(NAME)
