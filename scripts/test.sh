@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of pg_jobs, as root on Debian 12: lints, the in-server tests (cargo pgrx
 # test), the pg_regress golden files, the isolation specs, the packaged tarball installed and
-# tested, and the tests from outside the server (pytest against throwaway clusters, on that
-# install).
+# tested, the upgrade from every earlier release, and the tests from outside the server
+# (pytest against throwaway clusters, on that install).
 # Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,9 @@ bash scripts/test-sql.sh
 
 echo "== package: build the tarball, install it in place of the build, run the SQL tests on it"
 bash scripts/package.sh --check
+
+echo "== upgrades: every earlier release, filled, ALTER EXTENSION UPDATE, checked (on the package)"
+bash scripts/upgrade-check.sh
 
 echo "== tests from outside the server (pytest)"
 dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)

@@ -27,6 +27,7 @@ extension_sql_file!("../sql/events.sql", name = "events", requires = ["steps"]);
 extension_sql_file!("../sql/operate.sql", name = "operate", requires = ["steps"]);
 extension_sql_file!("../sql/sweep.sql", name = "sweep", requires = ["events"]);
 extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["sweep"]);
+extension_sql_file!("../sql/backup.sql", name = "backup", requires = ["queues"]);
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 /// Defines the settings and, when preloaded (`shared_preload_libraries`), registers the

@@ -1,0 +1,11 @@
+-- One line per table of pg_jobs: its row count and a digest of its rows, and the step
+-- sequence's position. An upgrade and a dump and restore must leave every line as it was.
+select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.jobs t;
+select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.steps t;
+select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.events t;
+select 'job_types ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.job_types t;
+select 'queues ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.queues t
+  where queue <> 'default';
+select 'step sequence ' || last_value from jobs.steps_seq_seq;
+select 'states ' || string_agg(state::text || '=' || n, ' ' order by state)
+  from (select state, count(*) as n from jobs.jobs group by state) s;
