@@ -36,9 +36,11 @@ as $$
 $$;
 
 -- Where a job ends when it runs out of attempts: dead-lettered unless its policy says not.
+-- STABLE, like jobs._lapse_error: their bodies are (a cast to an enum, format), and the
+-- planner inlines only functions declared no stricter than their bodies.
 create function jobs._final_state(p_dead_letter boolean)
 returns jobs.job_state
-language sql immutable parallel safe
+language sql stable parallel safe
 as $$ select case when p_dead_letter then 'dead' else 'failed' end::jobs.job_state $$;
 
 -- What a lapsed lease (its worker stopped heartbeating) does to a job: with attempts left it
@@ -51,7 +53,7 @@ as $$ select p_attempt >= p_max_attempts $$;
 
 create function jobs._lapse_error(p_attempt int, p_max_attempts int)
 returns text
-language sql immutable parallel safe
+language sql stable parallel safe
 as $$
   select case when p_attempt >= p_max_attempts
     then format('lease lapsed on the final attempt (%s of %s): the worker holding it stopped '
