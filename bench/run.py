@@ -310,6 +310,28 @@ def run_cpu_bound(db, cands, args, results):
 # ---------------------------------------------------------------- report
 
 
+def run_node_peer(db, args, results):
+    """graphile-worker 0.17.3 beside pg_jobs, each drained end to end from one Node process
+    (bench/node/drain.js), K = 4 and B in {1, 10}, repetitions interleaved in shuffled order."""
+    node_dir = os.path.join(BENCH, "node")
+    if not os.path.isdir(os.path.join(node_dir, "node_modules", "graphile-worker")):
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=node_dir, check=True)
+    params = dict(part.split("=", 1) for part in args.dsn.split())
+    url = "postgresql://{user}@{host}:{port}/{dbname}".format(**params)
+    jobs = min(args.jobs, 20_000)
+    for rep in range(args.reps):
+        runs = [(system, batch) for system in ("pg_jobs", "graphile") for batch in (1, 10)]
+        random.shuffle(runs)
+        for system, batch in runs:
+            out = subprocess.run(["node", os.path.join(node_dir, "drain.js"), "--dsn", url, "--system", system,
+                                  "--jobs", str(jobs), "--workers", "4", "--batch", str(batch)],
+                                 check=True, capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            r["rep"] = rep
+            results["node"].append(r)
+            log(f"node rep {rep} {system:9} K=4 B={batch:<3} {r['jobs_per_s']:8.0f} jobs/s")
+
+
 def median(values):
     return statistics.median(values) if values else float("nan")
 
@@ -383,6 +405,12 @@ def report(results, args):
               "|---|---|---|---|---|---|---|"]
     lines += [f"| {p['minute']} | {p['completed']:,} | {p['p50_ms']:.1f} | {p['p99_ms']:.1f} | {p['n_dead_tup']:,} | "
               f"{p['table_bytes']:,} | {p['index_bytes']:,} |" for p in results["churn"]]
+    lines += ["", "### Node peer, end to end from one Node process: graphile-worker 0.17.3 beside pg_jobs, "
+              "K = 4 (median jobs/s)", "", "| B | pg_jobs (node-postgres) | graphile-worker 0.17.3 |", "|---|---|---|"]
+    for batch in (1, 10):
+        cells = [median([r["jobs_per_s"] for r in results["node"] if r["system"] == system and r["batch"] == batch])
+                 for system in ("pg_jobs", "graphile")]
+        lines.append(f"| {batch} | {cells[0]:,.0f} | {cells[1]:,.0f} |")
     lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
     missed = 0
     for label, value, want in checks:
@@ -404,7 +432,7 @@ def main():
     ap.add_argument("--big", type=int, default=1_000_000)
     ap.add_argument("--churn-rate", type=int, default=500)
     ap.add_argument("--churn-minutes", type=int, default=5)
-    ap.add_argument("--only", default="drain,cpu,enqueue,heartbeat,claim,churn",
+    ap.add_argument("--only", default="drain,cpu,enqueue,heartbeat,claim,churn,node",
                     help="comma-separated workloads to run (the report needs them all)")
     ap.add_argument("--command", default="bash bench/run.sh")
     ap.add_argument("--out", default="bench-results.json")
@@ -417,20 +445,23 @@ def main():
     for cand in cands:
         cand.setup(db)
     results = {"command": args.command, "machine": machine(), "args": vars(args), "drain": [], "enqueue": [],
-               "claim_backlog": [], "churn": [], "cpu_bound": [], "heartbeat": {}}
+               "claim_backlog": [], "churn": [], "cpu_bound": [], "heartbeat": {}, "node": []}
     only = set(args.only.split(","))
     steps = [("drain", lambda: run_drains(db, cands, args, results)),
              ("cpu", lambda: run_cpu_bound(db, cands, args, results)),
              ("enqueue", lambda: run_enqueue(db, cands, args, results)),
              ("heartbeat", lambda: run_heartbeats(db, args, results)),
              ("claim", lambda: run_claim_backlogs(db, args, results)),
-             ("churn", lambda: run_churn(db, args, results))]
+             ("churn", lambda: run_churn(db, args, results)),
+             ("node", lambda: run_node_peer(db, args, results))]
     for name, step in steps:
         if name in only:
             step()
-    with open(args.out, "w") as f:
+    partial = only != {name for name, _ in steps}
+    out = args.out.replace(".json", "-" + "-".join(sorted(only)) + ".json") if partial else args.out
+    with open(out, "w") as f:  # a partial run keeps the full run's file
         json.dump(results, f, indent=1)
-    if only != {name for name, _ in steps}:
+    if partial:
         print(json.dumps({k: v for k, v in results.items() if v and k not in ("args",)}, indent=1))
         return
     text, missed = report(results, args)

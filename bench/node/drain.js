@@ -1,0 +1,94 @@
+// The Node peer of bench/run.py: drains N jobs end to end from one Node process, with
+// graphile-worker 0.17.3 or with pg_jobs over node-postgres, and prints one JSON line
+// {system, workers, batch, jobs, seconds, jobs_per_s}. The jobs are enqueued first and the
+// clock runs from the first fetch to the last completion; the handler does nothing.
+//
+//   node drain.js --dsn postgres://... --system graphile|pg_jobs --jobs 20000 --workers 4 --batch 10
+//
+// graphile-worker: `concurrency` = workers; with batch > 1 its local queue fetches `batch`
+// jobs a time and completions are batched (completeJobBatchDelay 0), its nearest equivalent
+// of a batch claim. pg_jobs: `workers` loops, each jobs.claim(batch) then jobs.complete_many.
+'use strict';
+const { Pool } = require('pg');
+
+function parseArgs(argv) {
+  const args = { system: 'pg_jobs', jobs: 20000, workers: 4, batch: 10 };
+  for (let i = 2; i < argv.length; i += 2) {
+    const key = argv[i].replace(/^--/, '');
+    args[key] = ['jobs', 'workers', 'batch'].includes(key) ? Number(argv[i + 1]) : argv[i + 1];
+  }
+  return args;
+}
+
+async function drainPgJobs(args) {
+  const pool = new Pool({ connectionString: args.dsn, max: args.workers + 1 });
+  await pool.query("delete from jobs.jobs where queue = 'node_bench'");
+  for (let done = 0; done < args.jobs; done += 10000) {
+    await pool.query(`select count(*) from jobs.enqueue_batch(
+      (select jsonb_agg(jsonb_build_object('name', 'bench', 'queue', 'node_bench', 'payload', jsonb_build_object('n', g)))
+       from generate_series(1, $1::int) g))`, [Math.min(10000, args.jobs - done)]);
+  }
+  let completed = 0;
+  const start = process.hrtime.bigint();
+  await Promise.all(Array.from({ length: args.workers }, async (_, n) => {
+    const client = await pool.connect();
+    try {
+      for (;;) {
+        const { rows } = await client.query("select id, claim, payload from jobs.claim($1, array['node_bench'], $2)",
+          [`node-${n}`, args.batch]);
+        if (rows.length === 0) break;
+        const { rows: landed } = await client.query(
+          'select count(*) filter (where landed)::int as n from jobs.complete_many($1, $2)',
+          [rows.map((r) => r.id), rows.map((r) => r.claim)]);
+        completed += landed[0].n;
+      }
+    } finally {
+      client.release();
+    }
+  }));
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+  await pool.end();
+  return { completed, seconds };
+}
+
+async function drainGraphile(args) {
+  const { run, runMigrations, Logger } = require('graphile-worker');
+  await runMigrations({ connectionString: args.dsn });
+  const pool = new Pool({ connectionString: args.dsn, max: 2 });
+  await pool.query('delete from graphile_worker._private_jobs');
+  await pool.query("select count(*) from (select graphile_worker.add_job('bench', json_build_object('n', g)) from generate_series(1, $1::int) g) a",
+    [args.jobs]);
+  await pool.end();
+  const worker = args.batch > 1
+    ? { localQueue: { size: args.batch }, completeJobBatchDelay: 0 }
+    : {};
+  let completed = 0;
+  let start;
+  let finished;
+  const done = new Promise((resolve) => { finished = resolve; });
+  const runner = await run({
+    connectionString: args.dsn,
+    concurrency: args.workers,
+    noHandleSignals: true,
+    pollInterval: 100,
+    taskList: { bench: async () => {} },
+    preset: { worker },
+    logger: new Logger(() => () => {}),
+  });
+  runner.events.on('job:start', () => { if (start === undefined) start = process.hrtime.bigint(); });
+  runner.events.on('job:success', () => { completed += 1; if (completed === args.jobs) finished(); });
+  await done;
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+  await runner.stop();
+  return { completed, seconds };
+}
+
+async function main() {
+  const args = parseArgs(process.argv);
+  const { completed, seconds } = args.system === 'graphile' ? await drainGraphile(args) : await drainPgJobs(args);
+  if (completed !== args.jobs) throw new Error(`completed ${completed} of ${args.jobs}`);
+  console.log(JSON.stringify({ system: args.system, workers: args.workers, batch: args.batch, jobs: args.jobs,
+    seconds, jobs_per_s: args.jobs / seconds }));
+}
+
+main().catch((err) => { console.error(err); process.exit(1); });
