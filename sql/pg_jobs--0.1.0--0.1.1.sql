@@ -1,10 +1,42 @@
--- pg_jobs 0.1.0 -> 0.1.1. Run by ALTER EXTENSION pg_jobs UPDATE; scripts/upgrade-check.sh
+-- pg_jobs 0.1.0 -> 0.1.1. Run by ALTER EXTENSION pg_jobs UPDATE. scripts/upgrade-check.sh
 -- installs 0.1.0, fills it, runs this, and checks that nothing was lost and that the result is
--- the same, object for object, as a fresh install of 0.1.1.
+-- the same, object for object, as a fresh install of 0.1.1. CREATE OR REPLACE resets an API
+-- function's SECURITY DEFINER and settings, so they are set again after each; a new function
+-- is revoked from PUBLIC, as sql/privileges.sql does for all of them.
 
--- 1. jobs.sweep picks rows by ctid (a TID scan whatever the statistics were when a session
---    cached its plan); the background worker passes 5000 rows a task. CREATE OR REPLACE
---    resets SECURITY DEFINER and the function's settings, so they are set again after it.
+-- 1. Retention: jobs._prune deletes finished jobs by ctid in a locking subselect (a TID scan
+--    whatever the statistics were when a session cached its plan), and their runs' steps;
+--    jobs.sweep uses it, and the background worker passes 5000 rows a task. Completing
+--    settles take a share of retention (jobs._settle_prune), so it keeps pace with them.
+create function jobs._prune(p_states jobs.job_state[], p_before timestamptz, p_max int,
+                            out jobs_deleted bigint, out steps_deleted bigint)
+language plpgsql volatile
+as $$
+declare
+  v_runs uuid[];
+begin
+  with gone as (
+    delete from jobs.jobs as j
+    where j.ctid = any(array(
+      select f.ctid from jobs.jobs as f
+      where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = any(p_states)
+        and f.finished_at < p_before
+      limit p_max for update skip locked))
+    returning j.run_id
+  )
+  select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_runs, jobs_deleted from gone as g;
+  steps_deleted := 0;
+  if jobs_deleted > 0 then
+    delete from jobs.steps as s
+    where s.run_id = any(v_runs)
+      and not exists (select from jobs.jobs as j where j.id = s.run_id)
+      and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
+    get diagnostics steps_deleted = row_count;
+  end if;
+end
+$$;
+revoke all on function jobs._prune(jobs.job_state[], timestamptz, int) from public;
+
 create or replace function jobs.sweep(max_rows int default 1000)
 returns table (task text, affected bigint)
 language plpgsql volatile
@@ -14,8 +46,7 @@ declare
   v_now       timestamptz := jobs.clock();
   v_completed timestamptz := v_now - jobs._retention('pg_jobs.completed_retention', '7 days');
   v_dead      timestamptz := v_now - jobs._retention('pg_jobs.dead_retention', '30 days');
-  v_runs      uuid[] := '{}';
-  v_part      uuid[];
+  v_steps     bigint := 0;
   v_n         bigint;
   v_task      text;
 begin
@@ -60,30 +91,16 @@ begin
   get diagnostics v_n = row_count;
   task := 'expired_events'; affected := v_n; return next;
 
-  -- Retention, per pair of states. The literal state list lets the planner use
-  -- jobs_finished_idx, whose predicate it is.
+  -- Retention, per pair of states (jobs._prune, which the settles also call).
   foreach v_task in array array['completed_deleted', 'dead_deleted'] loop
-    with gone as (
-      delete from jobs.jobs as j
-      where j.ctid = any(array(
-        select f.ctid from jobs.jobs as f
-        where f.state in ('completed', 'failed', 'dead', 'cancelled')
-          and f.state = any(case v_task when 'completed_deleted'
-                                 then '{completed,cancelled}' else '{failed,dead}' end::jobs.job_state[])
-          and f.finished_at < case v_task when 'completed_deleted' then v_completed else v_dead end
-        limit max_rows for update skip locked))
-      returning j.run_id
-    )
-    select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
-    v_runs := v_runs || v_part;
+    select p.jobs_deleted, v_steps + p.steps_deleted into v_n, v_steps
+    from jobs._prune(case v_task when 'completed_deleted' then '{completed,cancelled}'
+                                 else '{failed,dead}' end::jobs.job_state[],
+                     case v_task when 'completed_deleted' then v_completed else v_dead end,
+                     max_rows) as p;
     task := v_task; affected := v_n; return next;
   end loop;
-
-  delete from jobs.steps as s
-  where s.run_id = any(v_runs)
-    and not exists (select from jobs.jobs as j where j.id = s.run_id)
-    and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
-  get diagnostics v_n = row_count;
+  v_n := v_steps;
   task := 'steps_deleted'; affected := v_n; return next;
 end
 $$;
@@ -91,6 +108,91 @@ comment on function jobs.sweep(int) is
   'One housekeeping pass, as the background worker runs it: lapsed leases, waiter timeouts, '
   'expired events, retention. Each task handles at most max_rows rows. Answers (task, affected).';
 alter function jobs.sweep(int) security definer set search_path = pg_catalog, pg_temp
+  set plan_cache_mode = force_generic_plan;
+
+create function jobs._settle_prune(p_now timestamptz, p_completed int)
+returns void
+language plpgsql volatile
+as $$
+begin
+  if random() < 0.125 then
+    perform jobs._prune('{completed,cancelled}',
+                        p_now - jobs._retention('pg_jobs.completed_retention', '7 days'),
+                        16 * p_completed);
+  end if;
+end
+$$;
+revoke all on function jobs._settle_prune(timestamptz, int) from public;
+
+create or replace function jobs.complete(id uuid, claim bigint, result jsonb default null)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+begin
+  perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
+  update jobs.jobs as j set
+    state = 'completed', result = complete.result, lease_expires_at = null,
+    finished_at = v_now, updated_at = v_now
+  where j.id = complete.id and j.claim = complete.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock();
+  if not found then
+    return false;
+  end if;
+  perform jobs._settle_prune(v_now, 1);
+  return true;
+end
+$$;
+alter function jobs.complete(uuid, bigint, jsonb) security definer set search_path = pg_catalog, pg_temp
+  set plan_cache_mode = force_generic_plan;
+
+create or replace function jobs.complete_many(ids uuid[], claims bigint[], results jsonb[] default null)
+returns table (id uuid, landed boolean)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := jobs.clock();
+begin
+  if ids is null or claims is null then
+    perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
+      'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
+  elsif cardinality(ids) <> cardinality(claims)
+        or (results is not null and cardinality(results) <> cardinality(ids)) then
+    perform jobs._raise('22023', format('jobs.complete_many: ids, claims and results must be '
+      'equally long, got %s, %s and %s', cardinality(ids), cardinality(claims),
+      coalesce(cardinality(results)::text, 'NULL')), 'pass one claim (and result) per id');
+  elsif cardinality(ids) > 10000 then
+    perform jobs._raise('22023', 'jobs.complete_many: at most 10000 jobs per call, got '
+      || cardinality(ids), 'split the batch');
+  elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
+      'pass the id and claim token of every job');
+  end if;
+
+  return query
+  with input as (
+    select u.id, u.claim, u.result, u.ord
+    from unnest(ids, claims, coalesce(results, array_fill(null::jsonb, array[cardinality(ids)])))
+         with ordinality as u(id, claim, result, ord)
+  ),
+  landed as (
+    update jobs.jobs as j set
+      state = 'completed', result = i.result, lease_expires_at = null,
+      finished_at = v_now, updated_at = v_now
+    from input as i
+    where j.id = i.id and j.claim = i.claim
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+    returning j.id
+  )
+  select i.id, l.id is not null
+  from input as i left join landed as l on l.id = i.id
+  order by i.ord;
+  perform jobs._settle_prune(v_now, cardinality(ids));
+end
+$$;
+alter function jobs.complete_many(uuid[], bigint[], jsonb[]) security definer set search_path = pg_catalog, pg_temp
   set plan_cache_mode = force_generic_plan;
 
 -- 2. Enqueue: jobs._spec_problem is STABLE, as its body is, so the planner inlines it (as

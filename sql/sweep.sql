@@ -22,6 +22,39 @@ returns interval
 language sql stable
 as $$ select coalesce(nullif(current_setting(p_setting, true), '')::interval, p_default) $$;
 
+-- Deletes up to p_max jobs in p_states that finished before p_before, skipping rows others
+-- hold, and then the steps of the runs it left with no job. Rows are picked by ctid in a
+-- locking subselect (see jobs.sweep). The literal state list lets the planner use
+-- jobs_finished_idx, whose predicate it is. Called by jobs.sweep for retention, and by
+-- jobs.complete and jobs.complete_many for a share of it (see there).
+create function jobs._prune(p_states jobs.job_state[], p_before timestamptz, p_max int,
+                            out jobs_deleted bigint, out steps_deleted bigint)
+language plpgsql volatile
+as $$
+declare
+  v_runs uuid[];
+begin
+  with gone as (
+    delete from jobs.jobs as j
+    where j.ctid = any(array(
+      select f.ctid from jobs.jobs as f
+      where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = any(p_states)
+        and f.finished_at < p_before
+      limit p_max for update skip locked))
+    returning j.run_id
+  )
+  select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_runs, jobs_deleted from gone as g;
+  steps_deleted := 0;
+  if jobs_deleted > 0 then
+    delete from jobs.steps as s
+    where s.run_id = any(v_runs)
+      and not exists (select from jobs.jobs as j where j.id = s.run_id)
+      and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
+    get diagnostics steps_deleted = row_count;
+  end if;
+end
+$$;
+
 create function jobs.sweep(max_rows int default 1000)
 returns table (task text, affected bigint)
 language plpgsql volatile
@@ -31,8 +64,7 @@ declare
   v_now       timestamptz := jobs.clock();
   v_completed timestamptz := v_now - jobs._retention('pg_jobs.completed_retention', '7 days');
   v_dead      timestamptz := v_now - jobs._retention('pg_jobs.dead_retention', '30 days');
-  v_runs      uuid[] := '{}';
-  v_part      uuid[];
+  v_steps     bigint := 0;
   v_n         bigint;
   v_task      text;
 begin
@@ -77,30 +109,16 @@ begin
   get diagnostics v_n = row_count;
   task := 'expired_events'; affected := v_n; return next;
 
-  -- Retention, per pair of states. The literal state list lets the planner use
-  -- jobs_finished_idx, whose predicate it is.
+  -- Retention, per pair of states (jobs._prune, which the settles also call).
   foreach v_task in array array['completed_deleted', 'dead_deleted'] loop
-    with gone as (
-      delete from jobs.jobs as j
-      where j.ctid = any(array(
-        select f.ctid from jobs.jobs as f
-        where f.state in ('completed', 'failed', 'dead', 'cancelled')
-          and f.state = any(case v_task when 'completed_deleted'
-                                 then '{completed,cancelled}' else '{failed,dead}' end::jobs.job_state[])
-          and f.finished_at < case v_task when 'completed_deleted' then v_completed else v_dead end
-        limit max_rows for update skip locked))
-      returning j.run_id
-    )
-    select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
-    v_runs := v_runs || v_part;
+    select p.jobs_deleted, v_steps + p.steps_deleted into v_n, v_steps
+    from jobs._prune(case v_task when 'completed_deleted' then '{completed,cancelled}'
+                                 else '{failed,dead}' end::jobs.job_state[],
+                     case v_task when 'completed_deleted' then v_completed else v_dead end,
+                     max_rows) as p;
     task := v_task; affected := v_n; return next;
   end loop;
-
-  delete from jobs.steps as s
-  where s.run_id = any(v_runs)
-    and not exists (select from jobs.jobs as j where j.id = s.run_id)
-    and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
-  get diagnostics v_n = row_count;
+  v_n := v_steps;
   task := 'steps_deleted'; affected := v_n; return next;
 end
 $$;
