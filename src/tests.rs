@@ -531,4 +531,52 @@ mod tests {
             1
         );
     }
+
+    #[pg_test]
+    fn completing_settles_delete_a_share_of_the_completed_jobs_past_retention() {
+        // 300 jobs completed 8 days ago, past the default 7-day pg_jobs.completed_retention.
+        Spi::run(
+            "insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
+                                    payload, enqueued_at, created_at, updated_at, finished_at)
+             select g, g, 'old', 'pgtest', 'completed', 0, now(), 1, '{}', now(), now(), now(),
+                    now() - interval '8 days'
+             from (select gen_random_uuid() as g from generate_series(1, 300)) as s",
+        )
+        .unwrap();
+        let old = || count("select count(*) from jobs.jobs where name = 'old'");
+        // One settle in 8 prunes, at random: a fixed seed makes the draws the same every run.
+        Spi::run("select setseed(0.25)").unwrap();
+        for _ in 0..40 {
+            let (id, claim) = enqueue_and_claim("new", 1);
+            Spi::run(&format!("select jobs.complete('{id}', {claim})")).unwrap();
+        }
+        let after_singles = old();
+        assert!(
+            after_singles < 300,
+            "40 completes deleted none of the expired jobs"
+        );
+        for _ in 0..30 {
+            Spi::run(
+                "select count(*) from jobs.enqueue_batch(
+                   (select jsonb_agg(jsonb_build_object('name', 'new', 'queue', 'pgtest'))
+                    from generate_series(1, 5)))",
+            )
+            .unwrap();
+            Spi::run(
+                "select count(*) from (select array_agg(id) as ids, array_agg(claim) as claims
+                                       from jobs.claim('w', array['pgtest'], 5)) as c,
+                                      jobs.complete_many(c.ids, c.claims)",
+            )
+            .unwrap();
+        }
+        assert!(
+            old() < after_singles,
+            "30 complete_many calls deleted none of the expired jobs"
+        );
+        // What retention still keeps is never touched.
+        assert_eq!(
+            count("select count(*) from jobs.jobs where name = 'new' and state = 'completed'"),
+            190
+        );
+    }
 }
