@@ -5,7 +5,8 @@
 -- is revoked from PUBLIC, as sql/privileges.sql does for all of them.
 
 -- 1. Retention: jobs._prune deletes finished jobs by ctid in a locking subselect (a TID scan
---    whatever the statistics were when a session cached its plan), and their runs' steps;
+--    whatever the statistics were when a session cached its plan), oldest first per state
+--    (in 0.1.0 a generic plan could read the whole history on every pass), and their runs' steps;
 --    jobs.sweep uses it, and the background worker passes 5000 rows a task. Completing
 --    settles take a share of retention (jobs._settle_prune), so it keeps pace with them.
 create function jobs._prune(p_states jobs.job_state[], p_before timestamptz, p_max int,
@@ -13,18 +14,33 @@ create function jobs._prune(p_states jobs.job_state[], p_before timestamptz, p_m
 language plpgsql volatile
 as $$
 declare
-  v_runs uuid[];
+  v_runs  uuid[] := '{}';
+  v_part  uuid[];
+  v_n     bigint;
+  v_state jobs.job_state;
 begin
-  with gone as (
-    delete from jobs.jobs as j
-    where j.ctid = any(array(
-      select f.ctid from jobs.jobs as f
-      where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = any(p_states)
-        and f.finished_at < p_before
-      limit p_max for update skip locked))
-    returning j.run_id
-  )
-  select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_runs, jobs_deleted from gone as g;
+  jobs_deleted := 0;
+  -- One state at a time, oldest first: the order jobs_finished_idx keeps, so every plan of
+  -- this statement walks that index from its oldest entry and stops at the first one inside
+  -- retention. Without the ORDER BY, a generic plan costed finished_at < $2 at a third of the
+  -- rows, preferred a sequential scan with a LIMIT, and read every row of a large history on
+  -- every pass (claims with 1M finished rows ran at 0.65x those with none; 0.95x without).
+  foreach v_state in array p_states loop
+    with gone as (
+      delete from jobs.jobs as j
+      where j.ctid = any(array(
+        select f.ctid from jobs.jobs as f
+        where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = v_state
+          and f.finished_at < p_before
+        order by f.state, f.finished_at
+        limit p_max - jobs_deleted for update skip locked))
+      returning j.run_id
+    )
+    select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
+    v_runs := v_runs || v_part;
+    jobs_deleted := jobs_deleted + v_n;
+    exit when jobs_deleted >= p_max;
+  end loop;
   steps_deleted := 0;
   if jobs_deleted > 0 then
     delete from jobs.steps as s

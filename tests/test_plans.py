@@ -101,3 +101,17 @@ def test_queue_stats_live_counts_read_none_of_a_million_finished_rows(dsn):
         assert "Seq Scan on jobs" not in plan, plan
         assert "jobs_finished_idx" not in plan, plan
         assert buffers(plan) < BUFFER_BOUND, plan
+
+
+def test_sweep_reads_none_of_a_million_finished_rows_inside_retention(dsn):
+    """The background worker sweeps every second: with a large history that retention keeps,
+    each pass must stop at the oldest finished row, not read the history (a generic plan of
+    the retention statement once preferred a sequential scan with a LIMIT)."""
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        fill(setup, BIG, "completed")
+    with psycopg.connect(dsn) as conn:  # one transaction: the xact counters below cover it
+        for _ in range(12):  # past PL/pgSQL's five custom plans, onto the cached one
+            assert dict(conn.execute("select task, affected from jobs.sweep(5000)").fetchall())["completed_deleted"] == 0
+        read = conn.execute("select pg_stat_get_xact_tuples_returned('jobs.jobs'::regclass)").fetchone()[0]
+        print(f"\n-- 12 sweeps over 1M completed jobs inside retention read {read} rows by sequential scan")
+        assert read < 10_000, f"12 sweeps read {read} rows of jobs.jobs by sequential scan"
