@@ -50,6 +50,10 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
                 break;
             }
         }
+        // A backend's main loop reports its table statistics when idle; a background worker
+        // must do it itself. Unreported, the rows a sweep deletes never reach n_dead_tup, and
+        // autovacuum does not come for them.
+        unsafe { pg_sys::pgstat_report_stat(true) };
     }
     log!("{NAME}: stopping");
     unsafe { pg_sys::proc_exit(1) };

@@ -127,3 +127,17 @@ def test_the_worker_copes_with_the_extension_dropped_and_created_again(swept):
         conn.execute("create extension pg_jobs")
     abandon_final_attempt(swept)
     eventually(swept, "select state::text from jobs.jobs", "dead")
+
+
+def test_the_rows_the_worker_deletes_count_toward_autovacuum(swept):
+    """The worker reports its table statistics: the completed jobs it deletes show in
+    n_tup_del and n_dead_tup, which is what wakes autovacuum for them."""
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute(
+            """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
+                                      payload, enqueued_at, created_at, updated_at, finished_at)
+               select g, g, 'old', 'default', 'completed', 0, now(), 1, '{}', now(), now(), now(),
+                      now() - interval '8 days'
+               from (select gen_random_uuid() as g from generate_series(1, 300)) as s""")
+    eventually(swept, "select count(*) from jobs.jobs", 0)
+    eventually(swept, "select n_tup_del >= 300 from pg_stat_user_tables where relid = 'jobs.jobs'::regclass", True)
