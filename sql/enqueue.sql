@@ -115,9 +115,8 @@ begin
                   order by s.ordinality);
 
   -- The common case, with no idempotency key and no caller-allocated id in the batch, cannot
-  -- conflict with anything: one INSERT of every spec, and the answer is the ids made above.
-  -- (Measured in docs/BENCHMARKS.md: enqueue_batch(100) went from about 0.6x to about 0.8x a
-  -- plain INSERT of the same rows.)
+  -- conflict with anything: one INSERT of every spec, and the answer is the ids made above
+  -- (docs/BENCHMARKS.md, "What we tried").
   if not exists (select from unnest(p_specs) as s where s.idempotency_key is not null or s.id is not null)
   then
     insert into jobs.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,

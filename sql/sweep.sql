@@ -133,8 +133,7 @@ begin
                      max_rows) as p;
     task := v_task; affected := v_n; return next;
   end loop;
-  v_n := v_steps;
-  task := 'steps_deleted'; affected := v_n; return next;
+  task := 'steps_deleted'; affected := v_steps; return next;
 end
 $$;
 comment on function jobs.sweep(int) is
