@@ -23,10 +23,23 @@ max_connections = 100
 CONF
       if [ -n "${4:-}" ]; then cat "$4" >> "$dir/postgresql.conf"; fi
     fi
-    if ! as_pg "$PG_BIN/pg_ctl" -D "$dir" -l "$dir/log" -w start >/dev/null; then
-      tail -20 "$dir/log" >&2
-      exit 1
+    # The test ports lie in Linux's ephemeral range (32768-60999), so a client connection
+    # elsewhere can hold one as its local port for a while, and the server cannot bind it (a
+    # failover test once failed so). Reserve them where we may, and retry a bind that failed.
+    reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
+    if [ -w "$reserved" ] && ! grep -q "54380-54420" "$reserved"; then
+      current=$(cat "$reserved")
+      echo "${current:+$current,}54380-54420" >"$reserved" 2>/dev/null || true
     fi
+    tries=0
+    until as_pg "$PG_BIN/pg_ctl" -D "$dir" -l "$dir/log" -w start >/dev/null; do
+      tries=$((tries + 1))
+      if [ "$tries" -ge 10 ] || ! tail -5 "$dir/log" | grep -q "Address already in use"; then
+        tail -20 "$dir/log" >&2
+        exit 1
+      fi
+      sleep 1
+    done
     echo "host=127.0.0.1 port=$port user=postgres dbname=postgres"
     ;;
   stop)

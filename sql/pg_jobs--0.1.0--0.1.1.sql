@@ -9,6 +9,33 @@
 --    (in 0.1.0 a generic plan could read the whole history on every pass), and their runs' steps;
 --    jobs.sweep uses it, and the background worker passes 5000 rows a task. Completing
 --    settles take a share of retention (jobs._settle_prune), so it keeps pace with them.
+--    The steps of a run go with its last job under a lock on them (jobs._drop_orphan_steps),
+--    so two transactions deleting a run's last two jobs cannot both leave them behind; and
+--    with pg_jobs.completed_retention = 0 completing deletes the job (jobs._keeps_no_completed).
+create function jobs._drop_orphan_steps(p_runs uuid[])
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_n bigint;
+begin
+  perform from jobs.steps as s
+  where s.run_id = any(p_runs)
+  order by s.run_id, s.seq
+  for update;
+  if not found then
+    return 0;
+  end if;
+  delete from jobs.steps as s
+  where s.run_id = any(p_runs)
+    and not exists (select from jobs.jobs as j where j.id = s.run_id)
+    and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$$;
+revoke all on function jobs._drop_orphan_steps(uuid[]) from public;
+
 create function jobs._prune(p_states jobs.job_state[], p_before timestamptz, p_max int,
                             out jobs_deleted bigint, out steps_deleted bigint)
 language plpgsql volatile
@@ -43,11 +70,7 @@ begin
   end loop;
   steps_deleted := 0;
   if jobs_deleted > 0 then
-    delete from jobs.steps as s
-    where s.run_id = any(v_runs)
-      and not exists (select from jobs.jobs as j where j.id = s.run_id)
-      and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
-    get diagnostics steps_deleted = row_count;
+    steps_deleted := jobs._drop_orphan_steps(v_runs);
   end if;
 end
 $$;
@@ -139,14 +162,33 @@ end
 $$;
 revoke all on function jobs._settle_prune(timestamptz, int) from public;
 
+create function jobs._keeps_no_completed()
+returns boolean
+language sql stable
+as $$ select jobs._retention('pg_jobs.completed_retention', '7 days') = interval '0' $$;
+
+revoke all on function jobs._keeps_no_completed() from public;
+
 create or replace function jobs.complete(id uuid, claim bigint, result jsonb default null)
 returns boolean
 language plpgsql volatile
 as $$
 declare
   v_now timestamptz := jobs.clock();
+  v_run uuid;
 begin
   perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
+  if jobs._keeps_no_completed() then
+    delete from jobs.jobs as j
+    where j.id = complete.id and j.claim = complete.claim
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+    returning j.run_id into v_run;
+    if not found then
+      return false;
+    end if;
+    perform jobs._drop_orphan_steps(array[v_run]);
+    return true;
+  end if;
   update jobs.jobs as j set
     state = 'completed', result = complete.result, lease_expires_at = null,
     finished_at = v_now, updated_at = v_now
@@ -168,7 +210,9 @@ language plpgsql volatile
 as $$
 #variable_conflict use_column
 declare
-  v_now timestamptz := jobs.clock();
+  v_now  timestamptz := jobs.clock();
+  v_gone uuid[];
+  v_runs uuid[];
 begin
   if ids is null or claims is null then
     perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
@@ -184,6 +228,26 @@ begin
   elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
     perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
       'pass the id and claim token of every job');
+  end if;
+
+  if jobs._keeps_no_completed() then
+    with gone as (
+      delete from jobs.jobs as j
+      using unnest(ids, claims) as i(id, claim)
+      where j.id = i.id and j.claim = i.claim
+        and j.state = 'running' and j.lease_expires_at > jobs.clock()
+      returning j.id, j.run_id
+    )
+    select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}')
+      into v_gone, v_runs
+    from gone as g;
+    perform jobs._drop_orphan_steps(v_runs);
+    return query
+    select u.id, g.id is not null
+    from unnest(ids) with ordinality as u(id, ord)
+    left join (select distinct x.id from unnest(v_gone) as x(id)) as g on g.id = u.id
+    order by u.ord;
+    return;
   end if;
 
   return query

@@ -62,3 +62,10 @@ as $$
                 'so the job runs again', p_attempt, p_max_attempts)
   end
 $$;
+
+-- How long finished jobs are kept: the setting p_setting (pg_jobs.completed_retention,
+-- pg_jobs.dead_retention), or p_default where it is not set (the library is not loaded).
+create function jobs._retention(p_setting text, p_default interval)
+returns interval
+language sql stable
+as $$ select coalesce(nullif(current_setting(p_setting, true), '')::interval, p_default) $$;

@@ -19,6 +19,37 @@ create table jobs.steps (
 create index steps_run_seq_idx on jobs.steps (run_id, seq);
 comment on table jobs.steps is 'Memoised steps of durable runs, in the order they were saved (seq)';
 
+-- A run's steps go with its last job: deletes the steps of those of p_runs that no longer have
+-- any job, after the caller deleted jobs of them; answers how many. Called by retention
+-- (jobs._prune) and by completions that delete (pg_jobs.completed_retention = 0).
+-- Two transactions deleting the last two jobs of a run each still see the other's job, so
+-- each would leave the steps behind. Locking the run's steps first serialises them: the second
+-- waits until the first commits, and its next statement, with a new snapshot, sees both jobs
+-- gone. Runs without steps take no lock. Lock order: the deleted job rows, then step rows in
+-- (run_id, seq) order.
+create function jobs._drop_orphan_steps(p_runs uuid[])
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_n bigint;
+begin
+  perform from jobs.steps as s
+  where s.run_id = any(p_runs)
+  order by s.run_id, s.seq
+  for update;
+  if not found then
+    return 0;
+  end if;
+  delete from jobs.steps as s
+  where s.run_id = any(p_runs)
+    and not exists (select from jobs.jobs as j where j.id = s.run_id)
+    and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$$;
+
 create function jobs.save_step(id uuid, claim bigint, step text, output jsonb default null)
 returns void
 language plpgsql volatile

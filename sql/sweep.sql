@@ -17,11 +17,6 @@
 -- Correctness never waits for a sweep: an expired event is invisible before it is deleted, and
 -- a lapsed lease or a due waiter is claimable before it is swept.
 
-create function jobs._retention(p_setting text, p_default interval)
-returns interval
-language sql stable
-as $$ select coalesce(nullif(current_setting(p_setting, true), '')::interval, p_default) $$;
-
 -- Deletes up to p_max jobs in p_states that finished before p_before, skipping rows others
 -- hold, and then the steps of the runs it left with no job. Rows are picked by ctid in a
 -- locking subselect (see jobs.sweep). The literal state list lets the planner use
@@ -61,11 +56,7 @@ begin
   end loop;
   steps_deleted := 0;
   if jobs_deleted > 0 then
-    delete from jobs.steps as s
-    where s.run_id = any(v_runs)
-      and not exists (select from jobs.jobs as j where j.id = s.run_id)
-      and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
-    get diagnostics steps_deleted = row_count;
+    steps_deleted := jobs._drop_orphan_steps(v_runs);
   end if;
 end
 $$;

@@ -39,7 +39,7 @@ pub fn init(preloaded: bool) {
     GucRegistry::define_int_guc(
         c"pg_jobs.completed_retention",
         c"Completed and cancelled jobs older than this are deleted by the sweep.",
-        c"Reloadable (SIGHUP). 0 deletes them at the next sweep.",
+        c"Reloadable (SIGHUP). 0: completing deletes the job; cancelled ones go at the next sweep.",
         &COMPLETED_RETENTION_S,
         0,
         i32::MAX,

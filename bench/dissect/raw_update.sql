@@ -1,0 +1,13 @@
+-- Dissection: the two statements of a pg_jobs drain written out on jobs.jobs, with no function
+-- around them (claim, then complete by UPDATE). See docs/BENCHMARKS.md, "Where the gap comes from".
+with c as (
+  update jobs.jobs j set state = 'running', attempt = j.attempt + 1, claim = j.claim + 1,
+    lease = '30 seconds', lease_expires_at = now() + interval '30 seconds', lease_scan_at = now() + interval '30 seconds',
+    claimed_by = 'w', updated_at = now()
+  where j.id in (select id from jobs.jobs where queue = 'bench' and state = 'ready'
+               order by priority desc, run_at limit :batch for update skip locked)
+  returning j.id, j.claim)
+select coalesce(array_agg(id), '{}') as ids, coalesce(array_agg(claim), '{}') as claims from c \gset
+update jobs.jobs j set state = 'completed', result = null, lease_expires_at = null, finished_at = now(), updated_at = now()
+from unnest(':ids'::uuid[], ':claims'::bigint[]) as i(id, claim)
+where j.id = i.id and j.claim = i.claim and j.state = 'running' and j.lease_expires_at > now();
