@@ -202,7 +202,7 @@ def drain(db, cand, clients, batch, n, seconds_ceiling):
 
 
 def run_drains(db, cands, args, results):
-    configs = [(k, b) for k in (1, 4, 8) for b in (1, 10, 100)]
+    configs = [(k, b) for k in map(int, args.clients.split(",")) for b in (1, 10, 100)]
     for rep in range(args.reps):
         order = configs[:]
         random.Random(rep).shuffle(order)
@@ -464,6 +464,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsn", required=True)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--clients", default="1,4,8", help="the K of the drain grid (a partial run: e.g. 4)")
     ap.add_argument("--jobs", type=int, default=100_000, help="jobs per drain (capped for small batches)")
     ap.add_argument("--jobs-per-batch-job", type=int, default=100_000,
                     help="cap on jobs per drain as a multiple of the batch size")
@@ -497,8 +498,9 @@ def main():
     for name, step in steps:
         if name in only:
             step()
-    partial = only != {name for name, _ in steps}
-    out = args.out.replace(".json", "-" + "-".join(sorted(only)) + ".json") if partial else args.out
+    partial = only != {name for name, _ in steps} or args.clients != "1,4,8"
+    suffix = "-".join(sorted(only)) + ("" if args.clients == "1,4,8" else "-k" + args.clients.replace(",", ""))
+    out = args.out.replace(".json", "-" + suffix + ".json") if partial else args.out
     with open(out, "w") as f:  # a partial run keeps the full run's file
         json.dump(results, f, indent=1)
     if partial:

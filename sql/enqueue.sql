@@ -108,7 +108,7 @@ begin
            else p_caller || ': spec ' || v_i || ': ' end || v_problem[2], v_problem[3]);
   end if;
 
-  v_ids := array(select coalesce(s.id, gen_random_uuid()) from unnest(p_specs) with ordinality s
+  v_ids := array(select coalesce(s.id, jobs._uuid_v7()) from unnest(p_specs) with ordinality s
                  order by s.ordinality);
   -- A new run is named after its first job: run_id = id (see jobs_attached_idx).
   v_runs := array(select coalesce(s.run_id, v_ids[s.ordinality]) from unnest(p_specs) with ordinality s

@@ -333,7 +333,7 @@ begin
            else p_caller || ': spec ' || v_i || ': ' end || v_problem[2], v_problem[3]);
   end if;
 
-  v_ids := array(select coalesce(s.id, gen_random_uuid()) from unnest(p_specs) with ordinality s
+  v_ids := array(select coalesce(s.id, jobs._uuid_v7()) from unnest(p_specs) with ordinality s
                  order by s.ordinality);
   -- A new run is named after its first job: run_id = id (see jobs_attached_idx).
   v_runs := array(select coalesce(s.run_id, v_ids[s.ordinality]) from unnest(p_specs) with ordinality s
@@ -454,3 +454,11 @@ select pg_catalog.pg_extension_config_dump('jobs.steps_seq_seq', '');
 select pg_catalog.pg_extension_config_dump('jobs.events', '');
 select pg_catalog.pg_extension_config_dump('jobs.job_types', '');
 select pg_catalog.pg_extension_config_dump('jobs.queues', $$where queue <> 'default'$$);
+
+-- 4. Job ids: a job enqueued without an id gets a UUIDv7 (jobs._uuid_v7, src/ids.rs), so jobs
+--    enqueued one after another sit on neighbouring primary-key pages.
+CREATE  FUNCTION jobs."_uuid_v7"() RETURNS uuid
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'uuid_v7_wrapper';
+revoke all on function jobs._uuid_v7() from public;

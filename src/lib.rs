@@ -2,13 +2,15 @@
 //!
 //! The SQL surface is hand-written in `sql/` (one file per capability) and embedded here in
 //! dependency order. Rust holds what needs the server's C API or is better said once in Rust:
-//! the settings (`gucs.rs`), the background worker (`worker.rs`), the catalogue of error codes
-//! (`error.rs`, exported as `jobs.error_codes()`), and the tests that run inside the server.
+//! the settings (`gucs.rs`), the background worker (`worker.rs`), job ids (`ids.rs`, UUIDv7),
+//! the catalogue of error codes (`error.rs`, exported as `jobs.error_codes()`), and the tests
+//! that run inside the server.
 
 use pgrx::prelude::*;
 
 mod error;
 mod gucs;
+mod ids;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);

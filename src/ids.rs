@@ -1,0 +1,31 @@
+//! Job ids: a job enqueued without a caller-allocated id gets a UUIDv7 (RFC 9562), made here
+//! because PostgreSQL 15 has no generator for them. The first 48 bits are the Unix time in
+//! milliseconds, the next 12 the fraction of that millisecond (RFC 9562, method 3), the last
+//! 62 random. Jobs enqueued one after another get ids that sort one after another, so a
+//! batch a worker claims sits on neighbouring primary-key pages instead of pages scattered at
+//! random: draining batches of 100 ran 14-15% faster than with random ids
+//! (docs/BENCHMARKS.md). An id thus tells when its job was enqueued.
+
+use pgrx::prelude::*;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A new UUIDv7, for `jobs._enqueue`.
+#[pg_extern(volatile, parallel_safe, name = "_uuid_v7")]
+fn uuid_v7() -> pgrx::Uuid {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut bytes = [0u8; 16];
+    // SAFETY: the buffer is 8 writable bytes, and pg_strong_random writes at most len bytes.
+    let filled = unsafe { pg_sys::pg_strong_random(bytes[8..].as_mut_ptr().cast(), 8) };
+    if !filled {
+        error!("pg_jobs: could not generate random bytes for a job id");
+    }
+    let millis = now.as_millis() as u64;
+    let fraction = (u64::from(now.subsec_nanos() % 1_000_000) * 4096 / 1_000_000) as u16;
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    bytes[6] = 0x70 | (fraction >> 8) as u8; // version 7, then the fraction's top 4 bits
+    bytes[7] = fraction as u8;
+    bytes[8] = 0x80 | (bytes[8] & 0x3f); // the RFC 9562 variant
+    pgrx::Uuid::from_bytes(bytes)
+}
