@@ -3,7 +3,7 @@
 //! milliseconds, the next 12 the fraction of that millisecond (RFC 9562, method 3), the last
 //! 62 random. Jobs enqueued one after another get ids that sort one after another, so a
 //! batch a worker claims sits on neighbouring primary-key pages instead of pages scattered at
-//! random: draining batches of 100 ran 14-15% faster than with random ids
+//! random: draining batches of 100 ran 10-15% faster than with random ids, CPU-bound
 //! (docs/BENCHMARKS.md). An id thus tells when its job was enqueued.
 
 use pgrx::prelude::*;
