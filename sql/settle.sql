@@ -169,7 +169,7 @@ begin
     return query
     select u.id, g.id is not null
     from unnest(ids) with ordinality as u(id, ord)
-    left join (select distinct x.id from unnest(v_gone) as x(id)) as g on g.id = u.id
+    left join unnest(v_gone) as g(id) on g.id = u.id  -- a DELETE returns each row once
     order by u.ord;
     return;
   end if;
