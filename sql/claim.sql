@@ -55,7 +55,8 @@ begin
   held as (  -- the jobs running now under a candidate's name or key
     select r.name, r.concurrency_key
     from jobs.jobs as r
-    where r.state = 'running' and r.lease_expires_at > p_now and r.id <> all(p_ids)
+    where r.state = 'running' and r.lease_scan_at is not null  -- all running jobs: jobs_lease_idx
+      and r.lease_expires_at > p_now and r.id <> all(p_ids)
       and (r.name in (select c.name from c where c.concurrency is not null)
            or r.concurrency_key in (select c.concurrency_key from c))
   ),
@@ -115,43 +116,52 @@ begin
     perform jobs._raise('22023', 'jobs.claim: max_jobs must be 1 to 1000, got ' || max_jobs,
       'pass a batch size from 1 to 1000');
   end if;
-  perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',
-    'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy; '
-    'heartbeat to run longer');
+  if claim.lease is not null then
+    perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',
+      'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy; '
+      'heartbeat to run longer');
+  end if;
 
-  select array_agg(c.id order by c.priority desc, c.run_at),
-         array_agg(c.name order by c.priority desc, c.run_at),
-         array_agg(c.lapsed order by c.priority desc, c.run_at),
-         array_agg(c.bury order by c.priority desc, c.run_at),
-         coalesce(bool_or(c.concurrency_key is not null or t.concurrency is not null), false)
+  -- One sort, then plain aggregates over the sorted rows. The paused flag and the job type's
+  -- concurrency are looked up per row by primary key: tiny tables that, joined, got hash
+  -- joins over sequential scans built on every call (measured: docs/BENCHMARKS.md).
+  select array_agg(c.id), array_agg(c.name), array_agg(c.lapsed), array_agg(c.bury),
+         coalesce(bool_or(c.limited), false)
     into v_ids, v_names, v_lapsed, v_bury, v_limited
-  from (select distinct q.queue from unnest(queues) as q(queue)) as q
-  cross join lateral (
-    select * from (
-      select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as lapsed, false as bury
-      from jobs.jobs j
-      where j.queue = q.queue and j.state = 'ready'
-      order by j.priority desc, j.run_at
-      limit max_jobs for update skip locked) as ready
-    union all
-    select * from (
-      select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
-      from jobs.jobs j
-      where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
-      order by j.run_at
-      limit max_jobs for update skip locked) as due
-    union all
-    select * from (
-      select j.id, j.name, j.priority, j.run_at, j.concurrency_key, true,
-             jobs._lapse_buries(j.attempt, j.max_attempts)
-      from jobs.jobs j
-      where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
-        and j.lease_expires_at <= v_now
-      order by j.lease_scan_at
-      limit max_jobs for update skip locked) as lapsed
-  ) as c
-  left join jobs.job_types as t on t.name = c.name
-  where not exists (select from jobs.queues p where p.queue = q.queue and p.paused);
+  from (
+    select c.id, c.name, c.lapsed, c.bury,
+           c.concurrency_key is not null
+           or (select t.concurrency from jobs.job_types as t where t.name = c.name) is not null
+             as limited
+    from unnest(queues) with ordinality as q(queue, ord)
+    cross join lateral (
+      select * from (
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as lapsed, false as bury
+        from jobs.jobs j
+        where j.queue = q.queue and j.state = 'ready'
+        order by j.priority desc, j.run_at
+        limit max_jobs for update skip locked) as ready
+      union all
+      select * from (
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
+        from jobs.jobs j
+        where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
+        order by j.run_at
+        limit max_jobs for update skip locked) as due
+      union all
+      select * from (
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, true,
+               jobs._lapse_buries(j.attempt, j.max_attempts)
+        from jobs.jobs j
+        where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
+          and j.lease_expires_at <= v_now
+        order by j.lease_scan_at
+        limit max_jobs for update skip locked) as lapsed
+    ) as c
+    where q.ord = array_position(queues, q.queue)  -- each queue once
+      and (select p.paused from jobs.queues as p where p.queue = q.queue) is not true
+    order by c.priority desc, c.run_at
+  ) as c;
 
   if v_ids is null then
     return;

@@ -149,16 +149,14 @@ alter function jobs.sweep(int) security definer set search_path = pg_catalog, pg
   set plan_cache_mode = force_generic_plan;
 
 create function jobs._settle_prune(p_now timestamptz, p_completed int)
-returns void
-language plpgsql volatile
+returns bigint
+language sql volatile
 as $$
-begin
-  if random() < 0.125 then
-    perform jobs._prune('{completed,cancelled}',
-                        p_now - jobs._retention('pg_jobs.completed_retention', '7 days'),
-                        16 * p_completed);
-  end if;
-end
+  select case when random() < 0.125
+    then (jobs._prune('{completed,cancelled}',
+                      p_now - jobs._retention('pg_jobs.completed_retention', '7 days'),
+                      16 * p_completed)).jobs_deleted
+  end
 $$;
 revoke all on function jobs._settle_prune(timestamptz, int) from public;
 
@@ -210,9 +208,9 @@ language plpgsql volatile
 as $$
 #variable_conflict use_column
 declare
-  v_now  timestamptz := jobs.clock();
-  v_gone uuid[];
-  v_runs uuid[];
+  v_now    timestamptz := jobs.clock();
+  v_landed uuid[];
+  v_runs   uuid[];
 begin
   if ids is null or claims is null then
     perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
@@ -230,6 +228,7 @@ begin
       'pass the id and claim token of every job');
   end if;
 
+  -- Each branch is one statement, fenced per row, and collects the ids that landed.
   if jobs._keeps_no_completed() then
     with gone as (
       delete from jobs.jobs as j
@@ -239,36 +238,34 @@ begin
       returning j.id, j.run_id
     )
     select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}')
-      into v_gone, v_runs
+      into v_landed, v_runs
     from gone as g;
     perform jobs._drop_orphan_steps(v_runs);
-    return query
-    select u.id, g.id is not null
-    from unnest(ids) with ordinality as u(id, ord)
-    left join unnest(v_gone) as g(id) on g.id = u.id  -- a DELETE returns each row once
-    order by u.ord;
-    return;
+  else
+    with landed as (
+      update jobs.jobs as j set
+        state = 'completed', result = i.result, lease_expires_at = null,
+        finished_at = v_now, updated_at = v_now
+      from unnest(ids, claims, results) as i(id, claim, result)  -- results NULL: all NULL
+      where j.id = i.id and j.claim = i.claim
+        and j.state = 'running' and j.lease_expires_at > jobs.clock()
+      returning j.id
+    )
+    select coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
+    perform jobs._settle_prune(v_now, cardinality(v_landed));
   end if;
 
-  return query
-  with input as (
-    select u.id, u.claim, u.result, u.ord
-    from unnest(ids, claims, coalesce(results, array_fill(null::jsonb, array[cardinality(ids)])))
-         with ordinality as u(id, claim, result, ord)
-  ),
-  landed as (
-    update jobs.jobs as j set
-      state = 'completed', result = i.result, lease_expires_at = null,
-      finished_at = v_now, updated_at = v_now
-    from input as i
-    where j.id = i.id and j.claim = i.claim
-      and j.state = 'running' and j.lease_expires_at > jobs.clock()
-    returning j.id
-  )
-  select i.id, l.id is not null
-  from input as i left join landed as l on l.id = i.id
-  order by i.ord;
-  perform jobs._settle_prune(v_now, cardinality(ids));
+  -- Usually every job landed, and the answer is the input as it came. Otherwise (a lost
+  -- claim, or an id given twice: a statement changes each row once) join the landed ids back.
+  if cardinality(v_landed) = cardinality(ids) then
+    return query select u.id, true from unnest(ids) as u(id);
+  else
+    return query
+    select u.id, l.id is not null
+    from unnest(ids) with ordinality as u(id, ord)
+    left join unnest(v_landed) as l(id) on l.id = u.id
+    order by u.ord;
+  end if;
 end
 $$;
 alter function jobs.complete_many(uuid[], bigint[], jsonb[]) security definer set search_path = pg_catalog, pg_temp
@@ -462,3 +459,225 @@ STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'uuid_v7_wrapper';
 revoke all on function jobs._uuid_v7() from public;
+
+-- 5. Claims and settles: the claim's candidate statement sorts once and looks up the paused
+--    flag and the job type per row by primary key (no hash joins built on every call), and
+--    checks a lease only when one is given; complete_many answers without a join when every
+--    job landed, and the settles' share of retention is inlined into their expression.
+--    jobs_lease_idx names lease_scan_at in its predicate (every running job has one), so a
+--    fence cannot use it: settles go by primary key whatever the statistics say.
+drop index jobs.jobs_lease_idx;
+create index jobs_lease_idx on jobs.jobs (queue, lease_scan_at)
+  where state = 'running' and lease_scan_at is not null;
+create or replace view jobs.queue_stats as
+select q.queue,
+       q.paused,
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'running'
+          and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
+       jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
+from jobs.queues as q;
+
+create or replace function jobs._within_limits(p_ids uuid[], p_names text[], p_lapsed boolean[],
+                                    p_bury boolean[], p_now timestamptz)
+returns table (ids uuid[], names text[], lapsed boolean[], bury boolean[])
+language plpgsql volatile
+as $$
+begin
+  -- Serialise the claimers of each limited name and key until they commit, so the count
+  -- below sees every claim made under the same limit. Sorted: one lock order for everyone.
+  perform pg_advisory_xact_lock(1886023523, hashtext(k.lock_key))
+  from (select distinct x.lock_key
+        from jobs.jobs as j
+        left join jobs.job_types as t on t.name = j.name
+        cross join lateral (values ('name:' || j.name, t.concurrency is not null),
+                                   ('key:' || j.concurrency_key, j.concurrency_key is not null))
+                   as x(lock_key, limited)
+        where j.id = any(p_ids) and x.limited
+        order by x.lock_key) as k;
+
+  -- A new statement, so a new snapshot: it sees the claims committed under those locks.
+  return query
+  with c as (
+    select u.id, u.name, u.lapsed, u.bury, u.ord, j.concurrency_key, t.concurrency
+    from unnest(p_ids, p_names, p_lapsed, p_bury) with ordinality as u(id, name, lapsed, bury, ord)
+    join jobs.jobs as j on j.id = u.id
+    left join jobs.job_types as t on t.name = u.name
+  ),
+  held as (  -- the jobs running now under a candidate's name or key
+    select r.name, r.concurrency_key
+    from jobs.jobs as r
+    where r.state = 'running' and r.lease_scan_at is not null  -- all running jobs: jobs_lease_idx
+      and r.lease_expires_at > p_now and r.id <> all(p_ids)
+      and (r.name in (select c.name from c where c.concurrency is not null)
+           or r.concurrency_key in (select c.concurrency_key from c))
+  ),
+  ranked as (
+    select c.*,
+           row_number() over (partition by c.name order by c.ord) as nth_of_name,
+           row_number() over (partition by c.concurrency_key order by c.ord) as nth_of_key
+    from c where not c.bury
+  ),
+  fits as (
+    select c.id, c.name, c.lapsed, c.bury, c.ord from c where c.bury
+    union all
+    select r.id, r.name, r.lapsed, r.bury, r.ord from ranked as r
+    where (r.concurrency is null
+           or r.nth_of_name + (select count(*) from held h where h.name = r.name) <= r.concurrency)
+      and (r.concurrency_key is null
+           or (r.nth_of_key = 1
+               and not exists (select from held h where h.concurrency_key = r.concurrency_key)))
+  )
+  select array_agg(f.id order by f.ord), array_agg(f.name order by f.ord),
+         array_agg(f.lapsed order by f.ord), array_agg(f.bury order by f.ord)
+  from fits as f;
+end
+$$;
+
+create or replace function jobs.claim(
+  worker_id text,
+  queues    text[]   default array['default'],
+  max_jobs  int      default 1,
+  lease     interval default null
+) returns setof jobs.claimed_job
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_ids     uuid[];
+  v_names   text[];
+  v_lapsed  boolean[];
+  v_bury    boolean[];
+  v_limited boolean;
+begin
+  if worker_id is null then
+    perform jobs._raise('22004', 'jobs.claim: worker_id must not be NULL',
+      'pass a name for this worker, e.g. its host and process id');
+  elsif length(worker_id) > 200 then
+    perform jobs._raise('22023', 'jobs.claim: worker_id must be at most 200 characters, got '
+      || length(worker_id), 'pass a shorter worker name');
+  elsif queues is null or array_position(queues, null) is not null then
+    perform jobs._raise('22004', 'jobs.claim: queues must not be NULL or contain NULL',
+      'pass the queue names to claim from, e.g. array[''default'']');
+  elsif cardinality(queues) not between 1 and 100 then
+    perform jobs._raise('22023', 'jobs.claim: queues must name 1 to 100 queues, got '
+      || cardinality(queues), 'pass at least one queue name, e.g. array[''default'']');
+  elsif max_jobs is null then
+    perform jobs._raise('22004', 'jobs.claim: max_jobs must not be NULL', 'pass a batch size from 1 to 1000');
+  elsif max_jobs not between 1 and 1000 then
+    perform jobs._raise('22023', 'jobs.claim: max_jobs must be 1 to 1000, got ' || max_jobs,
+      'pass a batch size from 1 to 1000');
+  end if;
+  if claim.lease is not null then
+    perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',
+      'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy; '
+      'heartbeat to run longer');
+  end if;
+
+  -- One sort, then plain aggregates over the sorted rows. The paused flag and the job type's
+  -- concurrency are looked up per row by primary key: tiny tables that, joined, got hash
+  -- joins over sequential scans built on every call (measured: docs/BENCHMARKS.md).
+  select array_agg(c.id), array_agg(c.name), array_agg(c.lapsed), array_agg(c.bury),
+         coalesce(bool_or(c.limited), false)
+    into v_ids, v_names, v_lapsed, v_bury, v_limited
+  from (
+    select c.id, c.name, c.lapsed, c.bury,
+           c.concurrency_key is not null
+           or (select t.concurrency from jobs.job_types as t where t.name = c.name) is not null
+             as limited
+    from unnest(queues) with ordinality as q(queue, ord)
+    cross join lateral (
+      select * from (
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as lapsed, false as bury
+        from jobs.jobs j
+        where j.queue = q.queue and j.state = 'ready'
+        order by j.priority desc, j.run_at
+        limit max_jobs for update skip locked) as ready
+      union all
+      select * from (
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
+        from jobs.jobs j
+        where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
+        order by j.run_at
+        limit max_jobs for update skip locked) as due
+      union all
+      select * from (
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, true,
+               jobs._lapse_buries(j.attempt, j.max_attempts)
+        from jobs.jobs j
+        where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
+          and j.lease_expires_at <= v_now
+        order by j.lease_scan_at
+        limit max_jobs for update skip locked) as lapsed
+    ) as c
+    where q.ord = array_position(queues, q.queue)  -- each queue once
+      and (select p.paused from jobs.queues as p where p.queue = q.queue) is not true
+    order by c.priority desc, c.run_at
+  ) as c;
+
+  if v_ids is null then
+    return;
+  end if;
+  if v_limited then
+    select l.ids, l.names, l.lapsed, l.bury into v_ids, v_names, v_lapsed, v_bury
+    from jobs._within_limits(v_ids, v_names, v_lapsed, v_bury, v_now) as l;
+    if v_ids is null then
+      return;
+    end if;
+  end if;
+
+  return query
+  with candidates as (
+    select c.id, c.name, c.lapsed, c.bury
+    from unnest(v_ids[1:max_jobs], v_names[1:max_jobs], v_lapsed[1:max_jobs], v_bury[1:max_jobs])
+         as c(id, name, lapsed, bury)
+  ),
+  moved as (
+    update jobs.jobs as j set
+      state = case when c.bury then jobs._final_state(p.dead_letter) else 'running' end,
+      attempt = case when c.bury then j.attempt else j.attempt + 1 end,
+      claim = case when c.bury then j.claim else j.claim + 1 end,
+      lease = case when c.bury then null else coalesce(claim.lease, p.lease) end,
+      lease_expires_at = case when c.bury then null else v_now + coalesce(claim.lease, p.lease) end,
+      lease_scan_at = case when c.bury then null else v_now + coalesce(claim.lease, p.lease) end,
+      claimed_by = case when c.bury then j.claimed_by else worker_id end,
+      last_error = case when c.lapsed then jobs._lapse_error(j.attempt, j.max_attempts)
+                   else j.last_error end,
+      finished_at = case when c.bury then v_now end,
+      updated_at = v_now
+    from candidates as c
+    cross join lateral jobs._policy(c.name) as p
+    where j.id = c.id
+    returning j.*
+  )
+  select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error
+  from moved as m
+  where m.state = 'running'
+  order by m.priority desc, m.run_at;
+end
+$$;
+alter function jobs.claim(text, text[], int, interval) security definer
+  set search_path = pg_catalog, pg_temp set plan_cache_mode = force_generic_plan;
+
+-- 6. No JIT in the functions that run on generic plans (see sql/privileges.sql): with a large
+--    backlog the claim's generic plan passed jit_above_cost and was compiled on every call.
+do $$
+declare
+  v_fn regprocedure;
+begin
+  for v_fn in
+    select p.oid::regprocedure from pg_catalog.pg_proc as p
+    where p.pronamespace = 'jobs'::regnamespace
+      and 'plan_cache_mode=force_generic_plan' = any(p.proconfig)
+  loop
+    execute format('alter function %s set jit = off', v_fn);
+  end loop;
+end
+$$;

@@ -12,7 +12,10 @@
 -- The same functions run on cached generic plans (plan_cache_mode = force_generic_plan):
 -- their statements are index lookups whose best plan does not depend on the values, and a
 -- custom plan for the claim's candidate scan cost more to plan than to run (measured: the
--- drain of docs/BENCHMARKS.md went from about 8.6k to 11.7k jobs/s).
+-- drain of docs/BENCHMARKS.md went from about 8.6k to 11.7k jobs/s). And without JIT
+-- (jit = off): a generic plan estimates a LIMIT of max_jobs at a tenth of the rows it reads,
+-- so with a backlog of 1M the claim's plan passed jit_above_cost and was compiled again on
+-- every call, 320 ms each, for a statement that runs in well under one.
 
 create function jobs._grant(p_fn text, p_role name, p_functions text[], p_admin boolean)
 returns void
@@ -93,7 +96,7 @@ begin
                         'grant_admin', 'grant_monitor', '_oldest_ready')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
-                   'set plan_cache_mode = force_generic_plan', v_fn);
+                   'set plan_cache_mode = force_generic_plan set jit = off', v_fn);
   end loop;
 end
 $$;

@@ -31,7 +31,8 @@ select q.queue,
        q.paused,
        (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
        (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'running') as running,
+       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'running'
+          and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
        (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
        (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
        (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'failed') as failed,

@@ -97,7 +97,13 @@ create index jobs_due_idx on jobs.jobs (queue, run_at) where state in ('delayed'
 -- Lapsed leases are found by lease_scan_at, not lease_expires_at: a heartbeat moves the expiry
 -- but leaves lease_scan_at (an earlier bound) until it has passed, so most heartbeats change
 -- no indexed column and are HOT updates. A scan then checks lease_expires_at on the row.
-create index jobs_lease_idx on jobs.jobs (queue, lease_scan_at) where state = 'running';
+-- Every running job has a lease_scan_at, so "lease_scan_at is not null" leaves out no row; it
+-- is there so that only lapse scans (lease_scan_at <= now) and counts that name it can use
+-- this index. A fence (state = 'running' and claim = ...) cannot, and so goes by primary key:
+-- with the index usable, a settle's generic plan made while the statistics saw no running
+-- job read every running job on every call.
+create index jobs_lease_idx on jobs.jobs (queue, lease_scan_at)
+  where state = 'running' and lease_scan_at is not null;
 
 -- publish finds the jobs waiting on an event by name (and key); the sweep finds the waiters
 -- whose timeout passed.
