@@ -222,6 +222,9 @@ begin
 end
 $$;
 
+-- One job, through jobs._enqueue. In PL/pgSQL, not SQL: a SECURITY DEFINER SQL function is
+-- never inlined, so it parsed and planned its statement on every call, where PL/pgSQL keeps
+-- the plan (single enqueues ran 13-23% faster; docs/BENCHMARKS.md).
 create function jobs.enqueue(
   name            text,
   payload         jsonb       default '{}',
@@ -236,11 +239,16 @@ create function jobs.enqueue(
   id              uuid        default null,
   run_id          uuid        default null
 ) returns jobs.enqueued
-language sql volatile
+language plpgsql volatile
 as $$
-  select e.id, e.run_id, e.deduped
+declare
+  r jobs.enqueued;
+begin
+  select e.id, e.run_id, e.deduped into r
   from jobs._enqueue(array[row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)::jobs.job_spec],
-                     'jobs.enqueue') as e
+                     'jobs.enqueue') as e;
+  return r;
+end
 $$;
 comment on function jobs.enqueue is
   'Enqueue one job. Returns (id, run_id, deduped); deduped is true when a live job of the same '

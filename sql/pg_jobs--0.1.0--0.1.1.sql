@@ -666,7 +666,36 @@ $$;
 alter function jobs.claim(text, text[], int, interval) security definer
   set search_path = pg_catalog, pg_temp set plan_cache_mode = force_generic_plan;
 
--- 6. No JIT in the functions that run on generic plans (see sql/privileges.sql): with a large
+-- 6. jobs.enqueue in PL/pgSQL, which keeps its plan (as SQL it planned every call).
+create or replace function jobs.enqueue(
+  name            text,
+  payload         jsonb       default '{}',
+  queue           text        default 'default',
+  run_at          timestamptz default null,
+  priority        int         default 0,
+  max_attempts    int         default null,
+  idempotency_key text        default null,
+  tenant_id       text        default null,
+  concurrency_key text        default null,
+  on_conflict     text        default 'return',
+  id              uuid        default null,
+  run_id          uuid        default null
+) returns jobs.enqueued
+language plpgsql volatile
+as $$
+declare
+  r jobs.enqueued;
+begin
+  select e.id, e.run_id, e.deduped into r
+  from jobs._enqueue(array[row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)::jobs.job_spec],
+                     'jobs.enqueue') as e;
+  return r;
+end
+$$;
+alter function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, text, text, text, uuid, uuid)
+  security definer set search_path = pg_catalog, pg_temp set plan_cache_mode = force_generic_plan;
+
+-- 7. No JIT in the functions that run on generic plans (see sql/privileges.sql): with a large
 --    backlog the claim's generic plan passed jit_above_cost and was compiled on every call.
 do $$
 declare

@@ -65,7 +65,7 @@ comment on function jobs.heartbeat(uuid, bigint, interval) is
   'Extend the lease of a held job; answers the new expiry, or NULL when the claim is no longer held';
 
 -- Retention a share at a time: one completing settle in 8, chosen at random, also deletes up
--- to 16 completed jobs past pg_jobs.completed_retention per job it was given (jobs._prune,
+-- to 16 completed jobs past pg_jobs.completed_retention per job it completed (jobs._prune,
 -- skipping rows others hold): twice the completions on average. Retention then keeps pace with
 -- the completions however little CPU the background worker gets on a saturated server
 -- (measured: at 16k jobs/s on 2 cores the worker alone fell behind and the table grew without

@@ -50,6 +50,15 @@ select count(*) from jobs.claim('w');
 select jobs.resume_queue('default');
 select name from jobs.claim('w');
 
+-- Across queues a batch takes the highest priorities of them all, in claim order, and a queue
+-- named twice is read once.
+truncate jobs.jobs;
+select count(*) from jobs.enqueue_batch('[{"name": "a1", "queue": "a", "priority": 1},
+  {"name": "a9", "queue": "a", "priority": 9}, {"name": "b5", "queue": "b", "priority": 5},
+  {"name": "b7", "queue": "b", "priority": 7}]');
+select name, attempt from jobs.claim('w', array['a', 'b', 'a'], 3);
+select name, state from jobs.jobs order by name;
+
 -- Bad input: a clear error, and nothing changes.
 select jobs.enqueue('untouched') is not null;
 select jobs.claim(null);
