@@ -710,3 +710,7 @@ begin
   end loop;
 end
 $$;
+
+-- 8. No vacuum truncation on jobs.jobs (see sql/schema.sql): under saturation the truncation
+--    phase held each vacuum for seconds and the table grew a step at every pass.
+alter table jobs.jobs set (vacuum_truncate = false);

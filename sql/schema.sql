@@ -85,7 +85,11 @@ create table jobs.jobs (
   autovacuum_vacuum_cost_delay = 0,
   autovacuum_vacuum_scale_factor = 0.01,
   autovacuum_vacuum_insert_scale_factor = 0.05,
-  autovacuum_analyze_scale_factor = 0.02
+  autovacuum_analyze_scale_factor = 0.02,
+  -- No truncation: a queue's empty tail is refilled seconds later. Truncating it stalled each
+  -- vacuum for seconds (it waits for an ACCESS EXCLUSIVE lock the workers keep taking away)
+  -- while dead rows piled up, and the table grew a step at every pass (tests/test_load.py).
+  vacuum_truncate = false
 );
 comment on table jobs.jobs is 'One row per job; see the README for the life of a row';
 
