@@ -40,9 +40,9 @@ if [ ! -d examples/node/node_modules ]; then
   (cd examples/node && npm ci --no-audit --no-fund --silent)
 fi
 
-echo "setup: building and installing pg_jobs into $("$PG_CONFIG" --pkglibdir)"
+echo "setup: building (release) and installing pg_jobs into $("$PG_CONFIG" --pkglibdir)"
 log=$(mktemp /tmp/pg_jobs-install.XXXXXX)
-if ! cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
+if ! cargo pgrx install --release --pg-config "$PG_CONFIG" >"$log" 2>&1; then
   cat "$log"
   exit 1
 fi
