@@ -31,6 +31,12 @@ DATA = f"/tmp/pg_jobs-load-{PORT}"
 JOBS = int(os.environ.get("PG_JOBS_LOAD_JOBS", "1000000"))
 BATCH_IN, BATCH_OUT, PRODUCERS, WORKERS = 1000, 100, 4, 12
 BACKLOG = 50_000  # producers wait while more jobs than this are ready
+# PG_JOBS_LOAD_PAYLOAD_KB=3 gives each job about 3 kB of incompressible payload, which
+# PostgreSQL stores out of line in the TOAST table (see the README, "Vacuum for busy queues").
+PAYLOAD_KB = int(os.environ.get("PG_JOBS_LOAD_PAYLOAD_KB", "0"))
+PAYLOAD = ("jsonb_build_object('n', g)" if PAYLOAD_KB == 0 else
+           "jsonb_build_object('n', g, 'blob', (select string_agg(md5(random()::text || x || g), '') "
+           f"from generate_series(1, {32 * PAYLOAD_KB}) as x where g > 0))")
 
 
 def cluster(*args):
@@ -68,7 +74,7 @@ def test_a_million_jobs_through_sixteen_connections_with_retention_on():
                             counts["calls"] += 1
                         n = conn.execute(
                             """select count(*) from jobs.enqueue_batch(
-                                 (select jsonb_agg(jsonb_build_object('name', 'load', 'payload', jsonb_build_object('n', g)))
+                                 (select jsonb_agg(jsonb_build_object('name', 'load', 'payload', """ + PAYLOAD + """))
                                   from generate_series(1, %s) g))""", (BATCH_IN,)).fetchone()[0]
                         with lock:
                             counts["enqueued"] += n
@@ -101,7 +107,9 @@ def test_a_million_jobs_through_sixteen_connections_with_retention_on():
             while time.monotonic() < deadline:
                 time.sleep(1)
                 sizes.append(conn.execute("select pg_total_relation_size('jobs.jobs')").fetchone()[0])
-                parts.append(conn.execute("select pg_relation_size('jobs.jobs'), pg_indexes_size('jobs.jobs')").fetchone())
+                parts.append(conn.execute(
+                    "select pg_relation_size('jobs.jobs'), pg_indexes_size('jobs.jobs'), pg_total_relation_size(c.reltoastrelid) "
+                    "from pg_class as c where c.oid = 'jobs.jobs'::regclass").fetchone())
                 with lock:
                     if counts["completed"] >= JOBS:
                         break
@@ -119,7 +127,7 @@ def test_a_million_jobs_through_sixteen_connections_with_retention_on():
         middle, last = max(sizes[third:2 * third]), max(sizes[2 * third:])
         print(f"\nload: {JOBS} jobs in {len(sizes)} s; jobs.jobs with indexes peaked at {middle >> 20} MiB "
               f"in the middle third of the run and at {last >> 20} MiB in the last")
-        print("heap and index MiB over time:", [(h >> 20, i >> 20) for h, i in parts[::10]])
+        print("heap, index and TOAST MiB over time:", [(h >> 20, i >> 20, t >> 20) for h, i, t in parts[::10]])
         assert last <= 1.25 * middle, "the table kept growing"
         with open(f"{DATA}/log") as log:
             server_errors = [line for line in log if "ERROR:" in line or "FATAL:" in line or "PANIC:" in line]
