@@ -4,7 +4,8 @@
 //!
 //! It starts when recovery has finished (never on a standby; after a promotion it starts),
 //! re-reads its settings on SIGHUP, checks on every pass that the extension exists (it may be
-//! created, dropped and created again while the worker runs), and exits at SIGTERM. It exits
+//! created, dropped and created again while the worker runs) and holds a share lock on it for
+//! the pass, so a `DROP EXTENSION` waits for the sweep to end; it exits at SIGTERM. It exits
 //! with status 1, so the postmaster starts it again after `pg_terminate_backend` or a crash.
 
 use crate::gucs;
@@ -60,23 +61,19 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
 }
 
 /// One sweep in the current transaction. None when there is nothing to sweep here: the server
-/// is in recovery, or the extension is not installed in this database.
+/// is in recovery, the extension is not installed in this database, or another session is
+/// dropping it.
 fn pass() -> Option<bool> {
     if unsafe { pg_sys::RecoveryInProgress() } {
         return None;
     }
-    let installed =
-        Spi::get_one::<bool>("select exists (select from pg_extension where extname = 'pg_jobs')")
-            .ok()
-            .flatten()
-            .unwrap_or(false);
-    if !installed {
-        report_activity(
-            pg_sys::BackendState::STATE_IDLE,
-            "waiting for CREATE EXTENSION pg_jobs",
-        );
+    if !hold_extension() {
         return None;
     }
+    report_activity(
+        pg_sys::BackendState::STATE_RUNNING,
+        "select * from jobs.sweep()",
+    );
     report_activity(
         pg_sys::BackendState::STATE_RUNNING,
         "select * from jobs.sweep()",
@@ -113,6 +110,49 @@ fn pass() -> Option<bool> {
         debug1!("{NAME}: nothing to do ({summary})");
     }
     Some(counts.iter().any(|(_, n)| *n >= BATCH as i64))
+}
+
+/// Takes a share lock on the extension for the rest of the pass, so that a `DROP EXTENSION`
+/// (which locks the extension before it drops anything) waits for the sweep to end, instead of
+/// dropping the tables under it: the sweep would fail, and the worker exit and restart. Never
+/// waits itself: while another session holds a drop open, the pass is skipped. False when there
+/// is nothing to lock, or it is being dropped.
+fn hold_extension() -> bool {
+    let name = c"pg_jobs";
+    // get_extension_oid reads pg_extension with a fresh catalog snapshot on every call (the
+    // catalog has no syscache), not the snapshot this transaction started with.
+    let oid = unsafe { pg_sys::get_extension_oid(name.as_ptr(), true) };
+    if oid == pg_sys::InvalidOid {
+        report_activity(
+            pg_sys::BackendState::STATE_IDLE,
+            "waiting for CREATE EXTENSION pg_jobs",
+        );
+        return false;
+    }
+    let locked = unsafe {
+        pg_sys::ConditionalLockDatabaseObject(
+            pg_sys::ExtensionRelationId,
+            oid,
+            0,
+            pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+        )
+    };
+    if !locked {
+        report_activity(
+            pg_sys::BackendState::STATE_IDLE,
+            "waiting for a DROP EXTENSION pg_jobs to end",
+        );
+        return false;
+    }
+    // A drop may have committed between the lookup and the lock: look again, under the lock.
+    if unsafe { pg_sys::get_extension_oid(name.as_ptr(), true) } != oid {
+        report_activity(
+            pg_sys::BackendState::STATE_IDLE,
+            "waiting for CREATE EXTENSION pg_jobs",
+        );
+        return false;
+    }
+    true
 }
 
 /// What `pg_stat_activity` shows for the worker: its state, and `query_start` as the time of

@@ -35,10 +35,9 @@ def worker_pid(dsn):
 
 
 def wait_for_passes(dsn, count):
-    """Waits until the worker has started `count` more sweeps (its query_start moves). The
-    worker may be restarting, absent from pg_stat_activity for up to 2 s: a sweep it was
-    running when the previous test dropped the extension fails, and the worker exits and is
-    started again. Its first sweep after that counts as one."""
+    """Waits until the worker has started `count` more passes (its query_start moves). The
+    worker may be restarting, absent from pg_stat_activity for up to 2 s (a test terminated
+    it); its first pass after that counts as one."""
     sql = "select query_start from pg_stat_activity where backend_type = 'pg_jobs sweeper'"
     seen, last = 0, one(dsn, sql)
     deadline = time.monotonic() + DEADLINE
@@ -131,6 +130,32 @@ def test_the_worker_copes_with_the_extension_dropped_and_created_again(swept):
     )
     with psycopg.connect(swept, autocommit=True) as conn:
         conn.execute("create extension pg_jobs")
+    abandon_final_attempt(swept)
+    eventually(swept, "select state::text from jobs.jobs", "dead")
+
+
+def test_a_drop_extension_held_open_neither_blocks_nor_kills_the_worker(swept):
+    """A DROP EXTENSION is held open while the worker comes round. The worker must not run
+    into the tables being dropped: unguarded, its sweep waited on their locks and, once the drop
+    committed, failed (relation "jobs.jobs" does not exist), and the worker exited and was
+    restarted 2 s later. Guarded, it cannot take its share lock on the extension, skips the pass
+    and says why, and is the same process afterwards."""
+    activity = "select query from pg_stat_activity where backend_type = 'pg_jobs sweeper'"
+    eventually(swept, activity, "select * from jobs.sweep()")
+    before = worker_pid(swept)
+    with psycopg.connect(swept) as conn:  # one transaction, committed below
+        conn.execute("drop extension pg_jobs")
+        held_off = (
+            "select query = 'waiting for a DROP EXTENSION pg_jobs to end' or wait_event_type = 'Lock' "
+            "from pg_stat_activity where backend_type = 'pg_jobs sweeper'"
+        )
+        eventually(swept, held_off, True)
+        wait_for_passes(swept, 2)  # it comes round again, still held off
+        conn.commit()
+    eventually(swept, activity, "waiting for CREATE EXTENSION pg_jobs")
+    assert worker_pid(swept) == before, "the worker failed and was restarted"
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("create extension pg_jobs")  # for the next pass, and the fixture's drop
     abandon_final_attempt(swept)
     eventually(swept, "select state::text from jobs.jobs", "dead")
 
