@@ -74,10 +74,6 @@ fn pass() -> Option<bool> {
         pg_sys::BackendState::STATE_RUNNING,
         "select * from jobs.sweep()",
     );
-    report_activity(
-        pg_sys::BackendState::STATE_RUNNING,
-        "select * from jobs.sweep()",
-    );
     let counts: Vec<(String, i64)> = Spi::connect(|client| {
         client
             .select(
@@ -118,26 +114,17 @@ fn pass() -> Option<bool> {
 /// waits itself: while another session holds a drop open, the pass is skipped. False when there
 /// is nothing to lock, or it is being dropped.
 fn hold_extension() -> bool {
-    let name = c"pg_jobs";
-    // get_extension_oid reads pg_extension with a fresh catalog snapshot on every call (the
-    // catalog has no syscache), not the snapshot this transaction started with.
-    let oid = unsafe { pg_sys::get_extension_oid(name.as_ptr(), true) };
-    if oid == pg_sys::InvalidOid {
-        report_activity(
-            pg_sys::BackendState::STATE_IDLE,
-            "waiting for CREATE EXTENSION pg_jobs",
-        );
-        return false;
-    }
-    let locked = unsafe {
-        pg_sys::ConditionalLockDatabaseObject(
-            pg_sys::ExtensionRelationId,
-            oid,
-            0,
-            pg_sys::AccessShareLock as pg_sys::LOCKMODE,
-        )
-    };
-    if !locked {
+    let oid = extension_oid();
+    let locked = oid != pg_sys::InvalidOid
+        && unsafe {
+            pg_sys::ConditionalLockDatabaseObject(
+                pg_sys::ExtensionRelationId,
+                oid,
+                0,
+                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+            )
+        };
+    if oid != pg_sys::InvalidOid && !locked {
         report_activity(
             pg_sys::BackendState::STATE_IDLE,
             "waiting for a DROP EXTENSION pg_jobs to end",
@@ -145,7 +132,7 @@ fn hold_extension() -> bool {
         return false;
     }
     // A drop may have committed between the lookup and the lock: look again, under the lock.
-    if unsafe { pg_sys::get_extension_oid(name.as_ptr(), true) } != oid {
+    if !locked || extension_oid() != oid {
         report_activity(
             pg_sys::BackendState::STATE_IDLE,
             "waiting for CREATE EXTENSION pg_jobs",
@@ -153,6 +140,13 @@ fn hold_extension() -> bool {
         return false;
     }
     true
+}
+
+/// The extension's oid in this database, or InvalidOid. get_extension_oid reads pg_extension
+/// with a fresh catalog snapshot on every call (that catalog has no syscache), not with the
+/// snapshot this transaction started with, so it sees a drop committed since.
+fn extension_oid() -> pg_sys::Oid {
+    unsafe { pg_sys::get_extension_oid(c"pg_jobs".as_ptr(), true) }
 }
 
 /// What `pg_stat_activity` shows for the worker: its state, and `query_start` as the time of
