@@ -301,15 +301,20 @@ def run_churn(db, args, results):
     start = time.monotonic()
     for minute in range(1, args.churn_minutes + 1):
         time.sleep(max(0, start + minute * 60 - time.monotonic()))
+        # Completed in the last minute; and enqueued in it (retention keeps a completed job a
+        # minute past its completion, so all of them are still here): the offered load.
         row = db.sql(
-            """select count(*),
-                      percentile_cont(0.5) within group (order by extract(epoch from finished_at - enqueued_at)),
+            """select count(*) filter (where state = 'completed' and finished_at > now() - interval '1 minute'),
+                      percentile_cont(0.5) within group (order by extract(epoch from finished_at - enqueued_at))
+                        filter (where state = 'completed' and finished_at > now() - interval '1 minute'),
                       percentile_cont(0.99) within group (order by extract(epoch from finished_at - enqueued_at))
-               from jobs.jobs where state = 'completed' and finished_at > now() - interval '1 minute'""")[0]
+                        filter (where state = 'completed' and finished_at > now() - interval '1 minute'),
+                      count(*) filter (where enqueued_at > now() - interval '1 minute')
+               from jobs.jobs""")[0]
         stats = db.sql(
             """select n_dead_tup, pg_table_size('jobs.jobs'), pg_indexes_size('jobs.jobs')
                from pg_stat_user_tables where relid = 'jobs.jobs'::regclass""")[0]
-        point = {"minute": minute, "completed": row[0], "p50_ms": (row[1] or 0) * 1000, "p99_ms": (row[2] or 0) * 1000,
+        point = {"minute": minute, "enqueued": row[3], "completed": row[0], "p50_ms": (row[1] or 0) * 1000, "p99_ms": (row[2] or 0) * 1000,
                  "n_dead_tup": stats[0], "table_bytes": stats[1], "index_bytes": stats[2]}
         results["churn"].append(point)
         log(f"churn minute {minute}: {point}")
@@ -375,33 +380,39 @@ def drain_median(results, cand, clients, batch, key="jobs_per_s", section="drain
 
 
 def targets(results):
+    """Each target as (what, measured, met)."""
     checks = []
+
+    def at_least(label, value, want):
+        checks.append((label, value, value >= want))
+
     for batch in (10, 100):
         pgj = drain_median(results, "pg_jobs", 4, batch)
         plain = drain_median(results, "plain SQL", 4, batch)
         pgmq = drain_median(results, "pgmq 1.1.4", 4, batch)
-        checks.append((f"drain K=4 B={batch}: pg_jobs / plain SQL >= 0.9", pgj / plain, 0.9))
-        checks.append((f"drain K=4 B={batch}: pg_jobs / pgmq >= 1.2", pgj / pgmq, 1.2))
+        at_least(f"drain K=4 B={batch}: pg_jobs / plain SQL >= 0.9", pgj / plain, 0.9)
+        at_least(f"drain K=4 B={batch}: pg_jobs / pgmq >= 1.2", pgj / pgmq, 1.2)
     for batch, want in ((1, 0.4), (10, 1.8), (100, 4.0)):
         ratio = drain_median(results, "pg_jobs", 4, batch, key="ratio_to_ceiling")
-        checks.append((f"drain K=4 B={batch}: pg_jobs jobs/s / pgbench -N tps >= {want}", ratio, want))
+        at_least(f"drain K=4 B={batch}: pg_jobs jobs/s / pgbench -N tps >= {want}", ratio, want)
     claims = {w: median([r["claims_per_s"] for r in results["claim_backlog"] if r["what"] == w])
               for w in ("10k ready", "1M ready", "1M finished + 10k ready")}
-    checks.append(("claims with 1M ready / with 10k ready >= 0.8", claims["1M ready"] / claims["10k ready"], 0.8))
-    checks.append(("claims with 1M finished / with 10k ready >= 0.8",
-                   claims["1M finished + 10k ready"] / claims["10k ready"], 0.8))
-    checks.append(("heartbeats: HOT updates / updates >= 0.95", results["heartbeat"]["hot_ratio"], 0.95))
+    at_least("claims with 1M ready / with 10k ready >= 0.8", claims["1M ready"] / claims["10k ready"], 0.8)
+    at_least("claims with 1M finished / with 10k ready >= 0.8",
+             claims["1M finished + 10k ready"] / claims["10k ready"], 0.8)
+    at_least("heartbeats: HOT updates / updates >= 0.95", results["heartbeat"]["hot_ratio"], 0.95)
     churn = results["churn"]
     if len(churn) >= 2:
         first, last = churn[0]["completed"], churn[-1]["completed"]
-        checks.append(("churn: last minute's throughput / first's >= 0.9", last / max(first, 1), 0.9))
+        ratio = last / max(first, 1)
+        checks.append(("churn: last minute's throughput / first's within 0.9 to 1.1", ratio, 0.9 <= ratio <= 1.1))
         half = len(churn) // 2
         grew = churn[-1]["table_bytes"] / max(churn[half]["table_bytes"], 1)
-        checks.append(("churn: table size, last / middle minute <= 1.1 (stops growing)", 1 / grew if grew else 0, 1 / 1.1))
+        checks.append(("churn: table size, last / middle minute <= 1.1 (stops growing)", grew, grew <= 1.1))
     enq = {w: median([r["rows_per_s"] for r in results["enqueue"] if r["what"] == w]) for w in
            {r["what"] for r in results["enqueue"]}}
-    checks.append(("enqueue_batch(100) / INSERT of the same rows >= 0.9",
-                   enq["pg_jobs enqueue_batch(100)"] / enq["INSERT of the same 100 rows into jobs.jobs"], 0.9))
+    at_least("enqueue_batch(100) / INSERT of the same rows >= 0.9",
+             enq["pg_jobs enqueue_batch(100)"] / enq["INSERT of the same 100 rows into jobs.jobs"], 0.9)
     return checks, claims, enq
 
 
@@ -434,9 +445,9 @@ def report(results, args):
     lines += [f"| {w} | {v:,.0f} |" for w, v in claims.items()]
     lines += ["", f"### Steady churn: {args.churn_rate} jobs/s for {args.churn_minutes} min, 4 workers, "
               "retention 1 min, the background worker sweeping every second", "",
-              "| minute | completed | p50 latency ms | p99 latency ms | n_dead_tup | table bytes | index bytes |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {p['minute']} | {p['completed']:,} | {p['p50_ms']:.1f} | {p['p99_ms']:.1f} | {p['n_dead_tup']:,} | "
+              "| minute | enqueued | completed | p50 latency ms | p99 latency ms | n_dead_tup | table bytes | index bytes |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {p['minute']} | {format(p['enqueued'], ',') if 'enqueued' in p else '—'} | {p['completed']:,} | {p['p50_ms']:.1f} | {p['p99_ms']:.1f} | {p['n_dead_tup']:,} | "
               f"{p['table_bytes']:,} | {p['index_bytes']:,} |" for p in results["churn"]]
     lines += ["", "### Node peer, end to end from one Node process: graphile-worker 0.17.3 beside pg_jobs, "
               "K = 4 (median jobs/s)", "", "| B | pg_jobs (node-postgres) | graphile-worker 0.17.3 |", "|---|---|---|"]
@@ -446,8 +457,7 @@ def report(results, args):
         lines.append(f"| {batch} | {cells[0]:,.0f} | {cells[1]:,.0f} |")
     lines += ["", "### Targets", "", "| target | measured | met |", "|---|---|---|"]
     missed = 0
-    for label, value, want in checks:
-        ok = value >= want
+    for label, value, ok in checks:
         missed += not ok
         lines.append(f"| {label} | {value:.2f} | {'yes' if ok else '**no**'} |")
     lines += ["", "Without history (`pg_jobs.completed_retention = 0`, not a target: the targets are for the "
