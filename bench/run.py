@@ -304,13 +304,13 @@ def run_churn(db, args, results):
         # Completed in the last minute; and enqueued in it (retention keeps a completed job a
         # minute past its completion, so all of them are still here): the offered load.
         row = db.sql(
-            """select count(*) filter (where state = 'completed' and finished_at > now() - interval '1 minute'),
-                      percentile_cont(0.5) within group (order by extract(epoch from finished_at - enqueued_at))
-                        filter (where state = 'completed' and finished_at > now() - interval '1 minute'),
-                      percentile_cont(0.99) within group (order by extract(epoch from finished_at - enqueued_at))
-                        filter (where state = 'completed' and finished_at > now() - interval '1 minute'),
+            """select count(*) filter (where done),
+                      percentile_cont(0.5) within group (order by latency) filter (where done),
+                      percentile_cont(0.99) within group (order by latency) filter (where done),
                       count(*) filter (where enqueued_at > now() - interval '1 minute')
-               from jobs.jobs""")[0]
+               from (select enqueued_at, extract(epoch from finished_at - enqueued_at) as latency,
+                            state = 'completed' and finished_at > now() - interval '1 minute' as done
+                     from jobs.jobs) as j""")[0]
         stats = db.sql(
             """select n_dead_tup, pg_table_size('jobs.jobs'), pg_indexes_size('jobs.jobs')
                from pg_stat_user_tables where relid = 'jobs.jobs'::regclass""")[0]

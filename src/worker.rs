@@ -115,16 +115,19 @@ fn pass() -> Option<bool> {
 /// is nothing to lock, or it is being dropped.
 fn hold_extension() -> bool {
     let oid = extension_oid();
-    let locked = oid != pg_sys::InvalidOid
-        && unsafe {
-            pg_sys::ConditionalLockDatabaseObject(
-                pg_sys::ExtensionRelationId,
-                oid,
-                0,
-                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
-            )
-        };
-    if oid != pg_sys::InvalidOid && !locked {
+    if oid == pg_sys::InvalidOid {
+        report_activity(pg_sys::BackendState::STATE_IDLE, WAITING_FOR_CREATE);
+        return false;
+    }
+    let locked = unsafe {
+        pg_sys::ConditionalLockDatabaseObject(
+            pg_sys::ExtensionRelationId,
+            oid,
+            0,
+            pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+        )
+    };
+    if !locked {
         report_activity(
             pg_sys::BackendState::STATE_IDLE,
             "waiting for a DROP EXTENSION pg_jobs to end",
@@ -132,15 +135,14 @@ fn hold_extension() -> bool {
         return false;
     }
     // A drop may have committed between the lookup and the lock: look again, under the lock.
-    if !locked || extension_oid() != oid {
-        report_activity(
-            pg_sys::BackendState::STATE_IDLE,
-            "waiting for CREATE EXTENSION pg_jobs",
-        );
+    if extension_oid() != oid {
+        report_activity(pg_sys::BackendState::STATE_IDLE, WAITING_FOR_CREATE);
         return false;
     }
     true
 }
+
+const WAITING_FOR_CREATE: &str = "waiting for CREATE EXTENSION pg_jobs";
 
 /// The extension's oid in this database, or InvalidOid. get_extension_oid reads pg_extension
 /// with a fresh catalog snapshot on every call (that catalog has no syscache), not with the
