@@ -49,7 +49,7 @@ begin
   with c as (
     select u.id, u.name, u.lapsed, u.bury, u.ord, j.concurrency_key, t.concurrency
     from unnest(p_ids, p_names, p_lapsed, p_bury) with ordinality as u(id, name, lapsed, bury, ord)
-    join jobs.jobs as j on j.id = u.id
+    join jobs.jobs as j on j.id = u.id and j.id = any(p_ids)  -- an index condition: see jobs.claim
     left join jobs.job_types as t on t.name = u.name
   ),
   held as (  -- the jobs running now under a candidate's name or key
@@ -195,7 +195,7 @@ begin
       updated_at = v_now
     from candidates as c
     cross join lateral jobs._policy(c.name) as p
-    where j.id = c.id
+    where j.id = c.id and j.id = any(v_ids[1:max_jobs])
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,

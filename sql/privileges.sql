@@ -15,7 +15,14 @@
 -- drain of docs/BENCHMARKS.md went from about 8.6k to 11.7k jobs/s). And without JIT
 -- (jit = off): a generic plan estimates a LIMIT of max_jobs at a tenth of the rows it reads,
 -- so with a backlog of 1M the claim's plan passed jit_above_cost and was compiled again on
--- every call, 320 ms each, for a statement that runs in well under one.
+-- every call, 320 ms each, for a statement that runs in well under one. And without
+-- sequential scans of their own (enable_seqscan = off): a generic plan lives as long as the
+-- session or the next ANALYZE, and one made while jobs.jobs was empty (after a TRUNCATE, or
+-- after the queue drained and vacuum ran) estimates the table at a page, where a sequential
+-- scan is cheapest. That plan then read every row on every call once the table filled: 25 ms
+-- per heartbeat with 200k jobs (docs/PLANS.md). Every statement here has an index to go by;
+-- each join against an array of ids also names the ids (j.id = any(...)), so its index scan
+-- has a condition and is not a walk of the whole index.
 
 create function jobs._grant(p_fn text, p_role name, p_functions text[], p_admin boolean)
 returns void
@@ -96,7 +103,8 @@ begin
                         'grant_admin', 'grant_monitor', '_oldest_ready')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
-                   'set plan_cache_mode = force_generic_plan set jit = off', v_fn);
+                   'set plan_cache_mode = force_generic_plan set jit = off '
+                   'set enable_seqscan = off', v_fn);
   end loop;
 end
 $$;

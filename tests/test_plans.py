@@ -11,6 +11,7 @@ docs/PLANS.md. Settles must find their jobs by primary key, however many jobs ar
 import re
 
 import psycopg
+import pytest
 
 BIG = 1_000_000
 BUFFER_BOUND = 600  # a claim of 10 touches ~100; a backlog sort or history scan touches 10^4+
@@ -155,3 +156,75 @@ def test_settles_find_their_jobs_by_primary_key_however_many_are_running(dsn):
     assert "Index Scan using jobs_pkey" in plan, plan
     assert "jobs_lease_idx" not in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
+
+
+def hold_and_settle(conn):
+    """One batch through every fenced statement: a claim of 10, then a heartbeat, complete,
+    fail, snooze and assert_claim of one job each, and complete_many of the rest."""
+    rows = conn.execute("select id, claim from jobs.claim('planner', max_jobs => 10)").fetchall()
+    assert len(rows) == 10
+    (a, ac), (b, bc), (c, cc), (d, dc) = rows[:4]
+    conn.execute("select jobs.heartbeat(%s, %s::bigint)", (a, ac))
+    conn.execute("select jobs.complete(%s, %s::bigint)", (a, ac))
+    conn.execute("select jobs.fail(%s, %s::bigint, 'planned')", (b, bc))
+    conn.execute("select jobs.snooze(%s, %s::bigint, now() + interval '1 hour')", (c, cc))
+    conn.execute("select jobs.assert_claim(%s, %s::bigint)", (d, dc))
+    rest = rows[3:]
+    landed = conn.execute(
+        "select landed from jobs.complete_many(%s, %s)", ([r[0] for r in rest], [r[1] for r in rest])
+    ).fetchall()
+    assert landed == [(True,)] * len(rest)
+
+
+@pytest.mark.parametrize("emptied_by", ["truncate", "delete and vacuum"])
+def test_plans_cached_while_the_table_was_empty_still_go_by_index(dsn, emptied_by):
+    """A generic plan lives until the session ends or jobs.jobs is analysed again. One made
+    while the table was empty (after a TRUNCATE, or after the queue drained and vacuum ran)
+    sees a table of a page or of no rows, where a sequential scan, or a walk of the whole
+    primary key joined to the ids given, is cheapest. When the table then fills, such a plan
+    reads every job on every call: with 200k jobs, 25 ms per heartbeat, 1 s per claim of 10,
+    minutes per complete_many of 10,000 (docs/PLANS.md). Every statement must go by an index
+    with a condition, whatever the statistics said when it was planned."""
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("alter table jobs.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
+        insert_ready(setup, 20_000)
+        setup.execute("analyze jobs.jobs")
+        if emptied_by == "truncate":
+            setup.execute("truncate jobs.jobs")
+            setup.execute("vacuum analyze jobs.jobs")
+        else:
+            setup.execute("delete from jobs.jobs")
+            setup.execute("vacuum jobs.jobs")
+        assert setup.execute("select reltuples from pg_class where oid = 'jobs.jobs'::regclass").fetchone()[0] == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(3):  # the session plans every statement while the table holds a few jobs
+            conn.execute(
+                """select count(*) from jobs.enqueue_batch(
+                     (select jsonb_agg(jsonb_build_object('name', 'bulk')) from generate_series(1, 10)))"""
+            )
+            hold_and_settle(conn)
+        insert_ready(conn, 200_000)
+        notices = explain_nested(conn)
+        hold_and_settle(conn)
+        conn.execute("set auto_explain.log_min_duration = -1")
+    plans = [n for n in notices if "jobs.jobs" in n]  # the nested statements that read the table
+    assert len(plans) >= 8, notices  # candidates, claim, heartbeat, complete, fail, snooze, assert, many
+    for plan in plans:
+        print(f"\n-- after {emptied_by}, planned with a few jobs, run with 200k\n" + plan)
+        assert "Seq Scan on jobs" not in plan, plan
+        lines = plan.splitlines()
+        for i, line in enumerate(lines):
+            if "Index Scan using jobs_pkey" in line:  # a lookup, not a walk of every job
+                assert "Index Cond" in lines[i + 1], plan
+        assert buffers(plan) < BUFFER_BOUND, plan
+
+
+def insert_ready(conn, n):
+    conn.execute(
+        """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
+                                  payload, enqueued_at, created_at, updated_at)
+           select g, g, 'bulk', 'default', 'ready', 0, now() - interval '1 hour', 25, '{}',
+                  now(), now(), now()
+           from (select gen_random_uuid() as g from generate_series(1, %s)) as s""",
+        (n,),
+    )
