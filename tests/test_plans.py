@@ -12,6 +12,7 @@ import re
 
 import psycopg
 import pytest
+from test_no_history import set_retention
 
 BIG = 1_000_000
 BUFFER_BOUND = 600  # a claim of 10 touches ~100; a backlog sort or history scan touches 10^4+
@@ -176,8 +177,8 @@ def hold_and_settle(conn):
     assert landed == [(True,)] * len(rest)
 
 
-@pytest.mark.parametrize("emptied_by", ["truncate", "delete and vacuum"])
-def test_plans_cached_while_the_table_was_empty_still_go_by_index(dsn, emptied_by):
+@pytest.mark.parametrize("emptied_by", ["truncate", "delete and vacuum", "truncate, no history"])
+def test_plans_cached_while_the_table_was_empty_still_go_by_index(server_dsn, dsn, emptied_by):
     """A generic plan lives until the session ends or jobs.jobs is analysed again. One made
     while the table was empty (after a TRUNCATE, or after the queue drained and vacuum ran)
     sees a table of a page or of no rows, where a sequential scan, or a walk of the whole
@@ -185,6 +186,17 @@ def test_plans_cached_while_the_table_was_empty_still_go_by_index(dsn, emptied_b
     reads every job on every call: with 200k jobs, 25 ms per heartbeat, 1 s per claim of 10,
     minutes per complete_many of 10,000 (docs/PLANS.md). Every statement must go by an index
     with a condition, whatever the statistics said when it was planned."""
+    no_history = emptied_by.endswith("no history")  # complete and complete_many delete
+    if no_history:
+        set_retention(server_dsn, "0")
+    try:
+        plans_after_emptying(dsn, emptied_by.split(",")[0], no_history)
+    finally:
+        if no_history:
+            set_retention(server_dsn, None)
+
+
+def plans_after_emptying(dsn, emptied_by, no_history):
     with psycopg.connect(dsn, autocommit=True) as setup:
         setup.execute("alter table jobs.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
         insert_ready(setup, 20_000)
@@ -209,6 +221,8 @@ def test_plans_cached_while_the_table_was_empty_still_go_by_index(dsn, emptied_b
         conn.execute("set auto_explain.log_min_duration = -1")
     plans = [n for n in notices if "jobs.jobs" in n]  # the nested statements that read the table
     assert len(plans) >= 8, notices  # candidates, claim, heartbeat, complete, fail, snooze, assert, many
+    # complete_many's delete of the jobs it completes (not the settles' share of retention)
+    assert any("Delete on jobs" in plan and "any(ids)" in plan for plan in plans) == no_history, plans
     for plan in plans:
         print(f"\n-- after {emptied_by}, planned with a few jobs, run with 200k\n" + plan)
         assert "Seq Scan on jobs" not in plan, plan
