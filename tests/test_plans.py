@@ -18,7 +18,7 @@ BIG = 1_000_000
 BUFFER_BOUND = 600  # a claim of 10 touches ~100; a backlog sort or history scan touches 10^4+
 
 
-def fill(conn, n, state):
+def insert(conn, n, state):
     conn.execute(
         """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   payload, enqueued_at, created_at, updated_at, finished_at)
@@ -28,6 +28,10 @@ def fill(conn, n, state):
            from generate_series(1, %s) g""",
         (state, state, n),
     )
+
+
+def fill(conn, n, state):
+    insert(conn, n, state)
     conn.execute("vacuum analyze jobs.jobs")
 
 
@@ -199,7 +203,7 @@ def test_plans_cached_while_the_table_was_empty_still_go_by_index(server_dsn, ds
 def plans_after_emptying(dsn, emptied_by, no_history):
     with psycopg.connect(dsn, autocommit=True) as setup:
         setup.execute("alter table jobs.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
-        insert_ready(setup, 20_000)
+        insert(setup, 20_000, "ready")
         setup.execute("analyze jobs.jobs")
         if emptied_by == "truncate":
             setup.execute("truncate jobs.jobs")
@@ -215,7 +219,7 @@ def plans_after_emptying(dsn, emptied_by, no_history):
                      (select jsonb_agg(jsonb_build_object('name', 'bulk')) from generate_series(1, 10)))"""
             )
             hold_and_settle(conn)
-        insert_ready(conn, 200_000)
+        insert(conn, 200_000, "ready")
         notices = explain_nested(conn)
         hold_and_settle(conn)
         conn.execute("set auto_explain.log_min_duration = -1")
@@ -232,13 +236,3 @@ def plans_after_emptying(dsn, emptied_by, no_history):
                 assert "Index Cond" in lines[i + 1], plan
         assert buffers(plan) < BUFFER_BOUND, plan
 
-
-def insert_ready(conn, n):
-    conn.execute(
-        """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
-                                  payload, enqueued_at, created_at, updated_at)
-           select g, g, 'bulk', 'default', 'ready', 0, now() - interval '1 hour', 25, '{}',
-                  now(), now(), now()
-           from (select gen_random_uuid() as g from generate_series(1, %s)) as s""",
-        (n,),
-    )
