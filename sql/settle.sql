@@ -178,9 +178,11 @@ begin
     perform jobs._drop_orphan_steps(v_runs);
   else
     if results is not null then
-      select array_agg(i.id order by i.id), array_agg(i.result order by i.id)
+      -- An id given twice gets the result given with its highest claim: the only one that
+      -- can be the job's current claim unless a claim never handed out is given.
+      select array_agg(i.id order by i.id, i.claim), array_agg(i.result order by i.id, i.claim)
         into v_sorted, v_results
-      from unnest(ids, results) as i(id, result);
+      from unnest(ids, claims, results) as i(id, claim, result);
     end if;
     with landed as (
       update jobs.jobs as j set

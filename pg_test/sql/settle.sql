@@ -25,6 +25,17 @@ select landed from jobs.complete_many(:'ids', array[(:'claims'::bigint[])[1], 99
 select state, result from jobs.jobs order by id;
 select jobs.complete_many(:'ids', array[1, 2]);
 \echo :LAST_ERROR_SQLSTATE
+-- Results follow their ids in any order; an id given twice, with a stale and the current
+-- claim, lands once, with the result given beside the current claim.
+truncate jobs.jobs;
+select count(*) from jobs.enqueue_batch('[{"name": "m"}, {"name": "m"}, {"name": "m"}]');
+select array_agg(id order by id desc) as ids, array_agg(claim order by id desc) as claims,
+       (array_agg(id order by id))[1] as first_id
+from jobs.claim('w', max_jobs => 3) \gset
+select landed from jobs.complete_many(:'ids'::uuid[] || :'first_id'::uuid,
+                                      :'claims'::bigint[] || 0::bigint,
+                                      array['{"r": "c"}', '{"r": "b"}', '{"r": "a"}', '{"r": "stale"}']::jsonb[]);
+select result from jobs.jobs order by id;
 
 -- fail: retried with the backoff, or at retry_at; dead when out of attempts or not retryable.
 truncate jobs.jobs;
