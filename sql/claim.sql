@@ -46,19 +46,25 @@ begin
 
   -- A new statement, so a new snapshot: it sees the claims committed under those locks.
   return query
-  with c as (
-    select u.id, u.name, u.lapsed, u.bury, u.ord, j.concurrency_key, t.concurrency
+  with c as (  -- a lookup per candidate, not a join (see the UPDATE in jobs.claim)
+    select u.id, u.name, u.lapsed, u.bury, u.ord,
+           (select j.concurrency_key from jobs.jobs as j where j.id = u.id) as concurrency_key,
+           (select t.concurrency from jobs.job_types as t where t.name = u.name) as concurrency
     from unnest(p_ids, p_names, p_lapsed, p_bury) with ordinality as u(id, name, lapsed, bury, ord)
-    join jobs.jobs as j on j.id = u.id and j.id = any(p_ids)  -- an index condition: see jobs.claim
-    left join jobs.job_types as t on t.name = u.name
   ),
-  held as (  -- the jobs running now under a candidate's name or key
+  -- The jobs running now under a candidate's name or key. No candidate is among them: a
+  -- lapsed one's lease ended by p_now (jobs.claim found it so and holds its row), and the
+  -- others are not running.
+  held as (
     select r.name, r.concurrency_key
     from jobs.jobs as r
     where r.state = 'running' and r.lease_scan_at is not null  -- all running jobs: jobs_lease_idx
-      and r.lease_expires_at > p_now and r.id <> all(p_ids)
+      and r.lease_expires_at > p_now
       and (r.name in (select c.name from c where c.concurrency is not null)
            or r.concurrency_key in (select c.concurrency_key from c))
+  ),
+  held_per_name as (
+    select h.name, count(*) as n from held as h group by h.name
   ),
   ranked as (
     select c.*,
@@ -69,12 +75,15 @@ begin
   fits as (
     select c.id, c.name, c.lapsed, c.bury, c.ord from c where c.bury
     union all
-    select r.id, r.name, r.lapsed, r.bury, r.ord from ranked as r
-    where (r.concurrency is null
-           or r.nth_of_name + (select count(*) from held h where h.name = r.name) <= r.concurrency)
+    -- A join and a hashed IN: a count or an EXISTS per candidate read all of held for each.
+    select r.id, r.name, r.lapsed, r.bury, r.ord
+    from ranked as r
+    left join held_per_name as hn on hn.name = r.name
+    where (r.concurrency is null or r.nth_of_name + coalesce(hn.n, 0) <= r.concurrency)
       and (r.concurrency_key is null
            or (r.nth_of_key = 1
-               and not exists (select from held h where h.concurrency_key = r.concurrency_key)))
+               and not (r.concurrency_key in (select h.concurrency_key from held as h
+                                              where h.concurrency_key is not null))))
   )
   select array_agg(f.id order by f.ord), array_agg(f.name order by f.ord),
          array_agg(f.lapsed order by f.ord), array_agg(f.bury order by f.ord)
@@ -174,28 +183,30 @@ begin
     end if;
   end if;
 
+  -- No join to the candidates: each row says what it is. A candidate still running is a lapsed
+  -- lease (the ready and due scans find no running job, and the rows stay locked since
+  -- statement 1), and one on its final attempt is buried. A join of the table to the arrays
+  -- had its generic plan rescan the array for every row (max_jobs^2 comparisons).
   return query
-  with candidates as (
-    select c.id, c.name, c.lapsed, c.bury
-    from unnest(v_ids[1:max_jobs], v_names[1:max_jobs], v_lapsed[1:max_jobs], v_bury[1:max_jobs])
-         as c(id, name, lapsed, bury)
-  ),
-  moved as (
+  with moved as (
     update jobs.jobs as j set
-      state = case when c.bury then jobs._final_state(p.dead_letter) else 'running' end,
-      attempt = case when c.bury then j.attempt else j.attempt + 1 end,
-      claim = case when c.bury then j.claim else j.claim + 1 end,
-      lease = case when c.bury then null else coalesce(claim.lease, p.lease) end,
-      lease_expires_at = case when c.bury then null else v_now + coalesce(claim.lease, p.lease) end,
-      lease_scan_at = case when c.bury then null else v_now + coalesce(claim.lease, p.lease) end,
-      claimed_by = case when c.bury then j.claimed_by else worker_id end,
-      last_error = case when c.lapsed then jobs._lapse_error(j.attempt, j.max_attempts)
+      (state, attempt, claim, lease, lease_expires_at, lease_scan_at, claimed_by, finished_at) =
+        (select case when b.bury then jobs._final_state(p.dead_letter) else 'running' end,
+                case when b.bury then j.attempt else j.attempt + 1 end,
+                case when b.bury then j.claim else j.claim + 1 end,
+                case when b.bury then null else b.lease end,
+                case when b.bury then null else v_now + b.lease end,
+                case when b.bury then null else v_now + b.lease end,
+                case when b.bury then j.claimed_by else worker_id end,
+                case when b.bury then v_now end
+         from jobs._policy(j.name) as p
+         cross join lateral (
+           select j.state = 'running' and jobs._lapse_buries(j.attempt, j.max_attempts) as bury,
+                  coalesce(claim.lease, p.lease) as lease) as b),
+      last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,
-      finished_at = case when c.bury then v_now end,
       updated_at = v_now
-    from candidates as c
-    cross join lateral jobs._policy(c.name) as p
-    where j.id = c.id and j.id = any(v_ids[1:max_jobs])
+    where j.id = any(v_ids[1:max_jobs])
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,

@@ -75,6 +75,21 @@ def buffers(plan):
     return total
 
 
+def rows_processed(plan):
+    """Rows the nodes of plan returned or filtered out, summed over their loops (EXPLAIN shows
+    both per loop)."""
+    total, loops = 0, 1
+    for line in plan.splitlines():
+        node = re.search(r"actual time=\S+ rows=(\d+) loops=(\d+)", line)
+        if node:
+            loops = int(node[2])
+            total += int(node[1]) * loops
+        removed = re.search(r"Rows Removed by (?:Join )?Filter: (\d+)", line)
+        if removed:
+            total += int(removed[1]) * loops
+    return total
+
+
 def check(plan):
     assert "Index Scan using jobs_ready_idx" in plan, plan
     # A generic plan costs LIMIT max_jobs at a tenth of what it reads: with 1M rows, past
@@ -161,6 +176,48 @@ def test_settles_find_their_jobs_by_primary_key_however_many_are_running(dsn):
     assert "Index Scan using jobs_pkey" in plan, plan
     assert "jobs_lease_idx" not in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
+
+
+@pytest.mark.parametrize("case", ["good statistics", "statistics of an emptied table", "limits, 1000 running"])
+def test_a_claim_and_a_settle_of_1000_read_each_job_once(dsn, case):
+    """The claim moves its candidates, and complete_many settles a batch, by arrays of ids. A
+    statement that joins jobs.jobs to such an array can get a generic plan that rescans the
+    array for every job it reads: the claim's UPDATE did when it was planned while the
+    statistics said the table was empty (1000 x 1000 rows for a claim of 1000). The limits
+    check compared every candidate with every running job under its name and key. Each
+    statement must read each row a bounded number of times, whatever the statistics said."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("alter table jobs.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
+        if case.startswith("statistics of an emptied"):  # the queue drained, vacuum ran, it refilled
+            insert(conn, 20_000, "ready")
+            conn.execute("delete from jobs.jobs")
+            conn.execute("vacuum jobs.jobs")
+            insert(conn, 200_000, "ready")
+        else:
+            insert(conn, 200_000, "ready")
+            if case.startswith("limits"):  # every job limited by its name and by a key of its own
+                conn.execute("update jobs.jobs set concurrency_key = id::text")
+                conn.execute("insert into jobs.job_types (name, concurrency) values ('bulk', 100000)")
+            conn.execute("vacuum analyze jobs.jobs")
+        if case.startswith("limits"):
+            assert conn.execute("select count(*) from jobs.claim('holder', max_jobs => 1000)").fetchone()[0] == 1000
+        notices = explain_nested(conn)
+        for _ in range(2):  # the functions plan generically from the first call
+            notices.clear()
+            landed = conn.execute(
+                """select l.landed from (select array_agg(id) as ids, array_agg(claim) as claims
+                                         from jobs.claim('batcher', max_jobs => 1000)) as c,
+                                        jobs.complete_many(c.ids, c.claims) as l"""
+            ).fetchall()
+            assert landed == [(True,)] * 1000
+        conn.execute("set auto_explain.log_min_duration = -1")
+    # the claim's UPDATE, complete_many's, and the limits check
+    plans = [n for n in notices if "update jobs.jobs" in n or "unnest(p_ids" in n]
+    assert len(plans) == (3 if case.startswith("limits") else 2), notices
+    for plan in plans:
+        print(f"\n-- a batch of 1000, {case}\n" + plan)
+        rows = rows_processed(plan)
+        assert rows < 20 * 1000, f"{rows} rows for a batch of 1000:\n{plan}"  # 1000^2 if rescanned
 
 
 def hold_and_settle(conn):
