@@ -742,3 +742,28 @@ $$;
 -- 8. No vacuum truncation on jobs.jobs (see sql/schema.sql): under saturation the truncation
 --    phase held each vacuum for seconds and the table grew a step at every pass.
 alter table jobs.jobs set (vacuum_truncate = false);
+
+-- 9. The background worker vacuums jobs.jobs when autovacuum would, checking every
+--    pg_jobs.vacuum_interval instead of once per autovacuum_naptime (see sql/sweep.sql).
+create function jobs._vacuum_due()
+returns boolean
+language sql stable
+as $$
+  select current_setting('autovacuum')::boolean
+         and coalesce(o.enabled, true)
+         and pg_catalog.pg_stat_get_dead_tuples(c.oid)
+             > coalesce(o.threshold, current_setting('autovacuum_vacuum_threshold')::float8)
+               + coalesce(o.scale_factor, current_setting('autovacuum_vacuum_scale_factor')::float8)
+                 * greatest(c.reltuples, 0)
+  from pg_catalog.pg_class as c
+  cross join lateral (
+    select (max(x.option_value) filter (where x.option_name = 'autovacuum_enabled'))::boolean
+             as enabled,
+           (max(x.option_value) filter (where x.option_name = 'autovacuum_vacuum_threshold'))::float8
+             as threshold,
+           (max(x.option_value) filter (where x.option_name = 'autovacuum_vacuum_scale_factor'))::float8
+             as scale_factor
+    from pg_catalog.pg_options_to_table(c.reloptions) as x) as o
+  where c.oid = 'jobs.jobs'::regclass
+$$;
+revoke all on function jobs._vacuum_due() from public;

@@ -130,3 +130,31 @@ $$;
 comment on function jobs.sweep(int) is
   'One housekeeping pass, as the background worker runs it: lapsed leases, waiter timeouts, '
   'expired events, retention. Each task handles at most max_rows rows. Answers (task, affected).';
+
+-- Whether jobs.jobs has as many dead row versions as autovacuum waits for before it vacuums a
+-- table (the table's autovacuum settings, else the server's), with autovacuum on for it. The
+-- background worker asks every pg_jobs.vacuum_interval and, if so, vacuums the table itself:
+-- autovacuum visits a database once per autovacuum_naptime, and a busy queue leaves a
+-- minute's dead versions behind in between. A table with autovacuum_enabled = false, or a
+-- server with autovacuum off, is left to whoever turned it off.
+create function jobs._vacuum_due()
+returns boolean
+language sql stable
+as $$
+  select current_setting('autovacuum')::boolean
+         and coalesce(o.enabled, true)
+         and pg_catalog.pg_stat_get_dead_tuples(c.oid)
+             > coalesce(o.threshold, current_setting('autovacuum_vacuum_threshold')::float8)
+               + coalesce(o.scale_factor, current_setting('autovacuum_vacuum_scale_factor')::float8)
+                 * greatest(c.reltuples, 0)
+  from pg_catalog.pg_class as c
+  cross join lateral (
+    select (max(x.option_value) filter (where x.option_name = 'autovacuum_enabled'))::boolean
+             as enabled,
+           (max(x.option_value) filter (where x.option_name = 'autovacuum_vacuum_threshold'))::float8
+             as threshold,
+           (max(x.option_value) filter (where x.option_name = 'autovacuum_vacuum_scale_factor'))::float8
+             as scale_factor
+    from pg_catalog.pg_options_to_table(c.reloptions) as x) as o
+  where c.oid = 'jobs.jobs'::regclass
+$$;

@@ -9,6 +9,7 @@ use std::time::Duration;
 pub static DATABASE_NAME: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 pub static SWEEP_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+pub static VACUUM_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static COMPLETED_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 24 * 3600);
 pub static DEAD_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(30 * 24 * 3600);
 pub static CLOCK_OFFSET_S: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -32,6 +33,17 @@ pub fn init(preloaded: bool) {
         c"Reloadable (SIGHUP).",
         &SWEEP_INTERVAL_MS,
         10,
+        24 * 3600 * 1000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_jobs.vacuum_interval",
+        c"How often the background worker checks whether jobs.jobs needs a vacuum.",
+        c"Reloadable (SIGHUP). It vacuums the table when autovacuum would (the same thresholds), \
+          instead of once per autovacuum_naptime. 0: autovacuum alone.",
+        &VACUUM_INTERVAL_MS,
+        0,
         24 * 3600 * 1000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
@@ -78,4 +90,12 @@ pub fn database_name() -> String {
 
 pub fn sweep_interval() -> Duration {
     Duration::from_millis(SWEEP_INTERVAL_MS.get().max(10) as u64)
+}
+
+/// None when the worker leaves vacuum to autovacuum alone.
+pub fn vacuum_interval() -> Option<Duration> {
+    match VACUUM_INTERVAL_MS.get() {
+        0 => None,
+        ms => Some(Duration::from_millis(ms as u64)),
+    }
 }

@@ -7,14 +7,20 @@
 //! created, dropped and created again while the worker runs) and holds a share lock on it for
 //! the pass, so a `DROP EXTENSION` waits for the sweep to end; it exits at SIGTERM. It exits
 //! with status 1, so the postmaster starts it again after `pg_terminate_backend` or a crash.
+//!
+//! Every `pg_jobs.vacuum_interval` it also asks whether `jobs.jobs` has as many dead rows as
+//! autovacuum waits for, and if so vacuums it (`VACUUM (SKIP_LOCKED)`, as a command would).
+//! Autovacuum visits a database once per `autovacuum_naptime`, a minute by default, and a busy
+//! queue leaves a minute of dead row versions behind in between (docs/BENCHMARKS.md, churn).
 
 use crate::gucs;
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
 use pgrx::prelude::*;
+use pgrx::PgMemoryContexts;
 use std::ffi::CString;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const NAME: &str = "pg_jobs sweeper";
 /// Rows each sweep task may handle in one pass (one transaction). 5000 lets retention keep up
@@ -40,6 +46,7 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     log!("{NAME}: started on database {database:?}");
 
+    let mut last_vacuum_check = Instant::now();
     while BackgroundWorker::wait_latch(Some(gucs::sweep_interval())) {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -55,6 +62,15 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
         // must do it itself. Unreported, the rows a sweep deletes never reach n_dead_tup, and
         // autovacuum does not come for them.
         unsafe { pg_sys::pgstat_report_stat(true) };
+        if let Some(every) = gucs::vacuum_interval() {
+            if last_vacuum_check.elapsed() >= every && !BackgroundWorker::sigterm_received() {
+                last_vacuum_check = Instant::now();
+                if let Some(relid) = BackgroundWorker::transaction(vacuum_due) {
+                    vacuum(relid);
+                    unsafe { pg_sys::pgstat_report_stat(true) };
+                }
+            }
+        }
     }
     log!("{NAME}: stopping");
     unsafe { pg_sys::proc_exit(1) };
@@ -106,6 +122,71 @@ fn pass() -> Option<bool> {
         debug1!("{NAME}: nothing to do ({summary})");
     }
     Some(counts.iter().any(|(_, n)| *n >= BATCH as i64))
+}
+
+/// jobs.jobs, when it has as many dead rows as autovacuum waits for (`jobs._vacuum_due`).
+fn vacuum_due() -> Option<pg_sys::Oid> {
+    if unsafe { pg_sys::RecoveryInProgress() } || !hold_extension() {
+        return None;
+    }
+    Spi::get_one::<pg_sys::Oid>(
+        "select case when jobs._vacuum_due() then 'jobs.jobs'::regclass::oid end",
+    )
+    .unwrap_or_else(|e| error!("{NAME}: jobs._vacuum_due() failed: {e}"))
+}
+
+/// `VACUUM (SKIP_LOCKED)` of one table, as the command runs at top level: VACUUM commits the
+/// transaction it is called in and runs its own, so it is called outside
+/// BackgroundWorker::transaction, in a bare transaction, with the statement in a memory context
+/// that outlives those transactions. By oid: a table dropped since is skipped without a word,
+/// and so is one whose lock is taken (another vacuum, or a DROP EXTENSION under way).
+fn vacuum(relid: pg_sys::Oid) {
+    report_activity(
+        pg_sys::BackendState::STATE_RUNNING,
+        "vacuum (skip_locked) jobs.jobs",
+    );
+    let mut memory = PgMemoryContexts::new("pg_jobs vacuum");
+    unsafe {
+        let stmt = memory.switch_to(|_| {
+            let skip_locked = pg_sys::makeDefElem(
+                pg_sys::pstrdup(c"skip_locked".as_ptr()),
+                std::ptr::null_mut(),
+                -1,
+            );
+            let rel = pg_sys::makeVacuumRelation(std::ptr::null_mut(), relid, std::ptr::null_mut());
+            let mut stmt = PgBox::<pg_sys::VacuumStmt>::alloc_node(pg_sys::NodeTag::T_VacuumStmt);
+            stmt.options = pg_sys::lappend(std::ptr::null_mut(), skip_locked.cast());
+            stmt.rels = pg_sys::lappend(std::ptr::null_mut(), rel.cast());
+            stmt.is_vacuumcmd = true;
+            (
+                stmt.into_pg(),
+                pg_sys::make_parsestate(std::ptr::null_mut()),
+            )
+        });
+        // A SIGTERM during the vacuum ends it, and the worker, as it ends a backend's command
+        // (with FATAL), so a shutdown or pg_terminate_backend does not wait for it to finish.
+        let previous = pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
+        if !BackgroundWorker::sigterm_received() {
+            pg_sys::SetCurrentStatementStartTimestamp();
+            pg_sys::StartTransactionCommand();
+            pg_sys::ExecVacuum(stmt.1, stmt.0, true);
+            pg_sys::CommitTransactionCommand();
+        }
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, previous);
+    }
+    pg_sys::check_for_interrupts!(); // one that came after the vacuum's last check
+    drop(memory);
+    report_activity(
+        pg_sys::BackendState::STATE_IDLE,
+        "vacuum (skip_locked) jobs.jobs",
+    );
+}
+
+unsafe extern "C-unwind" {
+    /// PostgreSQL's SIGTERM handler for backends (tcop/postgres.c), itself: pg_sys::die is a
+    /// guarded Rust wrapper, not a function a signal may call.
+    #[link_name = "die"]
+    fn postgres_die(signal: std::ffi::c_int);
 }
 
 /// Takes a share lock on the extension for the rest of the pass, so that a `DROP EXTENSION`

@@ -60,7 +60,7 @@ def swept(server_dsn):
     yield server_dsn
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute("drop extension pg_jobs")
-        for setting in ("sweep_interval", "completed_retention", "dead_retention"):
+        for setting in ("sweep_interval", "vacuum_interval", "completed_retention", "dead_retention"):
             conn.execute(f"alter system reset pg_jobs.{setting}")
         conn.execute("select pg_reload_conf()")
 
@@ -172,3 +172,46 @@ def test_the_rows_the_worker_deletes_count_toward_autovacuum(swept):
                from (select gen_random_uuid() as g from generate_series(1, 300)) as s""")
     eventually(swept, "select count(*) from jobs.jobs", 0)
     eventually(swept, "select n_tup_del >= 300 from pg_stat_user_tables where relid = 'jobs.jobs'::regclass", True)
+
+
+def leave_dead_rows(dsn, n):
+    """n dead row versions in jobs.jobs, reported to the statistics (at disconnect)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            """select count(*) from jobs.enqueue_batch(
+                 (select jsonb_agg(jsonb_build_object('name', 'churn')) from generate_series(1, %s)))""",
+            (n,),
+        )
+        conn.execute("delete from jobs.jobs")
+    eventually(dsn, "select n_dead_tup >= 2000 from pg_stat_user_tables where relid = 'jobs.jobs'::regclass", True)
+
+
+VACUUMS = "select vacuum_count from pg_stat_user_tables where relid = 'jobs.jobs'::regclass"
+
+
+def test_the_worker_vacuums_the_table_when_autovacuum_would(swept):
+    """Autovacuum visits a database once a minute by default; the worker checks jobs.jobs
+    every pg_jobs.vacuum_interval against autovacuum's own threshold and vacuums it. Its
+    vacuums count as vacuum_count (autovacuum's as autovacuum_count)."""
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("alter system set pg_jobs.vacuum_interval = '100ms'")
+        conn.execute("select pg_reload_conf()")
+    assert one(swept, VACUUMS) == 0
+    leave_dead_rows(swept, 2000)
+    eventually(swept, f"select ({VACUUMS}) >= 1", True)
+    assert one(swept, "select n_dead_tup from pg_stat_user_tables where relid = 'jobs.jobs'::regclass") < 2000
+
+
+@pytest.mark.parametrize("turned_off", ["vacuum_interval = 0", "autovacuum_enabled = false"])
+def test_the_worker_leaves_vacuum_alone_where_it_is_turned_off(swept, turned_off):
+    with psycopg.connect(swept, autocommit=True) as conn:
+        if turned_off == "vacuum_interval = 0":
+            conn.execute("alter system set pg_jobs.vacuum_interval = 0")
+        else:
+            conn.execute("alter system set pg_jobs.vacuum_interval = '100ms'")
+            conn.execute("alter table jobs.jobs set (autovacuum_enabled = false)")
+        conn.execute("select pg_reload_conf()")
+    leave_dead_rows(swept, 2000)
+    wait_for_passes(swept, 10)  # a second or more: ten vacuum intervals
+    assert one(swept, VACUUMS) == 0
+    assert one(swept, "select jobs._vacuum_due()") is (turned_off == "vacuum_interval = 0")
