@@ -499,9 +499,11 @@ select q.queue,
        jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
 from jobs.queues as q;
 
-create or replace function jobs._within_limits(p_ids uuid[], p_names text[], p_lapsed boolean[],
-                                    p_bury boolean[], p_now timestamptz)
-returns table (ids uuid[], names text[], lapsed boolean[], bury boolean[])
+-- (jobs.claim no longer passes each candidate's lapse: its UPDATE reads it from the row.)
+drop function jobs._within_limits(uuid[], text[], boolean[], boolean[], timestamptz);
+create function jobs._within_limits(p_ids uuid[], p_names text[], p_bury boolean[],
+                                    p_now timestamptz)
+returns table (ids uuid[], names text[], bury boolean[])
 language plpgsql volatile
 as $$
 begin
@@ -520,10 +522,10 @@ begin
   -- A new statement, so a new snapshot: it sees the claims committed under those locks.
   return query
   with c as (  -- a lookup per candidate, not a join (see the UPDATE in jobs.claim)
-    select u.id, u.name, u.lapsed, u.bury, u.ord,
+    select u.id, u.name, u.bury, u.ord,
            (select j.concurrency_key from jobs.jobs as j where j.id = u.id) as concurrency_key,
            (select t.concurrency from jobs.job_types as t where t.name = u.name) as concurrency
-    from unnest(p_ids, p_names, p_lapsed, p_bury) with ordinality as u(id, name, lapsed, bury, ord)
+    from unnest(p_ids, p_names, p_bury) with ordinality as u(id, name, bury, ord)
   ),
   -- The jobs running now under a candidate's name or key. No candidate is among them: a
   -- lapsed one's lease ended by p_now (jobs.claim found it so and holds its row), and the
@@ -546,10 +548,10 @@ begin
     from c where not c.bury
   ),
   fits as (
-    select c.id, c.name, c.lapsed, c.bury, c.ord from c where c.bury
+    select c.id, c.name, c.bury, c.ord from c where c.bury
     union all
     -- A join and a hashed IN: a count or an EXISTS per candidate read all of held for each.
-    select r.id, r.name, r.lapsed, r.bury, r.ord
+    select r.id, r.name, r.bury, r.ord
     from ranked as r
     left join held_per_name as hn on hn.name = r.name
     where (r.concurrency is null or r.nth_of_name + coalesce(hn.n, 0) <= r.concurrency)
@@ -559,10 +561,11 @@ begin
                                               where h.concurrency_key is not null))))
   )
   select array_agg(f.id order by f.ord), array_agg(f.name order by f.ord),
-         array_agg(f.lapsed order by f.ord), array_agg(f.bury order by f.ord)
+         array_agg(f.bury order by f.ord)
   from fits as f;
 end
 $$;
+revoke all on function jobs._within_limits(uuid[], text[], boolean[], timestamptz) from public;
 
 create or replace function jobs.claim(
   worker_id text,
@@ -576,7 +579,6 @@ declare
   v_now     timestamptz := jobs.clock();
   v_ids     uuid[];
   v_names   text[];
-  v_lapsed  boolean[];
   v_bury    boolean[];
   v_limited boolean;
 begin
@@ -607,32 +609,32 @@ begin
   -- One sort, then plain aggregates over the sorted rows. The paused flag and the job type's
   -- concurrency are looked up per row by primary key: tiny tables that, joined, got hash
   -- joins over sequential scans built on every call (measured: docs/BENCHMARKS.md).
-  select array_agg(c.id), array_agg(c.name), array_agg(c.lapsed), array_agg(c.bury),
+  select array_agg(c.id), array_agg(c.name), array_agg(c.bury),
          coalesce(bool_or(c.limited), false)
-    into v_ids, v_names, v_lapsed, v_bury, v_limited
+    into v_ids, v_names, v_bury, v_limited
   from (
-    select c.id, c.name, c.lapsed, c.bury,
+    select c.id, c.name, c.bury,
            c.concurrency_key is not null
            or (select t.concurrency from jobs.job_types as t where t.name = c.name) is not null
              as limited
     from unnest(queues) with ordinality as q(queue, ord)
     cross join lateral (
       select * from (
-        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as lapsed, false as bury
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury
         from jobs.jobs j
         where j.queue = q.queue and j.state = 'ready'
         order by j.priority desc, j.run_at
         limit max_jobs for update skip locked) as ready
       union all
       select * from (
-        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false
         from jobs.jobs j
         where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
         order by j.run_at
         limit max_jobs for update skip locked) as due
       union all
       select * from (
-        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, true,
+        select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
                jobs._lapse_buries(j.attempt, j.max_attempts)
         from jobs.jobs j
         where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
@@ -649,8 +651,8 @@ begin
     return;
   end if;
   if v_limited then
-    select l.ids, l.names, l.lapsed, l.bury into v_ids, v_names, v_lapsed, v_bury
-    from jobs._within_limits(v_ids, v_names, v_lapsed, v_bury, v_now) as l;
+    select l.ids, l.names, l.bury into v_ids, v_names, v_bury
+    from jobs._within_limits(v_ids, v_names, v_bury, v_now) as l;
     if v_ids is null then
       return;
     end if;

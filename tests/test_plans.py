@@ -148,6 +148,17 @@ def test_sweep_reads_none_of_a_million_finished_rows_inside_retention(dsn):
         assert read < 10_000, f"12 sweeps read {read} rows of jobs.jobs by sequential scan"
 
 
+def claim_and_complete(conn, n):
+    """Claims n jobs and completes them with one complete_many; every one must land."""
+    landed = conn.execute(
+        """select l.landed from (select array_agg(id) as ids, array_agg(claim) as claims
+                                 from jobs.claim('settler', max_jobs => %s)) as c,
+                                jobs.complete_many(c.ids, c.claims) as l""",
+        (n,),
+    ).fetchall()
+    assert landed == [(True,)] * n
+
+
 def test_settles_find_their_jobs_by_primary_key_however_many_are_running(dsn):
     """A settle's plan is cached for the session, made with the statistics of that moment. If
     they saw no running job, a fence (state = 'running' and ...) could pick jobs_lease_idx and
@@ -164,12 +175,7 @@ def test_settles_find_their_jobs_by_primary_key_however_many_are_running(dsn):
         notices = explain_nested(conn)
         for _ in range(8):  # past PL/pgSQL's five custom plans, onto the cached one
             notices.clear()
-            landed = conn.execute(
-                """select l.landed from (select array_agg(id) as ids, array_agg(claim) as claims
-                                         from jobs.claim('settler', max_jobs => 10)) as c,
-                                        jobs.complete_many(c.ids, c.claims) as l"""
-            ).fetchall()
-            assert landed == [(True,)] * 10
+            claim_and_complete(conn, 10)
         conn.execute("set auto_explain.log_min_duration = -1")
     plan = next(n for n in notices if "update jobs.jobs" in n and "state = 'completed'" in n)
     print("\n-- complete_many of 10 with 2,010 running jobs, statistics taken with none\n" + plan)
@@ -204,12 +210,7 @@ def test_a_claim_and_a_settle_of_1000_read_each_job_once(dsn, case):
         notices = explain_nested(conn)
         for _ in range(2):  # the functions plan generically from the first call
             notices.clear()
-            landed = conn.execute(
-                """select l.landed from (select array_agg(id) as ids, array_agg(claim) as claims
-                                         from jobs.claim('batcher', max_jobs => 1000)) as c,
-                                        jobs.complete_many(c.ids, c.claims) as l"""
-            ).fetchall()
-            assert landed == [(True,)] * 1000
+            claim_and_complete(conn, 1000)
         conn.execute("set auto_explain.log_min_duration = -1")
     # the claim's UPDATE, complete_many's, and the limits check
     plans = [n for n in notices if "update jobs.jobs" in n or "unnest(p_ids" in n]
