@@ -66,6 +66,8 @@ class JobsMachine(RuleBasedStateMachine):
     @initialize()
     def reset(self):
         self.conn.execute("truncate jobs.jobs, jobs.job_types, jobs.steps, jobs.events")
+        # The settles' share of retention runs at random(): the same one for every replay.
+        self.conn.execute("select setseed(0.5)")
         self.conn.execute("""insert into jobs.job_types (name, backoff, backoff_base, jitter, lease)
                              values ('m', 'fixed', '1 hour', 0, '1 hour')""")
         self.set_time(0)
@@ -137,6 +139,17 @@ class JobsMachine(RuleBasedStateMachine):
         assert landed == self.model.held(job, token)
         if landed:
             job.state, job.lease_expires, job.finished_at = "completed", None, self.model.now
+            self.forget_pruned()
+
+    def forget_pruned(self):
+        """One completing settle in 8 also deletes completed and cancelled jobs past retention
+        (the settles' share of retention, at random): the model lets those go when the
+        database has."""
+        present = {r[0] for r in self.conn.execute("select id::text from jobs.jobs")}
+        for job in list(self.model.jobs.values()):
+            if (job.id not in present and job.state in ("completed", "cancelled")
+                    and job.finished_at < self.model.now - 7 * 24 * HOUR):
+                del self.model.jobs[job.id]
 
     @precondition(lambda self: self.model.jobs)
     @rule(data=st.data(), retryable=st.booleans())
