@@ -9,7 +9,8 @@
 //! with status 1, so the postmaster starts it again after `pg_terminate_backend` or a crash.
 //!
 //! Every `pg_jobs.vacuum_interval` it also asks whether `jobs.jobs` has as many dead rows as
-//! autovacuum waits for, and if so vacuums it (`VACUUM (SKIP_LOCKED)`, as a command would).
+//! autovacuum waits for, and if so vacuums it (`VACUUM (SKIP_LOCKED)`, with a larger ring of
+//! buffers than the command's: see `vacuum`).
 //! Autovacuum visits a database once per `autovacuum_naptime`, a minute by default, and a busy
 //! queue leaves a minute of dead row versions behind in between (docs/BENCHMARKS.md, churn).
 
@@ -52,28 +53,42 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         // Passes back to back while a task fills its batch, so a backlog drains at once but
-        // no single transaction holds many rows.
+        // no single transaction holds many rows. Under load that lasts as long as the load
+        // does, so the vacuum check is made between passes too.
         while let Some(full) = BackgroundWorker::transaction(pass) {
+            report_stats();
+            vacuum_if_due(&mut last_vacuum_check);
             if !full || BackgroundWorker::sigterm_received() {
                 break;
             }
         }
-        // A backend's main loop reports its table statistics when idle; a background worker
-        // must do it itself. Unreported, the rows a sweep deletes never reach n_dead_tup, and
-        // autovacuum does not come for them.
-        unsafe { pg_sys::pgstat_report_stat(true) };
-        if let Some(every) = gucs::vacuum_interval() {
-            if last_vacuum_check.elapsed() >= every && !BackgroundWorker::sigterm_received() {
-                last_vacuum_check = Instant::now();
-                if let Some(relid) = BackgroundWorker::transaction(vacuum_due) {
-                    vacuum(relid);
-                    unsafe { pg_sys::pgstat_report_stat(true) };
-                }
-            }
-        }
+        report_stats();
+        vacuum_if_due(&mut last_vacuum_check);
     }
     log!("{NAME}: stopping");
     unsafe { pg_sys::proc_exit(1) };
+}
+
+/// A backend's main loop reports its table statistics when idle; a background worker must do
+/// it itself. Unreported, the rows a sweep deletes never reach n_dead_tup, and autovacuum does
+/// not come for them.
+fn report_stats() {
+    unsafe { pg_sys::pgstat_report_stat(true) };
+}
+
+/// Every `pg_jobs.vacuum_interval`: vacuums jobs.jobs if autovacuum would.
+fn vacuum_if_due(last_check: &mut Instant) {
+    let Some(every) = gucs::vacuum_interval() else {
+        return;
+    };
+    if last_check.elapsed() < every || BackgroundWorker::sigterm_received() {
+        return;
+    }
+    *last_check = Instant::now();
+    if let Some(relid) = BackgroundWorker::transaction(vacuum_due) {
+        vacuum(relid);
+        report_stats();
+    }
 }
 
 /// One sweep in the current transaction. None when there is nothing to sweep here: the server
@@ -137,9 +152,15 @@ fn vacuum_due() -> Option<pg_sys::Oid> {
 
 /// `VACUUM (SKIP_LOCKED)` of one table, as the command runs at top level: VACUUM commits the
 /// transaction it is called in and runs its own, so it is called outside
-/// BackgroundWorker::transaction, in a bare transaction, with the statement in a memory context
+/// BackgroundWorker::transaction, in a bare transaction, with its arguments in a memory context
 /// that outlives those transactions. By oid: a table dropped since is skipped without a word,
-/// and so is one whose lock is taken (another vacuum, or a DROP EXTENSION under way).
+/// and so is one whose lock is taken (autovacuum, or a DROP EXTENSION under way).
+///
+/// Through a 16 MB ring of buffers (BAS_BULKWRITE), not the 256 kB one VACUUM and autovacuum
+/// use (PostgreSQL 15 has no setting for it). A churning queue dirties every page vacuum
+/// visits, and before vacuum may reuse a buffer of its ring the WAL up to that page must be on
+/// disk: with 32 buffers that is a WAL flush every 32 pages, and under load autovacuum spent
+/// its passes waiting on them (`IO:WALSync`) while the table grew.
 fn vacuum(relid: pg_sys::Oid) {
     report_activity(
         pg_sys::BackendState::STATE_RUNNING,
@@ -147,29 +168,35 @@ fn vacuum(relid: pg_sys::Oid) {
     );
     let mut memory = PgMemoryContexts::new("pg_jobs vacuum");
     unsafe {
-        let stmt = memory.switch_to(|_| {
-            let skip_locked = pg_sys::makeDefElem(
-                pg_sys::pstrdup(c"skip_locked".as_ptr()),
-                std::ptr::null_mut(),
-                -1,
-            );
+        let (relations, ring) = memory.switch_to(|_| {
             let rel = pg_sys::makeVacuumRelation(std::ptr::null_mut(), relid, std::ptr::null_mut());
-            let mut stmt = PgBox::<pg_sys::VacuumStmt>::alloc_node(pg_sys::NodeTag::T_VacuumStmt);
-            stmt.options = pg_sys::lappend(std::ptr::null_mut(), skip_locked.cast());
-            stmt.rels = pg_sys::lappend(std::ptr::null_mut(), rel.cast());
-            stmt.is_vacuumcmd = true;
             (
-                stmt.into_pg(),
-                pg_sys::make_parsestate(std::ptr::null_mut()),
+                pg_sys::lappend(std::ptr::null_mut(), rel.cast()),
+                pg_sys::GetAccessStrategy(pg_sys::BufferAccessStrategyType::BAS_BULKWRITE),
             )
         });
+        // What a plain VACUUM (SKIP_LOCKED) sets, without parallel workers.
+        let mut params = pg_sys::VacuumParams {
+            options: pg_sys::VACOPT_VACUUM
+                | pg_sys::VACOPT_SKIP_LOCKED
+                | pg_sys::VACOPT_PROCESS_TOAST,
+            freeze_min_age: -1,
+            freeze_table_age: -1,
+            multixact_freeze_min_age: -1,
+            multixact_freeze_table_age: -1,
+            is_wraparound: false,
+            log_min_duration: -1,
+            index_cleanup: pg_sys::VacOptValue::VACOPTVALUE_UNSPECIFIED,
+            truncate: pg_sys::VacOptValue::VACOPTVALUE_UNSPECIFIED,
+            nworkers: -1,
+        };
         // A SIGTERM during the vacuum ends it, and the worker, as it ends a backend's command
         // (with FATAL), so a shutdown or pg_terminate_backend does not wait for it to finish.
         let previous = pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
         if !BackgroundWorker::sigterm_received() {
             pg_sys::SetCurrentStatementStartTimestamp();
             pg_sys::StartTransactionCommand();
-            pg_sys::ExecVacuum(stmt.1, stmt.0, true);
+            pg_sys::vacuum(relations, &mut params, ring, true);
             pg_sys::CommitTransactionCommand();
         }
         pg_sys::pqsignal(pg_sys::SIGTERM as i32, previous);
