@@ -215,3 +215,40 @@ def test_the_worker_leaves_vacuum_alone_where_it_is_turned_off(swept, turned_off
     wait_for_passes(swept, 10)  # a second or more: ten vacuum intervals
     assert one(swept, VACUUMS) == 0
     assert one(swept, "select jobs._vacuum_due()") is (turned_off == "vacuum_interval = 0")
+
+
+def test_a_sigterm_ends_a_vacuum_in_progress(swept):
+    """A shutdown or pg_terminate_backend during the worker's vacuum ends it there, as it ends
+    a backend's command, instead of waiting for the vacuum to finish. The vacuum is slowed to
+    minutes here (vacuum_cost_delay, which VACUUM obeys; 10k dead rows): with the worker's
+    own SIGTERM handler, which only sets a flag the worker reads between passes, the process
+    stayed until the vacuum ended."""
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("alter system set vacuum_cost_delay = '100ms'")
+        conn.execute("alter system set vacuum_cost_limit = 1")
+        conn.execute("alter system set pg_jobs.vacuum_interval = '100ms'")
+        conn.execute("select pg_reload_conf()")
+    try:
+        leave_dead_rows(swept, 10000)
+        vacuuming = (
+            "select pid from pg_stat_activity where backend_type = 'pg_jobs sweeper' "
+            "and state = 'active' and query = 'vacuum (skip_locked) jobs.jobs'"
+        )
+        eventually(swept, f"select count(*) from ({vacuuming}) as v", 1)
+        pid = one(swept, vacuuming)
+        with psycopg.connect(swept, autocommit=True) as conn:
+            # Read by the next worker: it must not start the slow vacuum again.
+            conn.execute("alter system set pg_jobs.vacuum_interval = 0")
+            conn.execute("alter system reset vacuum_cost_delay")
+            conn.execute("alter system reset vacuum_cost_limit")
+            conn.execute("select pg_reload_conf()")
+            assert conn.execute("select pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+        eventually(swept, f"select count(*) from pg_stat_activity where pid = {pid}", 0)
+    finally:
+        with psycopg.connect(swept, autocommit=True) as conn:
+            conn.execute("alter system reset vacuum_cost_delay")
+            conn.execute("alter system reset vacuum_cost_limit")
+            conn.execute("select pg_reload_conf()")
+    # The postmaster starts a new worker, which sweeps.
+    abandon_final_attempt(swept)
+    eventually(swept, "select state::text from jobs.jobs where name = 'abandoned'", "dead")
