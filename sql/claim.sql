@@ -105,6 +105,9 @@ declare
   v_names   text[];
   v_bury    boolean[];
   v_limited boolean;
+  v_policy_names text[];    -- each name among the candidates once, with its policy:
+  v_leases       interval[];  -- the lease a claim of it gets
+  v_dead_letter  boolean[];   -- where a burial of it ends
 begin
   if worker_id is null then
     perform jobs._raise('22004', 'jobs.claim: worker_id must not be NULL',
@@ -130,17 +133,14 @@ begin
       'heartbeat to run longer');
   end if;
 
-  -- One sort, then plain aggregates over the sorted rows. The paused flag and the job type's
-  -- concurrency are looked up per row by primary key: tiny tables that, joined, got hash
-  -- joins over sequential scans built on every call (measured: docs/BENCHMARKS.md).
+  -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
+  -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
+  -- built on every call (measured: docs/BENCHMARKS.md).
   select array_agg(c.id), array_agg(c.name), array_agg(c.bury),
-         coalesce(bool_or(c.limited), false)
+         coalesce(bool_or(c.concurrency_key is not null), false)
     into v_ids, v_names, v_bury, v_limited
   from (
-    select c.id, c.name, c.bury,
-           c.concurrency_key is not null
-           or (select t.concurrency from jobs.job_types as t where t.name = c.name) is not null
-             as limited
+    select c.id, c.name, c.bury, c.concurrency_key
     from unnest(queues) with ordinality as q(queue, ord)
     cross join lateral (
       select * from (
@@ -174,6 +174,13 @@ begin
   if v_ids is null then
     return;
   end if;
+  -- The policy of each name once per call, not per job: a lookup per row cost more than the
+  -- rest of the claim's statement 1 at a batch of 10 (docs/BENCHMARKS.md).
+  select array_agg(p.name), array_agg(coalesce(claim.lease, p.lease)), array_agg(p.dead_letter),
+         v_limited or coalesce(bool_or(p.concurrency is not null), false)
+    into v_policy_names, v_leases, v_dead_letter, v_limited
+  from (select distinct n.name from unnest(v_names) as n(name)) as d
+  cross join lateral jobs._policy(d.name) as p;
   if v_limited then
     select l.ids, l.names, l.bury into v_ids, v_names, v_bury
     from jobs._within_limits(v_ids, v_names, v_bury, v_now) as l;
@@ -184,34 +191,36 @@ begin
 
   -- No join to the candidates: each row says what it is. A candidate still running is a lapsed
   -- lease (the ready and due scans find no running job, and the rows stay locked since
-  -- statement 1), and one on its final attempt is buried. A join of the table to the arrays
-  -- had its generic plan rescan the array for every row (max_jobs^2 comparisons).
+  -- statement 1), and one on its final attempt is buried, by a statement of its own that runs
+  -- only when there is one. A join of the table to the arrays had its generic plan rescan the
+  -- array for every row (max_jobs^2 comparisons).
+  if true = any(v_bury[1:max_jobs]) then
+    update jobs.jobs as j set
+      state = jobs._final_state(v_dead_letter[array_position(v_policy_names, j.name)]),
+      lease = null, lease_expires_at = null, lease_scan_at = null, finished_at = v_now,
+      last_error = jobs._lapse_error(j.attempt, j.max_attempts), updated_at = v_now
+    where j.id = any(v_ids[1:max_jobs])
+      and j.state = 'running' and jobs._lapse_buries(j.attempt, j.max_attempts);
+  end if;
+
   return query
   with moved as (
     update jobs.jobs as j set
-      (state, attempt, claim, lease, lease_expires_at, lease_scan_at, claimed_by, finished_at) =
-        (select case when b.bury then jobs._final_state(p.dead_letter) else 'running' end,
-                case when b.bury then j.attempt else j.attempt + 1 end,
-                case when b.bury then j.claim else j.claim + 1 end,
-                case when b.bury then null else b.lease end,
-                case when b.bury then null else v_now + b.lease end,
-                case when b.bury then null else v_now + b.lease end,
-                case when b.bury then j.claimed_by else worker_id end,
-                case when b.bury then v_now end
-         from jobs._policy(j.name) as p
-         cross join lateral (
-           select j.state = 'running' and jobs._lapse_buries(j.attempt, j.max_attempts) as bury,
-                  coalesce(claim.lease, p.lease) as lease) as b),
+      state = 'running', attempt = j.attempt + 1, claim = j.claim + 1,
+      lease = v_leases[array_position(v_policy_names, j.name)],
+      lease_expires_at = v_now + v_leases[array_position(v_policy_names, j.name)],
+      lease_scan_at = v_now + v_leases[array_position(v_policy_names, j.name)],
+      claimed_by = worker_id, finished_at = null,
       last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,
       updated_at = v_now
     where j.id = any(v_ids[1:max_jobs])
+      and j.state in ('ready', 'delayed', 'suspended', 'running')  -- not the ones just buried
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error
   from moved as m
-  where m.state = 'running'
   order by m.priority desc, m.run_at;
 end
 $$;

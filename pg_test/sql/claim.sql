@@ -43,6 +43,20 @@ update jobs.jobs set lease_expires_at = now() - interval '1 second', lease_scan_
 select count(*) from jobs.claim('w3');
 select state, attempt, last_error, finished_at is not null as finished from jobs.jobs where id = :'id';
 
+-- One call over several names: each job gets its own name's lease, and a lapse on the final
+-- attempt in the batch is buried as its own type says while the others are claimed.
+truncate jobs.jobs;
+insert into jobs.job_types (name, lease, dead_letter) values ('slow_quiet', '20 minutes', false);
+select count(*) from jobs.enqueue_batch('[{"name": "slow"}, {"name": "fast"}, {"name": "slow_quiet"},
+  {"name": "slow_quiet", "max_attempts": 1, "priority": 5}]');
+select name from jobs.claim('w', max_jobs => 1);
+update jobs.jobs set lease_expires_at = now() - interval '1 second',
+  lease_scan_at = now() - interval '1 second' where state = 'running';
+select name, attempt, round(extract(epoch from lease_expires_at - now())) as lease_seconds
+from jobs.claim('w', max_jobs => 10) order by name;
+select name, state, attempt, lease is null as no_lease, finished_at is not null as finished
+from jobs.jobs order by name, state;
+
 -- A paused queue hands out nothing.
 select jobs.enqueue('waits') is not null;
 select jobs.pause_queue('default');
