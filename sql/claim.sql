@@ -8,6 +8,9 @@
 -- merged by priority desc, run_at. Neither backlog nor finished history is read, so the cost of
 -- a claim does not grow with them.
 --
+-- Then one statement reads the policy of each job name among the candidates (jobs._policy:
+-- lease, dead-lettering, concurrency), once per call, not once per candidate.
+--
 -- Limits (only when a candidate has a concurrency_key or its job type a concurrency):
 -- jobs._within_limits takes an advisory lock per limited name and key (sorted, so claimers
 -- never deadlock), then counts the running jobs in a new statement, whose snapshot sees every
