@@ -239,8 +239,6 @@ def test_a_sigterm_ends_a_vacuum_in_progress(swept):
         with psycopg.connect(swept, autocommit=True) as conn:
             # Read by the next worker: it must not start the slow vacuum again.
             conn.execute("alter system set pg_jobs.vacuum_interval = 0")
-            conn.execute("alter system reset vacuum_cost_delay")
-            conn.execute("alter system reset vacuum_cost_limit")
             conn.execute("select pg_reload_conf()")
             assert conn.execute("select pg_terminate_backend(%s)", (pid,)).fetchone()[0]
         eventually(swept, f"select count(*) from pg_stat_activity where pid = {pid}", 0)
