@@ -112,23 +112,30 @@ declare
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
 begin
-  if worker_id is null then
-    perform jobs._raise('22004', 'jobs.claim: worker_id must not be NULL',
-      'pass a name for this worker, e.g. its host and process id');
-  elsif length(worker_id) > 200 then
-    perform jobs._raise('22023', 'jobs.claim: worker_id must be at most 200 characters, got '
-      || length(worker_id), 'pass a shorter worker name');
-  elsif queues is null or array_position(queues, null) is not null then
-    perform jobs._raise('22004', 'jobs.claim: queues must not be NULL or contain NULL',
-      'pass the queue names to claim from, e.g. array[''default'']');
-  elsif cardinality(queues) not between 1 and 100 then
-    perform jobs._raise('22023', 'jobs.claim: queues must name 1 to 100 queues, got '
-      || cardinality(queues), 'pass at least one queue name, e.g. array[''default'']');
-  elsif max_jobs is null then
-    perform jobs._raise('22004', 'jobs.claim: max_jobs must not be NULL', 'pass a batch size from 1 to 1000');
-  elsif max_jobs not between 1 and 1000 then
-    perform jobs._raise('22023', 'jobs.claim: max_jobs must be 1 to 1000, got ' || max_jobs,
-      'pass a batch size from 1 to 1000');
+  -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
+  -- chain inside names the cause.
+  if worker_id is null or length(worker_id) > 200 or queues is null
+     or array_position(queues, null) is not null or cardinality(queues) not between 1 and 100
+     or max_jobs is null or max_jobs not between 1 and 1000 then
+    if worker_id is null then
+      perform jobs._raise('22004', 'jobs.claim: worker_id must not be NULL',
+        'pass a name for this worker, e.g. its host and process id');
+    elsif length(worker_id) > 200 then
+      perform jobs._raise('22023', 'jobs.claim: worker_id must be at most 200 characters, got '
+        || length(worker_id), 'pass a shorter worker name');
+    elsif queues is null or array_position(queues, null) is not null then
+      perform jobs._raise('22004', 'jobs.claim: queues must not be NULL or contain NULL',
+        'pass the queue names to claim from, e.g. array[''default'']');
+    elsif cardinality(queues) not between 1 and 100 then
+      perform jobs._raise('22023', 'jobs.claim: queues must name 1 to 100 queues, got '
+        || cardinality(queues), 'pass at least one queue name, e.g. array[''default'']');
+    elsif max_jobs is null then
+      perform jobs._raise('22004', 'jobs.claim: max_jobs must not be NULL',
+        'pass a batch size from 1 to 1000');
+    elsif max_jobs not between 1 and 1000 then
+      perform jobs._raise('22023', 'jobs.claim: max_jobs must be 1 to 1000, got ' || max_jobs,
+        'pass a batch size from 1 to 1000');
+    end if;
   end if;
   if claim.lease is not null then
     perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',

@@ -152,11 +152,9 @@ create function jobs._settle_prune(p_now timestamptz, p_completed int)
 returns bigint
 language sql volatile
 as $$
-  select case when random() < 0.125
-    then (jobs._prune('{completed,cancelled}',
+  select (jobs._prune('{completed,cancelled}',
                       p_now - jobs._retention('pg_jobs.completed_retention', '7 days'),
                       16 * p_completed)).jobs_deleted
-  end
 $$;
 revoke all on function jobs._settle_prune(timestamptz, int) from public;
 
@@ -195,7 +193,9 @@ begin
   if not found then
     return false;
   end if;
-  perform jobs._settle_prune(v_now, 1);
+  if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
+    perform jobs._settle_prune(v_now, 1);
+  end if;
   return true;
 end
 $$;
@@ -214,20 +214,27 @@ declare
   v_sorted uuid[];   -- ids sorted, and results in that order: see the update below
   v_results jsonb[];
 begin
-  if ids is null or claims is null then
-    perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
-      'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
-  elsif cardinality(ids) <> cardinality(claims)
-        or (results is not null and cardinality(results) <> cardinality(ids)) then
-    perform jobs._raise('22023', format('jobs.complete_many: ids, claims and results must be '
-      'equally long, got %s, %s and %s', cardinality(ids), cardinality(claims),
-      coalesce(cardinality(results)::text, 'NULL')), 'pass one claim (and result) per id');
-  elsif cardinality(ids) > 10000 then
-    perform jobs._raise('22023', 'jobs.complete_many: at most 10000 jobs per call, got '
-      || cardinality(ids), 'split the batch');
-  elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
-    perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
-      'pass the id and claim token of every job');
+  -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
+  -- chain inside names the cause.
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
+     or (results is not null and cardinality(results) <> cardinality(ids))
+     or cardinality(ids) > 10000 or array_position(ids, null) is not null
+     or array_position(claims, null) is not null then
+    if ids is null or claims is null then
+      perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
+        'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
+    elsif cardinality(ids) <> cardinality(claims)
+          or (results is not null and cardinality(results) <> cardinality(ids)) then
+      perform jobs._raise('22023', format('jobs.complete_many: ids, claims and results must be '
+        'equally long, got %s, %s and %s', cardinality(ids), cardinality(claims),
+        coalesce(cardinality(results)::text, 'NULL')), 'pass one claim (and result) per id');
+    elsif cardinality(ids) > 10000 then
+      perform jobs._raise('22023', 'jobs.complete_many: at most 10000 jobs per call, got '
+        || cardinality(ids), 'split the batch');
+    elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
+      perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
+        'pass the id and claim token of every job');
+    end if;
   end if;
 
   -- Each branch is one statement, fenced per row, and collects the ids that landed. Neither
@@ -267,7 +274,9 @@ begin
       returning j.id
     )
     select coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
-    perform jobs._settle_prune(v_now, cardinality(v_landed));
+    if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
+      perform jobs._settle_prune(v_now, cardinality(v_landed));
+    end if;
   end if;
 
   -- Usually every job landed, and the answer is the input as it came. Otherwise (a lost
@@ -585,23 +594,30 @@ declare
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
 begin
-  if worker_id is null then
-    perform jobs._raise('22004', 'jobs.claim: worker_id must not be NULL',
-      'pass a name for this worker, e.g. its host and process id');
-  elsif length(worker_id) > 200 then
-    perform jobs._raise('22023', 'jobs.claim: worker_id must be at most 200 characters, got '
-      || length(worker_id), 'pass a shorter worker name');
-  elsif queues is null or array_position(queues, null) is not null then
-    perform jobs._raise('22004', 'jobs.claim: queues must not be NULL or contain NULL',
-      'pass the queue names to claim from, e.g. array[''default'']');
-  elsif cardinality(queues) not between 1 and 100 then
-    perform jobs._raise('22023', 'jobs.claim: queues must name 1 to 100 queues, got '
-      || cardinality(queues), 'pass at least one queue name, e.g. array[''default'']');
-  elsif max_jobs is null then
-    perform jobs._raise('22004', 'jobs.claim: max_jobs must not be NULL', 'pass a batch size from 1 to 1000');
-  elsif max_jobs not between 1 and 1000 then
-    perform jobs._raise('22023', 'jobs.claim: max_jobs must be 1 to 1000, got ' || max_jobs,
-      'pass a batch size from 1 to 1000');
+  -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
+  -- chain inside names the cause.
+  if worker_id is null or length(worker_id) > 200 or queues is null
+     or array_position(queues, null) is not null or cardinality(queues) not between 1 and 100
+     or max_jobs is null or max_jobs not between 1 and 1000 then
+    if worker_id is null then
+      perform jobs._raise('22004', 'jobs.claim: worker_id must not be NULL',
+        'pass a name for this worker, e.g. its host and process id');
+    elsif length(worker_id) > 200 then
+      perform jobs._raise('22023', 'jobs.claim: worker_id must be at most 200 characters, got '
+        || length(worker_id), 'pass a shorter worker name');
+    elsif queues is null or array_position(queues, null) is not null then
+      perform jobs._raise('22004', 'jobs.claim: queues must not be NULL or contain NULL',
+        'pass the queue names to claim from, e.g. array[''default'']');
+    elsif cardinality(queues) not between 1 and 100 then
+      perform jobs._raise('22023', 'jobs.claim: queues must name 1 to 100 queues, got '
+        || cardinality(queues), 'pass at least one queue name, e.g. array[''default'']');
+    elsif max_jobs is null then
+      perform jobs._raise('22004', 'jobs.claim: max_jobs must not be NULL',
+        'pass a batch size from 1 to 1000');
+    elsif max_jobs not between 1 and 1000 then
+      perform jobs._raise('22023', 'jobs.claim: max_jobs must be 1 to 1000, got ' || max_jobs,
+        'pass a batch size from 1 to 1000');
+    end if;
   end if;
   if claim.lease is not null then
     perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',

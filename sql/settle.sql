@@ -64,24 +64,23 @@ $$;
 comment on function jobs.heartbeat(uuid, bigint, interval) is
   'Extend the lease of a held job; answers the new expiry, or NULL when the claim is no longer held';
 
--- Retention a share at a time: one completing settle in 8, chosen at random, also deletes up
--- to 16 completed jobs past pg_jobs.completed_retention per job it completed (jobs._prune,
--- skipping rows others hold): twice the completions on average. Retention then keeps pace with
--- the completions however little CPU the background worker gets on a saturated server
--- (measured: at 16k jobs/s on 2 cores the worker alone fell behind and the table grew without
--- bound). Probing on every settle cost 8% of the drain; one in 8 costs what a random() does.
--- A SQL function, so the planner inlines it into the caller's expression: no function call
--- on the seven settles in 8 that do not prune. Answers the jobs deleted, NULL when it did not
--- draw.
+-- Retention a share at a time: one completing settle in 8, chosen at random by the caller
+-- (`if random() < 0.125`), also deletes up to 16 completed jobs past
+-- pg_jobs.completed_retention per job it completed (jobs._prune, skipping rows others hold):
+-- twice the completions on average. Retention then keeps pace with the completions however
+-- little CPU the background worker gets on a saturated server (measured: at 16k jobs/s on 2
+-- cores the worker alone fell behind and the table grew without bound). Probing on every
+-- settle cost 8% of the drain. The draw is the caller's own IF, a PL/pgSQL expression, so the
+-- seven settles in 8 that do not prune run no statement for it (a PERFORM that drew inside
+-- this function cost 2% of a drain of single jobs: docs/BENCHMARKS.md). Answers the jobs
+-- deleted.
 create function jobs._settle_prune(p_now timestamptz, p_completed int)
 returns bigint
 language sql volatile
 as $$
-  select case when random() < 0.125
-    then (jobs._prune('{completed,cancelled}',
+  select (jobs._prune('{completed,cancelled}',
                       p_now - jobs._retention('pg_jobs.completed_retention', '7 days'),
                       16 * p_completed)).jobs_deleted
-  end
 $$;
 
 -- pg_jobs.completed_retention = 0 keeps completed jobs for no time: complete and complete_many
@@ -122,7 +121,9 @@ begin
   if not found then
     return false;
   end if;
-  perform jobs._settle_prune(v_now, 1);
+  if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
+    perform jobs._settle_prune(v_now, 1);
+  end if;
   return true;
 end
 $$;
@@ -141,20 +142,27 @@ declare
   v_sorted uuid[];   -- ids sorted, and results in that order: see the update below
   v_results jsonb[];
 begin
-  if ids is null or claims is null then
-    perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
-      'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
-  elsif cardinality(ids) <> cardinality(claims)
-        or (results is not null and cardinality(results) <> cardinality(ids)) then
-    perform jobs._raise('22023', format('jobs.complete_many: ids, claims and results must be '
-      'equally long, got %s, %s and %s', cardinality(ids), cardinality(claims),
-      coalesce(cardinality(results)::text, 'NULL')), 'pass one claim (and result) per id');
-  elsif cardinality(ids) > 10000 then
-    perform jobs._raise('22023', 'jobs.complete_many: at most 10000 jobs per call, got '
-      || cardinality(ids), 'split the batch');
-  elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
-    perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
-      'pass the id and claim token of every job');
+  -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
+  -- chain inside names the cause.
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
+     or (results is not null and cardinality(results) <> cardinality(ids))
+     or cardinality(ids) > 10000 or array_position(ids, null) is not null
+     or array_position(claims, null) is not null then
+    if ids is null or claims is null then
+      perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
+        'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
+    elsif cardinality(ids) <> cardinality(claims)
+          or (results is not null and cardinality(results) <> cardinality(ids)) then
+      perform jobs._raise('22023', format('jobs.complete_many: ids, claims and results must be '
+        'equally long, got %s, %s and %s', cardinality(ids), cardinality(claims),
+        coalesce(cardinality(results)::text, 'NULL')), 'pass one claim (and result) per id');
+    elsif cardinality(ids) > 10000 then
+      perform jobs._raise('22023', 'jobs.complete_many: at most 10000 jobs per call, got '
+        || cardinality(ids), 'split the batch');
+    elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
+      perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
+        'pass the id and claim token of every job');
+    end if;
   end if;
 
   -- Each branch is one statement, fenced per row, and collects the ids that landed. Neither
@@ -194,7 +202,9 @@ begin
       returning j.id
     )
     select coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
-    perform jobs._settle_prune(v_now, cardinality(v_landed));
+    if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
+      perform jobs._settle_prune(v_now, cardinality(v_landed));
+    end if;
   end if;
 
   -- Usually every job landed, and the answer is the input as it came. Otherwise (a lost

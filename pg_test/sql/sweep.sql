@@ -57,6 +57,32 @@ select * from jobs.sweep() where affected > 0;
 reset pg_jobs.clock_offset;
 select count(*) as jobs_left from jobs.jobs;
 
+-- Settles take a share of retention, the background worker or not: one completing call in 8,
+-- drawn at random (seeded here), also deletes up to 16 completed jobs past retention per job
+-- it completed. 300 jobs completed 8 days ago, then 40 completed now one at a time.
+truncate jobs.jobs, jobs.steps, jobs.events;
+select count(*) from jobs.enqueue_batch(
+  (select jsonb_agg(jsonb_build_object('name', 'old')) from generate_series(1, 300)));
+set pg_jobs.clock_offset = '-8d';
+select count(*) filter (where jobs.complete(c.id, c.claim)) as completed_8_days_ago
+from jobs.claim('w', array['default'], 300) as c;
+reset pg_jobs.clock_offset;
+select count(*) from jobs.enqueue_batch(
+  (select jsonb_agg(jsonb_build_object('name', 'new')) from generate_series(1, 40)));
+select setseed(0.25);
+select count(*) filter (where jobs.complete(c.id, c.claim)) as completed_one_by_one
+from jobs.claim('w', array['default'], 20) as c;
+select count(*) as old_left from jobs.jobs where name = 'old' \gset
+select :old_left < 300 as complete_deleted_some, (300 - :old_left) % 16 = 0 as sixteen_a_draw;
+select count(*) filter (where m.landed) as completed_by_complete_many_of_one
+from jobs.claim('w', array['default'], 20) as c
+cross join lateral jobs.complete_many(array[c.id], array[c.claim]) as m;
+select count(*) filter (where name = 'new') as new_kept,
+       count(*) filter (where name = 'old') between 1 and :old_left - 1
+         as complete_many_deleted_some,
+       (300 - count(*) filter (where name = 'old')) % 16 = 0 as sixteen_a_draw
+from jobs.jobs;
+
 -- Bad input: a clear error.
 select * from jobs.sweep(0);
 \echo :LAST_ERROR_SQLSTATE
