@@ -90,4 +90,10 @@ select jobs.snooze(:'id', :claim, null);
 \echo :LAST_ERROR_SQLSTATE
 select jobs.heartbeat(:'id', :claim, '-1 second');
 \echo :LAST_ERROR_SQLSTATE
+select jobs.heartbeat(:'id', :claim, '8 days');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.heartbeat(null, :claim);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.heartbeat(:'id', null);
+\echo :LAST_ERROR_SQLSTATE
 select state, attempt, claim from jobs.jobs where id = :'id';
