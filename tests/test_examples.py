@@ -2,8 +2,8 @@
 
 Each must: work a mixed batch to the end (each job's write landing exactly once, failures
 retried and then dead-lettered with their error text); wake on LISTEN pg_jobs rather than its
-poll; and, on SIGTERM while it holds a job, finish that job (heartbeating past its lease)
-and exit 0.
+poll; exit on a SIGTERM that comes while it claims, not sleep its poll first; and, on SIGTERM
+while it holds a job, finish that job (heartbeating past its lease) and exit 0.
 """
 
 import os
@@ -88,6 +88,28 @@ def test_the_worker_wakes_on_listen_not_its_poll(example_db, kind):
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=DEADLINE)
+
+
+@pytest.mark.parametrize("kind", sorted(WORKERS))
+def test_a_sigterm_during_a_claim_is_not_lost(example_db, kind):
+    """The signal lands while the worker's claim waits on a lock; the claim then answers
+    nothing, and the worker must exit rather than sleep its 600 s poll (the Node worker did)."""
+    worker = start(kind, example_db, "--poll", "600")
+    try:
+        time.sleep(1)  # asleep on LISTEN after finding the queue empty
+        with psycopg.connect(example_db) as locker, psycopg.connect(example_db, autocommit=True) as conn:
+            locker.execute("lock table jobs.jobs in access exclusive mode")
+            conn.execute("select pg_notify('pg_jobs', 'default')")  # wakes it into a claim
+            wait_for(example_db, "select count(*) from pg_stat_activity"
+                                 " where wait_event_type = 'Lock' and query like '%jobs.claim(%'", 1)
+            worker.send_signal(signal.SIGTERM)
+            time.sleep(0.5)  # the signal is handled while the claim waits
+            locker.rollback()
+        out, err = worker.communicate(timeout=DEADLINE)
+        assert worker.returncode == 0, err
+    finally:
+        if worker.poll() is None:
+            worker.kill()
 
 
 @pytest.mark.parametrize("kind", sorted(WORKERS))

@@ -79,7 +79,11 @@ async function main() {
   await Promise.all([conn.connect(), beatConn.connect(), listener.connect()]);
 
   let stopping = false;
-  let wake = () => {};
+  // A wake-up (a signal, or a notification for our queues) that comes while the worker is
+  // busy claiming or working is kept for its next sleep, which then returns at once: without
+  // it, a SIGTERM during a claim was lost and the worker slept a whole poll interval.
+  let pending = false;
+  let wake = () => { pending = true; };
   for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => { stopping = true; wake(); });
   listener.on('notification', (n) => { if (args.queues.includes(n.payload)) wake(); });
   await listener.query('listen pg_jobs');
@@ -107,8 +111,10 @@ async function main() {
     }
     // Idle: sleep until a wake-up on our queues, a signal, or the poll interval.
     await new Promise((resolve) => {
-      const timer = setTimeout(resolve, args.poll * 1000);
-      wake = () => { clearTimeout(timer); resolve(); };
+      if (pending) { pending = false; resolve(); return; }
+      const done = () => { clearTimeout(timer); wake = () => { pending = true; }; resolve(); };
+      const timer = setTimeout(done, args.poll * 1000);
+      wake = done;
     });
   }
   clearInterval(beats);
