@@ -87,12 +87,12 @@ class PgJobs:
 
     def fill(self, db, n):
         set_completed_retention(db, self.retention)
-        db.sql("truncate jobs.jobs")
+        db.sql("truncate jobs_data.jobs")
         in_chunks(db, n, """select count(*) from jobs.enqueue_batch(
                               (select jsonb_agg(jsonb_build_object('name', 'bench', 'queue', 'bench',
                                                                    'payload', jsonb_build_object('n', g)))
                                from generate_series(%s::int, %s::int) g))""")
-        db.sql("vacuum analyze jobs.jobs")
+        db.sql("vacuum analyze jobs_data.jobs")
 
     def left(self, db):
         return db.one("select count(*) from jobs.jobs where state <> 'completed'")
@@ -225,7 +225,7 @@ def run_enqueue(db, cands, args, results):
                               ("pg_jobs enqueue_batch(100)", "pgjobs_enqueue_batch.sql"),
                               ("INSERT of the same 100 rows into jobs.jobs", "insert_batch.sql"),
                               ("pgmq send_batch(100)", "pgmq_enqueue_batch.sql")]:
-            db.sql("truncate jobs.jobs")
+            db.sql("truncate jobs_data.jobs")
             db.sql("truncate plain.jobs")
             db.sql("select pgmq.purge_queue('bench')")
             r = db.pgbench(os.path.join(BENCH, script), 4, seconds=args.seconds)
@@ -236,7 +236,7 @@ def run_enqueue(db, cands, args, results):
 
 def run_heartbeats(db, args, results):
     held = 1000
-    db.sql("truncate jobs.jobs")
+    db.sql("truncate jobs_data.jobs")
     db.sql("drop table if exists bench_held")
     db.sql("create table bench_held (n int primary key, id uuid, claim bigint)")
     db.sql(
@@ -245,7 +245,7 @@ def run_heartbeats(db, args, results):
     db.sql(
         """insert into bench_held select row_number() over (), id, claim
            from jobs.claim('beat', array['bench'], 1000, '1 hour')""")
-    db.sql("vacuum analyze jobs.jobs")
+    db.sql("vacuum analyze jobs_data.jobs")
     before = db.sql("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relid = 'jobs.jobs'::regclass")[0]
     r = db.pgbench(os.path.join(BENCH, "pgjobs_heartbeat.sql"), 4, seconds=args.seconds, defines={"held": held})
     time.sleep(1)  # let the statistics collector catch up
@@ -257,7 +257,7 @@ def run_heartbeats(db, args, results):
 
 def run_claim_backlogs(db, args, results):
     def load(ready, finished):
-        db.sql("truncate jobs.jobs")
+        db.sql("truncate jobs_data.jobs")
         for state, n in (("completed", finished), ("ready", ready)):
             if n:
                 db.sql(
@@ -267,7 +267,7 @@ def run_claim_backlogs(db, args, results):
                               now() - make_interval(secs => g), 25, '{}', now(), now(), now(),
                               case when %s = 'completed' then now() end
                        from generate_series(1, %s::int) g""", (state, state, n))
-        db.sql("vacuum analyze jobs.jobs")
+        db.sql("vacuum analyze jobs_data.jobs")
 
     # CPU-bound (synchronous_commit = off): each round commits, and at the fsync rate the
     # claim's own cost would drown in the disk's drift.
@@ -287,11 +287,11 @@ def run_claim_backlogs(db, args, results):
 
 
 def run_churn(db, args, results):
-    db.sql("truncate jobs.jobs")
+    db.sql("truncate jobs_data.jobs")
     db.sql("alter system set pg_jobs.completed_retention = '1min'")
     db.sql("alter system set pg_jobs.sweep_interval = '1s'")
     db.sql("select pg_reload_conf()")
-    db.sql("vacuum analyze jobs.jobs")
+    db.sql("vacuum analyze jobs_data.jobs")
     producer = subprocess.Popen(
         [PGBENCH, "-n", "-c", "2", "-j", "2", "-R", str(args.churn_rate), "-T", str(args.churn_minutes * 60),
          "-f", os.path.join(BENCH, "pgjobs_enqueue.sql"), db.dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE)

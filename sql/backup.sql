@@ -3,9 +3,9 @@
 -- its jobs, steps, events, job types and queues, and restoring it (CREATE EXTENSION, then the
 -- rows) loses none of them. The 'default' queue's row comes with CREATE EXTENSION, so the dump
 -- leaves it out: a paused default queue comes back resumed.
-select pg_catalog.pg_extension_config_dump('jobs.jobs', '');
-select pg_catalog.pg_extension_config_dump('jobs.steps', '');
-select pg_catalog.pg_extension_config_dump('jobs.steps_seq_seq', '');
-select pg_catalog.pg_extension_config_dump('jobs.events', '');
-select pg_catalog.pg_extension_config_dump('jobs.job_types', '');
-select pg_catalog.pg_extension_config_dump('jobs.queues', $$where queue <> 'default'$$);
+select pg_catalog.pg_extension_config_dump('jobs_data.jobs', '');
+select pg_catalog.pg_extension_config_dump('jobs_data.steps', '');
+select pg_catalog.pg_extension_config_dump('jobs_data.steps_seq_seq', '');
+select pg_catalog.pg_extension_config_dump('jobs_data.events', '');
+select pg_catalog.pg_extension_config_dump('jobs_data.job_types', '');
+select pg_catalog.pg_extension_config_dump('jobs_data.queues', $$where queue <> 'default'$$);

@@ -8,12 +8,14 @@
 -- merged by priority desc, run_at. Neither backlog nor finished history is read, so the cost of
 -- a claim does not grow with them.
 --
+-- A worker bound to tenants (jobs.grant_worker(role, tenant)) is handed only their jobs.
+--
 -- Then one statement reads the policy of each job name among the candidates (jobs._policy:
 -- lease, dead-lettering, concurrency), once per call, not once per candidate.
 --
 -- Limits (only when a candidate has a concurrency_key or its job type a concurrency):
--- jobs._within_limits takes an advisory lock per limited name and key (sorted, so claimers
--- never deadlock), then counts the running jobs in a new statement, whose snapshot sees every
+-- jobs._within_limits locks the slot of each limited name and key (jobs_data.lock_slots, in slot
+-- order, so claimers never deadlock), then counts the running jobs in a new statement, whose snapshot sees every
 -- claim committed under those locks, and keeps the candidates that fit. A candidate held back
 -- is not updated, so it is charged no attempt.
 --
@@ -23,10 +25,10 @@
 -- reaches the dead letters instead of killing one worker per lease forever. Candidates not
 -- moved stay locked, unclaimed, until the claim's transaction ends.
 --
--- Lock order: job rows (skipping locked ones), then the advisory locks of limits.
+-- Lock order: job rows (skipping locked ones), then the lock slots of limits.
 
 
--- The candidates (in claim order) that fit their limits: jobs.job_types.concurrency (running
+-- The candidates (in claim order) that fit their limits: jobs_data.job_types.concurrency (running
 -- jobs of a name, fleet-wide) and concurrency_key (one running job per key). Buried candidates
 -- always pass: burying is not running. Called by jobs.claim with the candidate rows locked.
 create function jobs._within_limits(p_ids uuid[], p_names text[], p_bury boolean[],
@@ -36,23 +38,25 @@ language plpgsql volatile
 as $$
 begin
   -- Serialise the claimers of each limited name and key until they commit, so the count
-  -- below sees every claim made under the same limit. Sorted: one lock order for everyone.
-  perform pg_advisory_xact_lock(1886023523, hashtext(k.lock_key))
-  from (select distinct x.lock_key
-        from jobs.jobs as j
-        left join jobs.job_types as t on t.name = j.name
-        cross join lateral (values ('name:' || j.name, t.concurrency is not null),
-                                   ('key:' || j.concurrency_key, j.concurrency_key is not null))
-                   as x(lock_key, limited)
-        where j.id = any(p_ids) and x.limited
-        order by x.lock_key) as k;
+  -- below sees every claim made under the same limit. In slot order: one lock order for all.
+  perform from jobs_data.lock_slots as s
+  where s.slot = any(array(
+          select hashtext(x.lock_key) & 1023
+          from jobs_data.jobs as j
+          left join jobs_data.job_types as t on t.name = j.name
+          cross join lateral (values ('name:' || j.name, t.concurrency is not null),
+                                     ('key:' || j.concurrency_key, j.concurrency_key is not null))
+                     as x(lock_key, limited)
+          where j.id = any(p_ids) and x.limited))
+  order by s.slot
+  for no key update;
 
   -- A new statement, so a new snapshot: it sees the claims committed under those locks.
   return query
   with c as (  -- a lookup per candidate, not a join (see the UPDATE in jobs.claim)
     select u.id, u.name, u.bury, u.ord,
-           (select j.concurrency_key from jobs.jobs as j where j.id = u.id) as concurrency_key,
-           (select t.concurrency from jobs.job_types as t where t.name = u.name) as concurrency
+           (select j.concurrency_key from jobs_data.jobs as j where j.id = u.id) as concurrency_key,
+           (select t.concurrency from jobs_data.job_types as t where t.name = u.name) as concurrency
     from unnest(p_ids, p_names, p_bury) with ordinality as u(id, name, bury, ord)
   ),
   -- The jobs running now under a candidate's name or key. No candidate is among them: a
@@ -60,7 +64,7 @@ begin
   -- others are not running.
   held as (
     select r.name, r.concurrency_key
-    from jobs.jobs as r
+    from jobs_data.jobs as r
     where r.state = 'running' and r.lease_scan_at is not null  -- all running jobs: jobs_lease_idx
       and r.lease_expires_at > p_now
       and (r.name in (select c.name from c where c.concurrency is not null)
@@ -104,6 +108,7 @@ language plpgsql volatile
 as $$
 declare
   v_now     timestamptz := jobs.clock();
+  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
   v_ids     uuid[];
   v_names   text[];
   v_bury    boolean[];
@@ -155,29 +160,32 @@ begin
     cross join lateral (
       select * from (
         select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury
-        from jobs.jobs j
+        from jobs_data.jobs j
         where j.queue = q.queue and j.state = 'ready'
+          and (v_tenants is null or j.tenant_id = any(v_tenants))
         order by j.priority desc, j.run_at
         limit max_jobs for update skip locked) as ready
       union all
       select * from (
         select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false
-        from jobs.jobs j
+        from jobs_data.jobs j
         where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
+          and (v_tenants is null or j.tenant_id = any(v_tenants))
         order by j.run_at
         limit max_jobs for update skip locked) as due
       union all
       select * from (
         select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
                jobs._lapse_buries(j.attempt, j.max_attempts)
-        from jobs.jobs j
+        from jobs_data.jobs j
         where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
           and j.lease_expires_at <= v_now
+          and (v_tenants is null or j.tenant_id = any(v_tenants))
         order by j.lease_scan_at
         limit max_jobs for update skip locked) as lapsed
     ) as c
     where q.ord = array_position(queues, q.queue)  -- each queue once
-      and (select p.paused from jobs.queues as p where p.queue = q.queue) is not true
+      and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true
     order by c.priority desc, c.run_at
   ) as c;
 
@@ -205,7 +213,7 @@ begin
   -- only when there is one. A join of the table to the arrays had its generic plan rescan the
   -- array for every row (max_jobs^2 comparisons).
   if true = any(v_bury[1:max_jobs]) then
-    update jobs.jobs as j set
+    update jobs_data.jobs as j set
       state = jobs._final_state(v_dead_letter[array_position(v_policy_names, j.name)]),
       lease = null, lease_expires_at = null, lease_scan_at = null, finished_at = v_now,
       last_error = jobs._lapse_error(j.attempt, j.max_attempts), updated_at = v_now
@@ -215,8 +223,8 @@ begin
 
   return query
   with moved as (
-    update jobs.jobs as j set
-      state = 'running', attempt = j.attempt + 1, claim = j.claim + 1,
+    update jobs_data.jobs as j set
+      state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
       lease_expires_at = v_now + v_leases[array_position(v_policy_names, j.name)],
       lease_scan_at = v_now + v_leases[array_position(v_policy_names, j.name)],

@@ -19,7 +19,7 @@
 create function jobs._spec_problem(s jobs.job_spec)
 returns text[]
 language sql stable parallel safe
-as $$
+begin atomic
   select case
     when s.name is null then array['22004', 'name must not be NULL',
       'pass the job name your workers dispatch on, e.g. jobs.enqueue(''send_email'', ''{}'')']
@@ -27,6 +27,10 @@ as $$
       'name must be 1 to 200 characters, got ' || length(s.name),
       'use a short, stable job name; put data in the payload']
     when s.payload is null then array['22004', 'payload must not be NULL', 'pass ''{}'' for no payload']
+    when pg_column_size(s.payload) > jobs._max_payload_size() then array['22023',
+      format('payload must be at most %s bytes (pg_jobs.max_payload_size), got %s',
+             jobs._max_payload_size(), pg_column_size(s.payload)),
+      'store large data elsewhere (a table, object storage) and pass its key in the payload']
     when s.queue is null then array['22004', 'queue must not be NULL', 'omit queue to use ''default''']
     when length(s.queue) not between 1 and 128 then array['22023',
       'queue must be 1 to 128 characters, got ' || length(s.queue),
@@ -34,8 +38,8 @@ as $$
     when s.priority is null then array['22004', 'priority must not be NULL', 'omit priority to use 0']
     when s.max_attempts < 1 then array['22023', 'max_attempts must be at least 1, got ' || s.max_attempts,
       'pass 1 for a job that must never be retried, or NULL for the job type''s policy']
-    when length(s.idempotency_key) not between 1 and 512 then array['22023',
-      'idempotency_key must be 1 to 512 characters, got ' || length(s.idempotency_key),
+    when octet_length(s.idempotency_key) not between 1 and 512 then array['22023',
+      'idempotency_key must be 1 to 512 bytes, got ' || octet_length(s.idempotency_key),
       'hash a long natural key, e.g. md5(...), or pass NULL']
     when length(s.tenant_id) not between 1 and 200 then array['22023',
       'tenant_id must be 1 to 200 characters, got ' || length(s.tenant_id),
@@ -43,16 +47,44 @@ as $$
     when length(s.concurrency_key) not between 1 and 200 then array['22023',
       'concurrency_key must be 1 to 200 characters, got ' || length(s.concurrency_key),
       'pass a short key or NULL']
+    -- A role bound to tenants (pg_jobs.tenants, jobs.grant_producer(role, tenant)) enqueues
+    -- for those tenants only: so it dedupes against, and gets back, only their jobs.
+    when jobs._tenants() is not null
+         and (s.tenant_id is null or not s.tenant_id = any(jobs._tenants())) then array['PJ007',
+      format('this role is bound to the tenants %s and may not enqueue for %s',
+             array_to_string(jobs._tenants(), ', '), coalesce(quote_literal(s.tenant_id), 'no tenant')),
+      'pass tenant_id => one of its tenants, or bind it to this one: jobs.grant_producer(role, tenant => ...)']
     when not isfinite(s.run_at) then array['22023', 'run_at must be a finite time, got ' || s.run_at,
       'pass NULL to run now, or a time such as now() + interval ''1 hour''']
     when s.on_conflict is null or s.on_conflict not in ('return', 'error') then array[
       case when s.on_conflict is null then '22004' else '22023' end,
       'on_conflict must be ''return'' or ''error'', got ' || coalesce(quote_literal(s.on_conflict), 'NULL'),
       '''return'' hands back the live job holding the key; ''error'' raises duplicate_job']
-  end
+  end;
+end;
+
+-- The first of p_specs (its ordinal) whose run_id names a run of another tenant, or NULL. A
+-- run belongs to the tenant of its jobs: a job attaches to a run (and may then write its
+-- steps) only where no job of that run has another tenant. Apart from jobs._spec_problem,
+-- which must stay a plain expression to be inlined, and called only when a spec has a
+-- run_id: the primary key, then jobs_attached_idx.
+create function jobs._run_problem(p_specs jobs.job_spec[])
+returns int
+language plpgsql stable
+as $$
+begin
+  return (select s.ordinality from unnest(p_specs) with ordinality as s
+          where s.run_id is not null
+            and (exists (select from jobs_data.jobs as r
+                         where r.id = s.run_id and r.tenant_id is distinct from s.tenant_id)
+                 or exists (select from jobs_data.jobs as r
+                            where r.run_id = s.run_id and r.run_id <> r.id
+                              and r.tenant_id is distinct from s.tenant_id))
+          order by s.ordinality limit 1);
+end
 $$;
 
--- After an insert: jobs.queues lists every queue ever used (queue_stats reads it), and the
+-- After an insert: jobs_data.queues lists every queue ever used (queue_stats reads it), and the
 -- queues that got a job ready now are woken (jobs._wake). p_deduped marks the specs that
 -- inserted nothing (NULL: none did); p_new are the ids of the jobs.
 create function jobs._register_and_wake(p_specs jobs.job_spec[], p_deduped boolean[],
@@ -60,11 +92,27 @@ create function jobs._register_and_wake(p_specs jobs.job_spec[], p_deduped boole
 returns void
 language plpgsql volatile
 as $$
+declare
+  v_lock_timeout text;
 begin
-  insert into jobs.queues (queue)
-  select distinct s.queue from unnest(p_specs) as s
-  where not exists (select from jobs.queues as q where q.queue = s.queue)
-  on conflict do nothing;
+  -- A queue named for the first time is registered; its insert waits for another transaction
+  -- that registers the same name and has not ended. That wait is bounded (lock_timeout) and
+  -- then given up: the other transaction registers it, or the next enqueue to it does (a
+  -- producer's open transaction must not hold up every other enqueue to a new queue).
+  if exists (select from unnest(p_specs) as s
+             where not exists (select from jobs_data.queues as q where q.queue = s.queue)) then
+    v_lock_timeout := current_setting('lock_timeout');
+    begin
+      perform set_config('lock_timeout', '100ms', true);
+      insert into jobs_data.queues (queue)
+      select distinct s.queue from unnest(p_specs) as s
+      where not exists (select from jobs_data.queues as q where q.queue = s.queue)
+      on conflict do nothing;
+      perform set_config('lock_timeout', v_lock_timeout, true);
+    exception when lock_not_available then
+      null;  -- the subtransaction's end restored lock_timeout
+    end;
+  end if;
   perform jobs._wake(array(select distinct s.queue from unnest(p_specs) with ordinality as s
                            where coalesce(s.run_at, p_now) <= p_now
                              and not coalesce(p_deduped[s.ordinality], false)), p_new);
@@ -80,7 +128,7 @@ returns void
 language plpgsql volatile
 as $$
 begin
-  insert into jobs.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
+  insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
@@ -128,6 +176,16 @@ begin
       case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
            else p_caller || ': spec ' || v_i || ': ' end || v_problem[2], v_problem[3]);
   end if;
+  if exists (select from unnest(p_specs) as s where s.run_id is not null) then
+    v_i := jobs._run_problem(p_specs);
+    if v_i is not null then
+      perform jobs._raise('22023',
+        case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
+             else p_caller || ': spec ' || v_i || ': ' end
+        || format('run_id %s is a run of another tenant', p_specs[v_i].run_id),
+        'attach a job only to a run of its own tenant_id, or pass NULL to start a new run');
+    end if;
+  end if;
 
   v_ids := array(select coalesce(s.id, jobs._uuid_v7()) from unnest(p_specs) with ordinality s
                  order by s.ordinality);
@@ -156,7 +214,7 @@ begin
     exit when cardinality(v_pending) = 0;
 
     for v_ins in
-      insert into jobs.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
+      insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
@@ -185,18 +243,18 @@ begin
       -- Nothing inserted under an id the caller allocated: that job is the answer, whatever
       -- its state (the outbox publishing one staged row twice).
       if v_spec.id is not null then
-        select j.id, j.run_id into v_fid, v_frun from jobs.jobs j where j.id = v_spec.id;
+        select j.id, j.run_id into v_fid, v_frun from jobs_data.jobs j where j.id = v_spec.id;
       end if;
       -- A live job of this name, in this tenant, holds the key. Name and tenant are both in
       -- the lookup: without them the answer could be another name's or another tenant's job.
       if v_fid is null and v_spec.idempotency_key is not null then
         if v_spec.tenant_id is null then
-          select j.id, j.run_id into v_fid, v_frun from jobs.jobs j
+          select j.id, j.run_id into v_fid, v_frun from jobs_data.jobs j
           where j.name = v_spec.name and j.tenant_id is null
             and j.idempotency_key = v_spec.idempotency_key
             and j.state in ('ready', 'delayed', 'running', 'suspended');
         else
-          select j.id, j.run_id into v_fid, v_frun from jobs.jobs j
+          select j.id, j.run_id into v_fid, v_frun from jobs_data.jobs j
           where j.name = v_spec.name and j.tenant_id = v_spec.tenant_id
             and j.idempotency_key = v_spec.idempotency_key
             and j.state in ('ready', 'delayed', 'running', 'suspended');
@@ -261,17 +319,17 @@ declare
   v_now     timestamptz;
   r         jobs.enqueued;
 begin
-  -- A job with no idempotency key and no id of its own cannot conflict: the same check, ids,
-  -- insert and wake-up as jobs._enqueue, without the batch's statements around them (single
-  -- enqueues ran 20% faster; docs/BENCHMARKS.md).
-  if enqueue.idempotency_key is null and enqueue.id is null then
+  -- A job with no idempotency key, no id of its own and no run to attach to cannot conflict
+  -- and needs no run check: the same check, ids, insert and wake-up as jobs._enqueue, without
+  -- the batch's statements around them (single enqueues ran 20% faster; docs/BENCHMARKS.md).
+  if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null then
     v_problem := jobs._spec_problem(v_spec);
     if v_problem is not null then
       perform jobs._raise(v_problem[1], 'jobs.enqueue: ' || v_problem[2], v_problem[3]);
     end if;
     v_now := jobs.clock();
     r.id := jobs._uuid_v7();
-    r.run_id := coalesce(enqueue.run_id, r.id);  -- a new run is named after its first job
+    r.run_id := r.id;  -- a new run is named after its first job
     r.deduped := false;
     perform jobs._insert_unkeyed(array[v_spec], array[r.id], array[r.run_id], v_now);
     perform jobs._register_and_wake(array[v_spec], null, v_now, array[r.id]);

@@ -1,4 +1,4 @@
--- Stored events: jobs.events, jobs.publish, jobs.await_event.
+-- Stored events: jobs_data.events, jobs.publish, jobs.await_event.
 --
 -- An event is a (name, key) with a payload and an expiry. await_event answers 'received' when
 -- an unexpired event of that name and key exists (the newest one), and memoises the answer as
@@ -10,28 +10,34 @@
 -- An expired event is invisible at once: every read filters on expires_at.
 --
 -- No lost wake-up: "no event yet, so suspend" (await_event) and "insert the event, then wake
--- the waiters" (publish) both hold a transaction-scoped advisory lock on (name, key), so one
+-- the waiters" (publish) both hold the lock slot of (name, key) (jobs_data.lock_slots), so one
 -- of them commits before the other looks: publish then sees the suspended waiter, or
 -- await_event sees the event.
 --
--- Lock order: the (name, key) advisory lock, then job rows. Keys are stored as '' for none.
+-- Lock order: the (name, key) lock slot, then job rows. Keys are stored as '' for none.
 
-create table jobs.events (
+create table jobs_data.events (
   id           uuid primary key,
   name         text not null check (length(name) between 1 and 200),
-  key          text not null default '' check (length(key) <= 512),
+  key          text not null default '' check (octet_length(key) <= 512),
   payload      jsonb,
   published_at timestamptz not null,
   expires_at   timestamptz not null
 );
-create index events_lookup_idx on jobs.events (name, key, published_at desc);
-create index events_expiry_idx on jobs.events (expires_at);
-comment on table jobs.events is 'Published events; a row past expires_at is invisible and swept';
+create index events_lookup_idx on jobs_data.events (name, key, published_at desc);
+create index events_expiry_idx on jobs_data.events (expires_at);
+comment on table jobs_data.events is 'Published events; a row past expires_at is invisible and swept';
 
 create function jobs._event_lock(p_name text, p_key text)
 returns void
-language sql volatile
-as $$ select pg_advisory_xact_lock(1886023522, hashtext(p_name || '/' || p_key)) $$;
+language plpgsql volatile
+as $$
+begin
+  perform from jobs_data.lock_slots as s
+  where s.slot = 1024 + (hashtext(p_name || '/' || p_key) & 1023)
+  for no key update;
+end
+$$;
 
 create function jobs._check_event_args(p_fn text, p_name text, p_key text)
 returns void
@@ -44,8 +50,8 @@ begin
   elsif length(p_name) not between 1 and 200 then
     perform jobs._raise('22023', p_fn || ': name must be 1 to 200 characters, got ' || length(p_name),
       'use a short event name and put data in the payload');
-  elsif length(p_key) > 512 then
-    perform jobs._raise('22023', p_fn || ': key must be at most 512 characters, got ' || length(p_key),
+  elsif octet_length(p_key) > 512 then
+    perform jobs._raise('22023', p_fn || ': key must be at most 512 bytes, got ' || octet_length(p_key),
       'hash a long key, e.g. md5(...)');
   end if;
 end
@@ -70,12 +76,17 @@ begin
   end if;
   perform jobs._check_interval('jobs.publish: ttl', publish.ttl, interval '10 years',
     'pass how long the event stays receivable, e.g. interval ''1 day''');
+  if pg_column_size(publish.payload) > jobs._max_payload_size() then
+    perform jobs._raise('22023', format('jobs.publish: payload must be at most %s bytes '
+      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), pg_column_size(publish.payload)),
+      'store large data elsewhere (a table, object storage) and pass its key in the payload');
+  end if;
   perform jobs._event_lock(publish.name, v_key);
-  insert into jobs.events (id, name, key, payload, published_at, expires_at)
+  insert into jobs_data.events (id, name, key, payload, published_at, expires_at)
   values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl);
   -- Wake the waiters: claimable now, and their await_event will find this event.
   with woken as (
-    update jobs.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
+    update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
     where j.state = 'suspended' and j.wait_event = publish.name and j.wait_key = v_key
     returning j.id, j.queue
   )
@@ -110,19 +121,19 @@ begin
 
   perform jobs._event_lock(await_event.name, v_key);
   select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until into v_job
-  from jobs.jobs as j
+  from jobs_data.jobs as j
   where j.id = await_event.id and j.claim = await_event.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
     perform jobs._raise('PJ001',
-      format('jobs.await_event: job %s is no longer held by claim %s: %s', await_event.id,
-             await_event.claim, jobs._lost_reason(await_event.id, await_event.claim)),
+      format('jobs.await_event: job %s is no longer held by the claim given: %s', await_event.id,
+             jobs._lost_reason(await_event.id, await_event.claim)),
       'stop working on this job; it runs again under a new claim');
   end if;
 
   -- Answered before: the same answer, whatever was published since.
-  select s.output into v_memo from jobs.steps as s
+  select s.output into v_memo from jobs_data.steps as s
   where s.run_id = v_job.run_id and s.step = v_step;
   if found then
     return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
@@ -130,7 +141,7 @@ begin
   end if;
 
   select jsonb_build_object('status', 'received', 'payload', e.payload) into v_memo
-  from jobs.events as e
+  from jobs_data.events as e
   where e.name = await_event.name and e.key = v_key and e.expires_at > v_now
   order by e.published_at desc
   limit 1;
@@ -140,9 +151,9 @@ begin
   end if;
 
   if v_memo is not null then
-    insert into jobs.steps (run_id, step, output, saved_at, attempt)
+    insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
     values (v_job.run_id, v_step, v_memo, v_now, v_job.attempt);
-    update jobs.jobs as j set wait_event = null, wait_key = null, wait_until = null
+    update jobs_data.jobs as j set wait_event = null, wait_key = null, wait_until = null
     where j.id = await_event.id and j.wait_event is not null;
     return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
     return;
@@ -153,7 +164,7 @@ begin
   v_until := case when v_job.wait_event = await_event.name and v_job.wait_key = v_key
                   then v_job.wait_until
                   else v_now + await_event.timeout end;
-  update jobs.jobs as j set
+  update jobs_data.jobs as j set
     state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null,
     run_at = v_until, wait_event = await_event.name, wait_key = v_key, wait_until = v_until,
     updated_at = v_now

@@ -13,7 +13,7 @@ as $$
 declare
   v_state jobs.job_state;
 begin
-  select j.state into v_state from jobs.jobs as j where j.id = p_id;
+  select j.state into v_state from jobs_data.jobs as j where j.id = p_id;
   if not found then
     perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
       'check the id; finished jobs are deleted after their retention period');
@@ -32,8 +32,8 @@ begin
   if cancel.id is null then
     perform jobs._raise('22004', 'jobs.cancel: id must not be NULL', 'pass the id of the job to cancel');
   end if;
-  update jobs.jobs as j set
-    state = 'cancelled', claim = j.claim + 1, lease_expires_at = null,
+  update jobs_data.jobs as j set
+    state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
     wait_event = null, wait_key = null, wait_until = null,
     finished_at = v_now, updated_at = v_now
   where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended');
@@ -62,9 +62,9 @@ begin
   end if;
   if requeue.from_step is not null then
     select s.seq into v_seq
-    from jobs.jobs as j join jobs.steps as s on s.run_id = j.run_id and s.step = requeue.from_step
+    from jobs_data.jobs as j join jobs_data.steps as s on s.run_id = j.run_id and s.step = requeue.from_step
     where j.id = requeue.id;
-    if v_seq is null and exists (select from jobs.jobs as j where j.id = requeue.id
+    if v_seq is null and exists (select from jobs_data.jobs as j where j.id = requeue.id
                                  and j.state in ('failed', 'dead', 'cancelled', 'completed')) then
       perform jobs._raise('22023', format('jobs.requeue: the run of job %s has no step %L',
         requeue.id, requeue.from_step),
@@ -75,14 +75,14 @@ begin
   begin
     -- One statement moves the job and drops the steps, so a refused requeue deletes nothing.
     with moved as (
-      update jobs.jobs as j set
-        state = 'ready', attempt = 0, claim = j.claim + 1, run_at = v_now,
+      update jobs_data.jobs as j set
+        state = 'ready', attempt = 0, claim = jobs._next_claim(j.claim), run_at = v_now,
         lease_expires_at = null, result = null, finished_at = null,
         wait_event = null, wait_key = null, wait_until = null, updated_at = v_now
       where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
       returning j.run_id, j.queue
     ), dropped as (
-      delete from jobs.steps as s using moved as m
+      delete from jobs_data.steps as s using moved as m
       where v_seq is not null and s.run_id = m.run_id and s.seq >= v_seq
     )
     select count(*), min(m.queue) into v_seq, v_queue from moved as m;
@@ -115,7 +115,7 @@ begin
   if promote.id is null then
     perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed job');
   end if;
-  update jobs.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
+  update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
   where j.id = promote.id and j.state = 'delayed'
   returning j.queue into v_queue;
   if found then

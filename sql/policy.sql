@@ -1,11 +1,14 @@
--- Job-type policy as every statement reads it: the jobs.job_types row of a name, or the
+comment on function jobs.clock() is
+  'The time pg_jobs decides by: clock_timestamp() plus pg_jobs.clock_offset (0; superuser only, for tests)';
+
+-- Job-type policy as every statement reads it: the jobs_data.job_types row of a name, or the
 -- defaults for a name with no row. The defaults here match the column defaults of
--- jobs.job_types; the one addition is the lease, whose column NULL means 30 seconds.
+-- jobs_data.job_types; the one addition is the lease, whose column NULL means 30 seconds.
 -- STABLE and a single SELECT returning a set, so the planner inlines it into the claim.
 create function jobs._policy(p_name text)
-returns setof jobs.job_types
+returns setof jobs_data.job_types
 language sql stable parallel safe
-as $$
+begin atomic
   select p_name,
          coalesce(t.max_attempts, 25),
          coalesce(t.backoff, 'exponential'),
@@ -16,8 +19,8 @@ as $$
          coalesce(t.lease, interval '30 seconds'),
          t.concurrency
   from (select) as d
-  left join jobs.job_types t on t.name = p_name
-$$;
+  left join jobs_data.job_types t on t.name = p_name;
+end;
 
 -- How long a job waits before its next attempt after failing attempt p_attempt:
 -- exponential (base * 2^(attempt-1)) or fixed (base), capped at backoff_max, then shortened
@@ -27,13 +30,13 @@ create function jobs._backoff(p_backoff text, p_base interval, p_max interval, p
                               p_attempt int)
 returns interval
 language sql volatile parallel safe
-as $$
+begin atomic
   select make_interval(secs => least(
            extract(epoch from p_base)
              * case when p_backoff = 'fixed' then 1 else power(2, least(greatest(p_attempt - 1, 0), 60)) end,
            extract(epoch from p_max))
-         * (1 - p_jitter * random()))
-$$;
+         * (1 - p_jitter * random()));
+end;
 
 -- Where a job ends when it runs out of attempts: dead-lettered unless its policy says not.
 -- STABLE, like jobs._lapse_error: their bodies are (a cast to an enum, format), and the
@@ -41,7 +44,9 @@ $$;
 create function jobs._final_state(p_dead_letter boolean)
 returns jobs.job_state
 language sql stable parallel safe
-as $$ select case when p_dead_letter then 'dead' else 'failed' end::jobs.job_state $$;
+begin atomic
+  select case when p_dead_letter then 'dead' else 'failed' end::jobs.job_state;
+end;
 
 -- What a lapsed lease (its worker stopped heartbeating) does to a job: with attempts left it
 -- runs again as a new attempt; on the final attempt it is buried (jobs._final_state) and never
@@ -49,23 +54,21 @@ as $$ select case when p_dead_letter then 'dead' else 'failed' end::jobs.job_sta
 create function jobs._lapse_buries(p_attempt int, p_max_attempts int)
 returns boolean
 language sql immutable parallel safe
-as $$ select p_attempt >= p_max_attempts $$;
+begin atomic
+  select p_attempt >= p_max_attempts;
+end;
 
 create function jobs._lapse_error(p_attempt int, p_max_attempts int)
 returns text
 language sql stable parallel safe
-as $$
+begin atomic
   select case when p_attempt >= p_max_attempts
     then format('lease lapsed on the final attempt (%s of %s): the worker holding it stopped '
                 'settling, so the job is not run again', p_attempt, p_max_attempts)
     else format('lease lapsed on attempt %s of %s: the worker holding it stopped settling, '
                 'so the job runs again', p_attempt, p_max_attempts)
-  end
-$$;
+  end;
+end;
 
--- How long finished jobs are kept: the setting p_setting (pg_jobs.completed_retention,
--- pg_jobs.dead_retention), or p_default where it is not set (the library is not loaded).
-create function jobs._retention(p_setting text, p_default interval)
-returns interval
-language sql stable
-as $$ select coalesce(nullif(current_setting(p_setting, true), '')::interval, p_default) $$;
+-- How long finished jobs are kept: jobs._retention(setting, default) (src/clock.rs) reads
+-- pg_jobs.completed_retention or pg_jobs.dead_retention.

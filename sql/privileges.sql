@@ -17,7 +17,7 @@
 -- so with a backlog of 1M the claim's plan passed jit_above_cost and was compiled again on
 -- every call, 320 ms each, for a statement that runs in well under one. And without
 -- sequential scans of their own (enable_seqscan = off): a generic plan lives as long as the
--- session or the next ANALYZE, and one made while jobs.jobs was empty (after a TRUNCATE, or
+-- session or the next ANALYZE, and one made while jobs_data.jobs was empty (after a TRUNCATE, or
 -- after the queue drained and vacuum ran) estimates the table at a page, where a sequential
 -- scan is cheapest. That plan then read every row on every call once the table filled: 25 ms
 -- per heartbeat with 200k jobs (docs/PLANS.md). Every statement here has an index to go by;
@@ -47,8 +47,10 @@ begin
     execute format('grant execute on function %s to %I', v_fn, p_role);
   end loop;
   if p_admin then
-    execute format('grant select, insert, update, delete on all tables in schema jobs to %I', p_role);
-    execute format('grant usage, select on all sequences in schema jobs to %I', p_role);
+    execute format('grant usage on schema jobs_data to %I', p_role);
+    execute format('grant select, insert, update, delete on all tables in schema jobs, jobs_data to %I',
+                   p_role);
+    execute format('grant usage, select on all sequences in schema jobs_data to %I', p_role);
   end if;
 end
 $$;
@@ -69,6 +71,56 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
                                'assert_claim', 'save_step', 'get_step', 'await_event'], false) $$;
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
+
+-- Binding a role to a tenant: pg_jobs.tenants, a superuser-only setting (a JSON array), set
+-- for the role in this database, so it applies whenever the role connects here and the role
+-- cannot change it. A bound role enqueues (and dedupes) for its tenants only, is handed only
+-- their jobs by claim, and reads only their runs' steps (jobs._tenants, src/gucs.rs). Each
+-- call adds one tenant; a role with no binding behaves as before. Takes effect at the role's
+-- next connection (role settings apply at connection start). To unbind:
+--   alter role r in database d reset pg_jobs.tenants;
+create function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_tenants jsonb;
+begin
+  if p_tenant is null then
+    perform jobs._raise('22004', p_fn || ': tenant must not be NULL',
+      'pass the tenant_id the role may act for, or call ' || p_fn || '(role) for no binding');
+  elsif length(p_tenant) not between 1 and 200 then
+    perform jobs._raise('22023', p_fn || ': tenant must be 1 to 200 characters, got ' || length(p_tenant),
+      'pass a tenant_id as the jobs carry it');
+  end if;
+  select coalesce(jsonb_agg(distinct t.tenant), '[]') into v_tenants
+  from (select jsonb_array_elements_text(substr(c.setting, length('pg_jobs.tenants=') + 1)::jsonb) as tenant
+        from pg_catalog.pg_db_role_setting as s
+        cross join lateral unnest(s.setconfig) as c(setting)
+        where s.setrole = (select r.oid from pg_catalog.pg_roles as r where r.rolname = p_role)
+          and s.setdatabase = (select d.oid from pg_catalog.pg_database as d
+                               where d.datname = current_database())
+          and c.setting like 'pg_jobs.tenants=%'
+        union
+        select p_tenant) as t;
+  execute format('alter role %I in database %I set pg_jobs.tenants = %L', p_role,
+                 current_database(), v_tenants::text);
+end
+$$;
+
+create function jobs.grant_producer(role name, tenant text)
+returns void
+language sql volatile
+as $$ select jobs.grant_producer($1), jobs._bind_tenant('jobs.grant_producer', $1, $2) $$;
+comment on function jobs.grant_producer(name, text) is
+  'Let a role enqueue and publish, for this tenant (and any it was bound to before) only';
+
+create function jobs.grant_worker(role name, tenant text)
+returns void
+language sql volatile
+as $$ select jobs.grant_worker($1), jobs._bind_tenant('jobs.grant_worker', $1, $2) $$;
+comment on function jobs.grant_worker(name, text) is
+  'Let a role work as jobs.grant_worker(role) does, on the jobs of this tenant (and any it was bound to before) only';
 
 create function jobs.grant_admin(role name)
 returns void
@@ -105,6 +157,28 @@ begin
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '
                    'set enable_seqscan = off', v_fn);
+  end loop;
+end
+$$;
+
+-- Every other function written in SQL or PL/pgSQL pins search_path as well, so no function of
+-- pg_jobs resolves a name, an operator or a type through a schema another role can write,
+-- whoever calls it (the background worker is a superuser). The exceptions need none: the
+-- small SQL helpers the planner inlines into the statements above have SQL-standard bodies
+-- (BEGIN ATOMIC), resolved once, when the extension was created (a setting would stop the
+-- inlining), and the functions written in Rust run no SQL text.
+do $$
+declare
+  v_fn regprocedure;
+begin
+  for v_fn in
+    select p.oid::regprocedure from pg_catalog.pg_proc as p
+    join pg_catalog.pg_language as l on l.oid = p.prolang
+    where p.pronamespace = 'jobs'::regnamespace and l.lanname in ('sql', 'plpgsql')
+      and p.prosqlbody is null
+      and not exists (select from unnest(p.proconfig) as c(setting) where c.setting like 'search_path=%')
+  loop
+    execute format('alter function %s set search_path = pg_catalog, pg_temp', v_fn);
   end loop;
 end
 $$;

@@ -1,6 +1,6 @@
 -- Queues for DBAs: jobs.queue_stats, jobs.pause_queue, jobs.resume_queue.
 --
--- jobs.queues lists every queue ever used (enqueue adds new ones). queue_stats reads one
+-- jobs_data.queues lists every queue ever used (enqueue adds new ones). queue_stats reads one
 -- partial index per live state, so its live counts never read finished history; each column
 -- is its own subquery, so a query that selects only some columns computes only those. The
 -- finished counts read jobs_finished_idx.
@@ -11,35 +11,35 @@
 create function jobs._oldest_ready(p_queue text)
 returns timestamptz
 language sql stable
-as $$
+begin atomic
   with recursive levels as (
-    (select j.priority, j.run_at from jobs.jobs as j
+    (select j.priority, j.run_at from jobs_data.jobs as j
      where j.queue = p_queue and j.state = 'ready'
      order by j.priority desc, j.run_at limit 1)
     union all
     select n.priority, n.run_at
     from levels as l
-    cross join lateral (select j.priority, j.run_at from jobs.jobs as j
+    cross join lateral (select j.priority, j.run_at from jobs_data.jobs as j
                         where j.queue = p_queue and j.state = 'ready' and j.priority < l.priority
                         order by j.priority desc, j.run_at limit 1) as n
   )
-  select min(l.run_at) from levels as l
-$$;
+  select min(l.run_at) from levels as l;
+end;
 
 create view jobs.queue_stats as
 select q.queue,
        q.paused,
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'running'
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
           and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
-       (select count(*) from jobs.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
        jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
-from jobs.queues as q;
+from jobs_data.queues as q;
 comment on view jobs.queue_stats is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited';
 
@@ -51,7 +51,7 @@ begin
   if p_queue is null then
     perform jobs._raise('22004', p_fn || ': queue must not be NULL', 'name the queue, e.g. ''default''');
   end if;
-  update jobs.queues as q set paused = p_paused where q.queue = p_queue;
+  update jobs_data.queues as q set paused = p_paused where q.queue = p_queue;
   if not found then
     perform jobs._raise('22023', format('%s: unknown queue %L', p_fn, p_queue),
       'jobs.queues lists the queues; a queue is known once a job was enqueued to it, or after '

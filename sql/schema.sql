@@ -1,8 +1,14 @@
 -- pg_jobs schema: the tables, the job states and the indexes the hot statements walk.
 --
--- Lifecycle of a row in jobs.jobs:
+-- The tables live in jobs_data, a schema no role but admins may use; the API functions and
+-- types are in jobs, and DBAs see the tables there under their own names, as views
+-- (sql/views.sql). A role that can use a schema can name its tables in CREATE TRIGGER,
+-- CREATE RULE or a foreign key, and PostgreSQL queues a lock on the table before it checks
+-- ownership: behind a long transaction that lock would stall every claim (docs/SECURITY.md).
+--
+-- Lifecycle of a row in jobs_data.jobs:
 --   enqueue -> ready | delayed
---   claim   -> running          (attempt + 1, claim token + 1, lease set)
+--   claim   -> running          (attempt + 1, a new claim token, lease set)
 --   running -> completed        (complete)
 --           -> delayed          (fail with attempts left: backoff or retry_at)
 --           -> dead | failed    (fail without attempts left, or not retryable)
@@ -19,8 +25,11 @@
 -- writes, so the check is made under the row lock (a concurrent writer makes the UPDATE
 -- re-read the row and re-check). A refused write changes nothing.
 --
--- Lock order: one jobs.jobs row at a time per statement, except claim and complete_many,
+-- Lock order: one jobs_data.jobs row at a time per statement, except claim and complete_many,
 -- which lock only rows they then update, never waiting on a locked row (claim skips them).
+
+create schema jobs_data;
+comment on schema jobs_data is 'The tables of pg_jobs; only admins may use it (jobs.grant_admin)';
 
 create type jobs.job_state as enum (
   'ready', 'delayed', 'running', 'suspended', 'completed', 'failed', 'dead', 'cancelled'
@@ -30,7 +39,7 @@ comment on type jobs.job_state is
 
 -- Per-name policy, applied at enqueue (max_attempts), claim (lease) and fail (backoff,
 -- dead_letter). A name with no row here gets the defaults of the columns.
-create table jobs.job_types (
+create table jobs_data.job_types (
   name         text primary key check (length(name) between 1 and 200),
   max_attempts int not null default 25 check (max_attempts >= 1),
   backoff      text not null default 'exponential' check (backoff in ('exponential', 'fixed')),
@@ -41,17 +50,17 @@ create table jobs.job_types (
   lease        interval check (lease > interval '0' and lease <= interval '7 days'),
   concurrency  int check (concurrency >= 1)
 );
-comment on table jobs.job_types is
+comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency';
 
-create table jobs.queues (
+create table jobs_data.queues (
   queue  text primary key check (length(queue) between 1 and 128),
   paused boolean not null default false
 );
-comment on table jobs.queues is 'Every queue ever used (enqueue adds it) and whether it is paused';
-insert into jobs.queues (queue) values ('default');
+comment on table jobs_data.queues is 'Every queue ever used (enqueue adds it) and whether it is paused';
+insert into jobs_data.queues (queue) values ('default');
 
-create table jobs.jobs (
+create table jobs_data.jobs (
   id               uuid primary key,
   run_id           uuid not null,  -- the first job's id for a new run
   name             text not null,
@@ -91,13 +100,13 @@ create table jobs.jobs (
   -- while dead rows piled up, and the table grew a step at every pass (tests/test_load.py).
   vacuum_truncate = false
 );
-comment on table jobs.jobs is 'One row per job; see the README for the life of a row';
+comment on table jobs_data.jobs is 'One row per job; see the README for the life of a row';
 
 -- What claim walks, one range scan each, so its cost does not grow with backlog or history:
 --   ready jobs in claim order, due delayed/suspended jobs in run_at order, lapsed leases.
 -- Finished rows are in none of them.
-create index jobs_ready_idx on jobs.jobs (queue, priority desc, run_at) where state = 'ready';
-create index jobs_due_idx on jobs.jobs (queue, run_at) where state in ('delayed', 'suspended');
+create index jobs_ready_idx on jobs_data.jobs (queue, priority desc, run_at) where state = 'ready';
+create index jobs_due_idx on jobs_data.jobs (queue, run_at) where state in ('delayed', 'suspended');
 -- Lapsed leases are found by lease_scan_at, not lease_expires_at: a heartbeat moves the expiry
 -- but leaves lease_scan_at (an earlier bound) until it has passed, so most heartbeats change
 -- no indexed column and are HOT updates. A scan then checks lease_expires_at on the row.
@@ -106,28 +115,28 @@ create index jobs_due_idx on jobs.jobs (queue, run_at) where state in ('delayed'
 -- this index. A fence (state = 'running' and claim = ...) cannot, and so goes by primary key:
 -- with the index usable, a settle's generic plan made while the statistics saw no running
 -- job read every running job on every call.
-create index jobs_lease_idx on jobs.jobs (queue, lease_scan_at)
+create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)
   where state = 'running' and lease_scan_at is not null;
 
 -- publish finds the jobs waiting on an event by name (and key); the sweep finds the waiters
 -- whose timeout passed.
-create index jobs_waiting_idx on jobs.jobs (wait_event, wait_key)
+create index jobs_waiting_idx on jobs_data.jobs (wait_event, wait_key)
   where state = 'suspended' and wait_event is not null;
-create index jobs_wait_until_idx on jobs.jobs (wait_until)
+create index jobs_wait_until_idx on jobs_data.jobs (wait_until)
   where state = 'suspended' and wait_event is not null;
 
 -- Retention: the sweep deletes finished rows past their retention, per state, and
 -- jobs.queue_stats counts them per queue (index-only).
-create index jobs_finished_idx on jobs.jobs (state, finished_at) include (queue)
+create index jobs_finished_idx on jobs_data.jobs (state, finished_at) include (queue)
   where state in ('completed', 'failed', 'dead', 'cancelled');
 
 -- A run's steps go with its last job. A new run's run_id is its first job's id (found by the
 -- primary key); only jobs attached to another job's run need this small index.
-create index jobs_attached_idx on jobs.jobs (run_id) where run_id <> id;
+create index jobs_attached_idx on jobs_data.jobs (run_id) where run_id <> id;
 
 -- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
 create unique index jobs_idempotency_live_idx
-  on jobs.jobs (name, tenant_id, idempotency_key) nulls not distinct
+  on jobs_data.jobs (name, tenant_id, idempotency_key) nulls not distinct
   where idempotency_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
 
 -- A job as a claim hands it to a worker.
@@ -166,17 +175,22 @@ create type jobs.job_spec as (
   run_id          uuid
 );
 
--- The one source of time for every lease, run_at, backoff and retention decision:
--- clock_timestamp(), shifted by pg_jobs.clock_offset, a superuser-only setting that tests use
--- to move time instead of sleeping. It is 0 unless set.
-create function jobs.clock() returns timestamptz
-language sql volatile parallel safe
-as $$
-  select clock_timestamp()
-         + coalesce(nullif(current_setting('pg_jobs.clock_offset', true), '')::interval, interval '0')
-$$;
-comment on function jobs.clock() is
-  'The time pg_jobs decides by: clock_timestamp() plus pg_jobs.clock_offset (0; for tests)';
+-- The one source of time for every lease, run_at, backoff and retention decision is
+-- jobs.clock() (src/clock.rs): clock_timestamp() shifted by pg_jobs.clock_offset, a
+-- superuser-only setting that tests use to move time instead of sleeping. It is a function of
+-- the library, not SQL, so a role cannot move it by setting the placeholder of a library not
+-- yet loaded.
+
+-- Locks that only pg_jobs's own functions can take: rows of a table no other role may read,
+-- locked with SELECT ... FOR NO KEY UPDATE. Claims under a concurrency limit serialise per
+-- name and key on slots 0-1023, and "no event yet, so suspend" against "publish, then wake"
+-- per event on slots 1024-2047 (a key hashes to a slot: two keys may share one, which only
+-- serialises them). Advisory locks would do the same, but their keys are public: any role
+-- that can connect could take and hold them and stall every limited claim and event wait.
+create table jobs_data.lock_slots (slot int primary key);
+insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
+comment on table jobs_data.lock_slots is
+  'Lock slots for concurrency limits (0-1023) and events (1024-2047); rows never change';
 
 -- Raise a documented refusal or bad-argument error: p_code is its SQLSTATE, p_message the
 -- cause, p_hint the fix. The codes are listed by jobs.error_codes() and in the README.
@@ -203,7 +217,7 @@ declare
 begin
   foreach v_queue in array p_queues loop
     -- In jobs_ready_idx order, so the probe reads one index entry, never the table.
-    perform from jobs.jobs as j
+    perform from jobs_data.jobs as j
     where j.queue = v_queue and j.state = 'ready' and j.id <> all(p_new)
     order by j.priority desc, j.run_at
     limit 1;

@@ -25,16 +25,16 @@ $$;
 create function jobs._lost_reason(p_id uuid, p_claim bigint)
 returns text
 language sql stable
-as $$
+begin atomic
   select coalesce(
     (select case
        when j.state <> 'running' then format('the job is now %s', j.state)
-       when j.claim <> p_claim then format('the job was claimed again (claim %s)', j.claim)
+       when j.claim <> p_claim then 'the job was claimed again'
        else format('its lease expired at %s', j.lease_expires_at)
      end
-     from jobs.jobs j where j.id = p_id),
-    'no job has this id')
-$$;
+     from jobs_data.jobs j where j.id = p_id),
+    'no job has this id');
+end;
 
 create function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
 returns timestamptz
@@ -55,7 +55,7 @@ begin
   end if;
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
-  update jobs.jobs as j set
+  update jobs_data.jobs as j set
     lease = coalesce(heartbeat.lease, j.lease),
     lease_expires_at = v_now + coalesce(heartbeat.lease, j.lease),
     lease_scan_at = case
@@ -97,7 +97,9 @@ $$;
 create function jobs._keeps_no_completed()
 returns boolean
 language sql stable
-as $$ select jobs._retention('pg_jobs.completed_retention', '7 days') = interval '0' $$;
+begin atomic
+  select jobs._retention('pg_jobs.completed_retention', '7 days') = interval '0';
+end;
 
 create function jobs.complete(id uuid, claim bigint, result jsonb default null)
 returns boolean
@@ -109,7 +111,7 @@ declare
 begin
   perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
   if jobs._keeps_no_completed() then
-    delete from jobs.jobs as j
+    delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
     returning j.run_id into v_run;
@@ -119,7 +121,7 @@ begin
     perform jobs._drop_orphan_steps(array[v_run]);
     return true;
   end if;
-  update jobs.jobs as j set
+  update jobs_data.jobs as j set
     state = 'completed', result = complete.result, lease_expires_at = null,
     finished_at = v_now, updated_at = v_now
   where j.id = complete.id and j.claim = complete.claim
@@ -172,7 +174,7 @@ begin
   end if;
 
   -- Each branch is one statement, fenced per row, and collects the ids that landed. Neither
-  -- joins jobs.jobs to the arrays: a join's plan rests on the row estimates, and a plan
+  -- joins jobs_data.jobs to the arrays: a join's plan rests on the row estimates, and a plan
   -- cached while the table looked empty read every job for every id given (5 minutes for
   -- 10,000 ids with 200k jobs; docs/PLANS.md). So the one scan is the primary key with
   -- id = any(ids); each job's own token is checked against a hash of the (id, claim) pairs
@@ -180,7 +182,7 @@ begin
   -- result is found by binary search (width_bucket) in the sorted ids.
   if jobs._keeps_no_completed() then
     with gone as (
-      delete from jobs.jobs as j
+      delete from jobs_data.jobs as j
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
@@ -199,7 +201,7 @@ begin
       from unnest(ids, claims, results) as i(id, claim, result);
     end if;
     with landed as (
-      update jobs.jobs as j set
+      update jobs_data.jobs as j set
         state = 'completed', result = v_results[width_bucket(j.id, v_sorted)],  -- no results: NULL
         lease_expires_at = null, finished_at = v_now, updated_at = v_now
       where j.id = any(ids)
@@ -250,7 +252,7 @@ begin
   perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
     'pass when to retry, or NULL for the job type''s backoff');
 
-  update jobs.jobs as j set
+  update jobs_data.jobs as j set
     state = case when r.retry then 'delayed' else jobs._final_state(p.dead_letter) end,
     run_at = case when r.retry
       then coalesce(fail.retry_at,
@@ -261,7 +263,7 @@ begin
     finished_at = case when r.retry then null else v_now end,
     updated_at = v_now
   from (select h.name, h.attempt < h.max_attempts and fail.retryable as retry
-        from jobs.jobs h where h.id = fail.id) as r
+        from jobs_data.jobs h where h.id = fail.id) as r
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
@@ -287,7 +289,7 @@ begin
   perform jobs._check_finite('jobs.snooze: run_at', snooze.run_at,
     'pass when the job should run again, e.g. now() + interval ''5 minutes''');
   -- Parking is control flow, not a failure: the attempt the claim counted is given back.
-  update jobs.jobs as j set
+  update jobs_data.jobs as j set
     state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
     lease_expires_at = null, updated_at = jobs.clock()
   where j.id = snooze.id and j.claim = snooze.claim
@@ -304,13 +306,13 @@ language plpgsql volatile
 as $$
 begin
   perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
-  perform from jobs.jobs as j
+  perform from jobs_data.jobs as j
   where j.id = assert_claim.id and j.claim = assert_claim.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if not found then
     perform jobs._raise('PJ001',
-      format('job %s is no longer held by claim %s: %s', assert_claim.id, assert_claim.claim,
+      format('job %s is no longer held by the claim given: %s', assert_claim.id,
              jobs._lost_reason(assert_claim.id, assert_claim.claim)),
       'roll back this transaction so its side effects are not committed; the job runs again '
       'under a new claim');

@@ -1,4 +1,4 @@
--- Durable steps: jobs.steps, jobs.save_step, jobs.get_step.
+-- Durable steps: jobs_data.steps, jobs.save_step, jobs.get_step.
 --
 -- A step is memoised work inside a run (run_id): saved once by the holder of a claim, it is
 -- returned by get_step on every later attempt, so a retried job replays finished steps instead
@@ -7,7 +7,7 @@
 --
 -- Lock order: the job row (FOR SHARE, holding the claim), then the step row.
 
-create table jobs.steps (
+create table jobs_data.steps (
   run_id   uuid not null,
   step     text not null check (length(step) between 1 and 200),
   output   jsonb,
@@ -16,8 +16,8 @@ create table jobs.steps (
   seq      bigint generated always as identity,
   primary key (run_id, step)
 );
-create index steps_run_seq_idx on jobs.steps (run_id, seq);
-comment on table jobs.steps is 'Memoised steps of durable runs, in the order they were saved (seq)';
+create index steps_run_seq_idx on jobs_data.steps (run_id, seq);
+comment on table jobs_data.steps is 'Memoised steps of durable runs, in the order they were saved (seq)';
 
 -- A run's steps go with its last job: deletes the steps of those of p_runs that no longer have
 -- any job, after the caller deleted jobs of them; answers how many. Called by retention
@@ -34,17 +34,17 @@ as $$
 declare
   v_n bigint;
 begin
-  perform from jobs.steps as s
+  perform from jobs_data.steps as s
   where s.run_id = any(p_runs)
   order by s.run_id, s.seq
   for update;
   if not found then
     return 0;
   end if;
-  delete from jobs.steps as s
+  delete from jobs_data.steps as s
   where s.run_id = any(p_runs)
-    and not exists (select from jobs.jobs as j where j.id = s.run_id)
-    and not exists (select from jobs.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
+    and not exists (select from jobs_data.jobs as j where j.id = s.run_id)
+    and not exists (select from jobs_data.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
   get diagnostics v_n = row_count;
   return v_n;
 end
@@ -69,18 +69,18 @@ begin
   -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
   -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
   select j.run_id, j.attempt into v_run, v_attempt
-  from jobs.jobs as j
+  from jobs_data.jobs as j
   where j.id = save_step.id and j.claim = save_step.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if v_run is null then
     perform jobs._raise('PJ001',
-      format('jobs.save_step: job %s is no longer held by claim %s: %s', save_step.id,
-             save_step.claim, jobs._lost_reason(save_step.id, save_step.claim)),
+      format('jobs.save_step: job %s is no longer held by the claim given: %s', save_step.id,
+             jobs._lost_reason(save_step.id, save_step.claim)),
       'stop working on this job and roll back; it runs again under a new claim, which sees the '
       'steps saved so far');
   end if;
-  insert into jobs.steps (run_id, step, output, saved_at, attempt)
+  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
   values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
   on conflict on constraint steps_pkey do nothing;
 end
@@ -99,10 +99,19 @@ begin
     perform jobs._raise('22004', 'jobs.get_step: run_id and step must not be NULL',
       'pass the run_id jobs.claim returned and the step name');
   end if;
+  -- A role bound to tenants reads the steps of its tenants' runs only.
+  if jobs._tenants() is not null
+     and not exists (select from jobs_data.jobs as j
+                     where (j.id = get_step.run_id or j.run_id = get_step.run_id)
+                       and j.tenant_id = any(jobs._tenants())) then
+    perform jobs._raise('PJ007', format('jobs.get_step: run %s is not a run of this role''s tenants (%s)',
+      get_step.run_id, array_to_string(jobs._tenants(), ', ')),
+      'read the steps of runs your claims returned');
+  end if;
   return query
   select s.step is not null, s.output
   from (select) as d
-  left join jobs.steps as s on s.run_id = get_step.run_id and s.step = get_step.step;
+  left join jobs_data.steps as s on s.run_id = get_step.run_id and s.step = get_step.step;
 end
 $$;
 comment on function jobs.get_step(uuid, text) is

@@ -17,20 +17,32 @@
 -- Correctness never waits for a sweep: an expired event is invisible before it is deleted, and
 -- a lapsed lease or a due waiter is claimable before it is swept.
 
--- Deletes up to p_max jobs in p_states that finished before p_before, skipping rows others
--- hold, and then the steps of the runs it left with no job. Rows are picked by ctid in a
--- locking subselect (see jobs.sweep). The literal state list lets the planner use
--- jobs_finished_idx, whose predicate it is. Called by jobs.sweep for retention, and by
--- jobs.complete and jobs.complete_many for a share of it (see there).
+-- Deletes up to p_max jobs in p_states that finished before p_before, and the steps of the
+-- runs it left with no job. Called by jobs.sweep for retention, and by jobs.complete and
+-- jobs.complete_many for a share of it (see there). It never waits on another transaction:
+--   - job rows others hold are skipped (FOR UPDATE SKIP LOCKED), picked oldest first per state,
+--     by ctid (see jobs.sweep); the literal state list lets the planner use jobs_finished_idx,
+--     whose predicate it is;
+--   - a run's steps go with its last job, and two transactions deleting a run's last two jobs
+--     would each still see the other's job and leave the steps behind. So the steps of a run
+--     are locked before any of its jobs is deleted here, and a run whose steps another
+--     transaction holds (a settle idle in its transaction, another prune) keeps its jobs until
+--     a later pass: the locks are taken with SKIP LOCKED, and a run with fewer steps locked
+--     than it has is left alone. Whoever deletes a run's job holds its steps until it commits,
+--     so the last deleter, in a later statement, sees every other deletion.
 create function jobs._prune(p_states jobs.job_state[], p_before timestamptz, p_max int,
                             out jobs_deleted bigint, out steps_deleted bigint)
 language plpgsql volatile
 as $$
 declare
-  v_runs  uuid[] := '{}';
-  v_part  uuid[];
-  v_n     bigint;
-  v_state jobs.job_state;
+  v_runs   uuid[] := '{}';
+  v_ctids  tid[];
+  v_cands  uuid[];
+  v_locked uuid[];
+  v_busy   uuid[];
+  v_part   uuid[];
+  v_n      bigint;
+  v_state  jobs.job_state;
 begin
   jobs_deleted := 0;
   -- One state at a time, oldest first: the order jobs_finished_idx keeps, so every plan of
@@ -39,14 +51,23 @@ begin
   -- rows, preferred a sequential scan with a LIMIT, and read every row of a large history on
   -- every pass (claims with 1M finished rows ran at 0.65x those with none; 0.95x without).
   foreach v_state in array p_states loop
+    select array_agg(f.ctid), array_agg(distinct f.run_id) into v_ctids, v_cands
+    from (select f.ctid, f.run_id from jobs_data.jobs as f
+          where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = v_state
+            and f.finished_at < p_before
+          order by f.state, f.finished_at
+          limit p_max - jobs_deleted for update skip locked) as f;
+    continue when v_ctids is null;
+    v_locked := array(select s.run_id from jobs_data.steps as s where s.run_id = any(v_cands)
+                      order by s.run_id, s.seq for update skip locked);
+    select coalesce(array_agg(b.run_id), '{}') into v_busy
+    from (select s.run_id from jobs_data.steps as s where s.run_id = any(v_cands)
+          group by s.run_id
+          having count(*) > (select count(*) from unnest(v_locked) as l(run_id)
+                             where l.run_id = s.run_id)) as b;
     with gone as (
-      delete from jobs.jobs as j
-      where j.ctid = any(array(
-        select f.ctid from jobs.jobs as f
-        where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = v_state
-          and f.finished_at < p_before
-        order by f.state, f.finished_at
-        limit p_max - jobs_deleted for update skip locked))
+      delete from jobs_data.jobs as j
+      where j.ctid = any(v_ctids) and j.run_id <> all(v_busy)
       returning j.run_id
     )
     select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
@@ -56,7 +77,13 @@ begin
   end loop;
   steps_deleted := 0;
   if jobs_deleted > 0 then
-    steps_deleted := jobs._drop_orphan_steps(v_runs);
+    -- The steps of those runs are locked already (above); a new statement sees every job
+    -- deleted by whoever held them before.
+    delete from jobs_data.steps as s
+    where s.run_id = any(v_runs)
+      and not exists (select from jobs_data.jobs as j where j.id = s.run_id)
+      and not exists (select from jobs_data.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
+    get diagnostics steps_deleted = row_count;
   end if;
 end
 $$;
@@ -83,7 +110,7 @@ begin
   -- Each task picks its rows by physical address (ctid) in a locking subselect and then
   -- changes exactly those: a TID scan whatever the table's statistics say, and no second
   -- lookup through the primary key. The rows are locked, so their addresses cannot change.
-  update jobs.jobs as j set
+  update jobs_data.jobs as j set
     state = case when jobs._lapse_buries(j.attempt, j.max_attempts)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
                  else 'ready' end,
@@ -92,25 +119,25 @@ begin
     finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts) then v_now end,
     updated_at = v_now
   where j.ctid = any(array(
-      select l.ctid from jobs.jobs as l
+      select l.ctid from jobs_data.jobs as l
       where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
       order by l.lease_scan_at limit max_rows for update skip locked))
     and j.state = 'running';
   get diagnostics v_n = row_count;
   task := 'lapsed_leases'; affected := v_n; return next;
 
-  update jobs.jobs as j set state = 'ready', updated_at = v_now
+  update jobs_data.jobs as j set state = 'ready', updated_at = v_now
   where j.ctid = any(array(
-      select w.ctid from jobs.jobs as w
+      select w.ctid from jobs_data.jobs as w
       where w.state = 'suspended' and w.wait_event is not null and w.wait_until <= v_now
       order by w.wait_until limit max_rows for update skip locked))
     and j.state = 'suspended';
   get diagnostics v_n = row_count;
   task := 'waiter_timeouts'; affected := v_n; return next;
 
-  delete from jobs.events as e
+  delete from jobs_data.events as e
   where e.ctid = any(array(
-      select x.ctid from jobs.events as x where x.expires_at <= v_now
+      select x.ctid from jobs_data.events as x where x.expires_at <= v_now
       order by x.expires_at limit max_rows for update skip locked));
   get diagnostics v_n = row_count;
   task := 'expired_events'; affected := v_n; return next;
@@ -131,7 +158,7 @@ comment on function jobs.sweep(int) is
   'One housekeeping pass, as the background worker runs it: lapsed leases, waiter timeouts, '
   'expired events, retention. Each task handles at most max_rows rows. Answers (task, affected).';
 
--- Whether jobs.jobs has as many dead row versions as autovacuum waits for before it vacuums a
+-- Whether jobs_data.jobs has as many dead row versions as autovacuum waits for before it vacuums a
 -- table (the table's autovacuum settings, else the server's), with autovacuum on for it. The
 -- background worker asks every pg_jobs.vacuum_interval and, if so, vacuums the table itself:
 -- autovacuum visits a database once per autovacuum_naptime, and a busy queue leaves a
@@ -140,7 +167,7 @@ comment on function jobs.sweep(int) is
 create function jobs._vacuum_due()
 returns boolean
 language sql stable
-as $$
+begin atomic
   select current_setting('autovacuum')::boolean
          and coalesce(o.enabled, true)
          and pg_catalog.pg_stat_get_dead_tuples(c.oid)
@@ -156,5 +183,5 @@ as $$
            (max(x.option_value) filter (where x.option_name = 'autovacuum_vacuum_scale_factor'))::float8
              as scale_factor
     from pg_catalog.pg_options_to_table(c.reloptions) as x) as o
-  where c.oid = 'jobs.jobs'::regclass
-$$;
+  where c.oid = 'jobs_data.jobs'::regclass;
+end;

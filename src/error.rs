@@ -17,10 +17,12 @@ pub enum JobError {
     NullValueNotAllowed,
     /// An idempotency key taken and freed twice during one enqueue: retry the call.
     SerializationFailure,
+    /// A role bound to tenants named another tenant (or none).
+    TenantNotAllowed,
 }
 
 impl JobError {
-    pub const ALL: [JobError; 9] = [
+    pub const ALL: [JobError; 10] = [
         JobError::LeaseLost,
         JobError::DuplicateJob,
         JobError::JobNotFound,
@@ -30,6 +32,7 @@ impl JobError {
         JobError::InvalidParameterValue,
         JobError::NullValueNotAllowed,
         JobError::SerializationFailure,
+        JobError::TenantNotAllowed,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -43,6 +46,7 @@ impl JobError {
             JobError::InvalidParameterValue => "invalid_parameter_value",
             JobError::NullValueNotAllowed => "null_value_not_allowed",
             JobError::SerializationFailure => "serialization_failure",
+            JobError::TenantNotAllowed => "tenant_not_allowed",
         }
     }
 
@@ -57,6 +61,7 @@ impl JobError {
             JobError::InvalidParameterValue => "22023",
             JobError::NullValueNotAllowed => "22004",
             JobError::SerializationFailure => "40001",
+            JobError::TenantNotAllowed => "PJ007",
         }
     }
 
@@ -82,6 +87,9 @@ impl JobError {
             JobError::NullValueNotAllowed => "NULL where a value is required",
             JobError::SerializationFailure => {
                 "an idempotency key was taken and freed twice during one enqueue: retry the call"
+            }
+            JobError::TenantNotAllowed => {
+                "the role is bound to other tenants (jobs.grant_producer / grant_worker with a tenant)"
             }
         }
     }

@@ -1,6 +1,11 @@
-//! Every setting of pg_jobs, in one place, named `pg_jobs.<name>`. The SQL reads the ones it
-//! needs with `current_setting('pg_jobs.<name>', true)`, so it works whether or not this library
-//! is loaded in the backend; the background worker reads them here.
+//! Every setting of pg_jobs, in one place, named `pg_jobs.<name>`. The SQL reads them through
+//! functions of this library (`jobs.clock()`, `jobs._retention`, `jobs._max_payload_size`),
+//! never with `current_setting`: a setting this library defines is a real one only once the
+//! library is loaded in the backend, and before that it is a placeholder any role may `SET`.
+//! Calling a function of the library loads it, and PostgreSQL then re-checks each value set on
+//! a placeholder against the setting's context: a value a non-superuser set for a superuser-only
+//! or server-wide setting is dropped with a WARNING. So each setting counts only as its context
+//! allows, whether or not the library is preloaded (docs/SECURITY.md).
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::CString;
@@ -13,6 +18,8 @@ pub static VACUUM_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static COMPLETED_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 24 * 3600);
 pub static DEAD_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(30 * 24 * 3600);
 pub static CLOCK_OFFSET_S: GucSetting<i32> = GucSetting::<i32>::new(0);
+pub static MAX_PAYLOAD_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
+pub static TENANTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// Defines the settings. `database_name` can only be set at server start, so it exists only
 /// when the library is preloaded; the others are defined whenever it is loaded.
@@ -39,7 +46,7 @@ pub fn init(preloaded: bool) {
     );
     GucRegistry::define_int_guc(
         c"pg_jobs.vacuum_interval",
-        c"How often the background worker checks whether jobs.jobs needs a vacuum.",
+        c"How often the background worker checks whether jobs_data.jobs needs a vacuum.",
         c"Reloadable (SIGHUP). It vacuums the table when autovacuum would (the same thresholds), \
           instead of once per autovacuum_naptime. 0: autovacuum alone.",
         &VACUUM_INTERVAL_MS,
@@ -78,6 +85,27 @@ pub fn init(preloaded: bool) {
         GucContext::Suset,
         GucFlags::UNIT_S,
     );
+    GucRegistry::define_int_guc(
+        c"pg_jobs.max_payload_size",
+        c"The largest payload a job or an event may have.",
+        c"Superuser only. Larger ones are refused with 22023 (invalid_parameter_value). \
+          Measured as stored (pg_column_size), before compression.",
+        &MAX_PAYLOAD_KB,
+        1,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
+    GucRegistry::define_string_guc(
+        c"pg_jobs.tenants",
+        c"The tenants a role is bound to, as a JSON array; unset: not bound.",
+        c"Superuser only. Set per role and database by jobs.grant_producer and \
+          jobs.grant_worker with a tenant; a bound role enqueues, dedupes, claims and reads \
+          steps of its tenants' jobs only. Takes effect when the role next connects.",
+        &TENANTS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_jobs".as_ptr()) };
 }
 
@@ -98,4 +126,23 @@ pub fn vacuum_interval() -> Option<Duration> {
         0 => None,
         ms => Some(Duration::from_millis(ms as u64)),
     }
+}
+
+/// `jobs._max_payload_size()`: pg_jobs.max_payload_size in bytes.
+#[pgrx::pg_extern(stable, parallel_safe, name = "_max_payload_size")]
+pub fn max_payload_size() -> i64 {
+    i64::from(MAX_PAYLOAD_KB.get()) * 1024
+}
+
+/// `jobs._tenants()`: the tenants the connected role is bound to (pg_jobs.tenants), or NULL
+/// for a role that is not bound. A value that is not a JSON array of strings binds the role
+/// to no tenant at all, so a mistyped binding refuses rather than allows.
+#[pgrx::pg_extern(stable, parallel_safe, name = "_tenants")]
+pub fn tenants() -> Option<Vec<String>> {
+    let raw = TENANTS.get()?;
+    let text = raw.to_str().unwrap_or("[]");
+    if text.is_empty() {
+        return None;
+    }
+    Some(serde_json::from_str::<Vec<String>>(text).unwrap_or_default())
 }

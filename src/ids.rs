@@ -6,6 +6,7 @@
 //! random: draining batches of 100 ran 10-15% faster than with random ids, CPU-bound
 //! (docs/BENCHMARKS.md). An id thus tells when its job was enqueued.
 
+use crate::random;
 use pgrx::prelude::*;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,11 +17,7 @@ fn uuid_v7() -> pgrx::Uuid {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let mut bytes = [0u8; 16];
-    // SAFETY: the buffer is 8 writable bytes, and pg_strong_random writes at most len bytes.
-    let filled = unsafe { pg_sys::pg_strong_random(bytes[8..].as_mut_ptr().cast(), 8) };
-    if !filled {
-        error!("pg_jobs: could not generate random bytes for a job id");
-    }
+    random::fill(&mut bytes[8..]);
     let millis = now.as_millis() as u64;
     let fraction = (u64::from(now.subsec_nanos() % 1_000_000) * 4096 / 1_000_000) as u16;
     bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);

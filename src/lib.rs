@@ -2,21 +2,35 @@
 //!
 //! The SQL surface is hand-written in `sql/` (one file per capability) and embedded here in
 //! dependency order. Rust holds what needs the server's C API or is better said once in Rust:
-//! the settings (`gucs.rs`), the background worker (`worker.rs`), job ids (`ids.rs`, UUIDv7),
+//! the settings (`gucs.rs`) and the clock and retention they set (`clock.rs`), the background
+//! worker (`worker.rs`), job ids (`ids.rs`, UUIDv7), claim tokens (`tokens.rs`),
 //! the catalogue of error codes (`error.rs`, exported as `jobs.error_codes()`), and the tests
 //! that run inside the server.
 
 use pgrx::prelude::*;
 
+mod clock;
 mod error;
 mod gucs;
 mod ids;
+mod random;
+mod tokens;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("../sql/policy.sql", name = "policy", requires = ["schema"]);
+extension_sql_file!(
+    "../sql/policy.sql",
+    name = "policy",
+    requires = [
+        "schema",
+        clock::clock,
+        clock::retention,
+        gucs::max_payload_size,
+        gucs::tenants
+    ]
+);
 extension_sql_file!(
     "../sql/enqueue.sql",
     name = "enqueue",
@@ -30,6 +44,7 @@ extension_sql_file!("../sql/operate.sql", name = "operate", requires = ["steps"]
 extension_sql_file!("../sql/sweep.sql", name = "sweep", requires = ["events"]);
 extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["sweep"]);
 extension_sql_file!("../sql/backup.sql", name = "backup", requires = ["queues"]);
+extension_sql_file!("../sql/views.sql", name = "views", requires = ["backup"]);
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 /// Defines the settings and, when preloaded (`shared_preload_libraries`), registers the

@@ -8,7 +8,7 @@
 //! the pass, so a `DROP EXTENSION` waits for the sweep to end; it exits at SIGTERM. It exits
 //! with status 1, so the postmaster starts it again after `pg_terminate_backend` or a crash.
 //!
-//! Every `pg_jobs.vacuum_interval` it also asks whether `jobs.jobs` has as many dead rows as
+//! Every `pg_jobs.vacuum_interval` it also asks whether `jobs_data.jobs` has as many dead rows as
 //! autovacuum waits for, and if so vacuums it (`VACUUM (SKIP_LOCKED)`, with a larger ring of
 //! buffers than the command's: see `vacuum`).
 //! Autovacuum visits a database once per `autovacuum_naptime`, a minute by default, and a busy
@@ -45,6 +45,7 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     let database = gucs::database_name();
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    pin_search_path();
     log!("{NAME}: started on database {database:?}");
 
     let mut last_vacuum_check = Instant::now();
@@ -69,6 +70,23 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
     unsafe { pg_sys::proc_exit(1) };
 }
 
+/// The worker is a superuser: every name in its statements must resolve in pg_catalog or by
+/// its schema, never through a schema another role may create objects in (`public` before
+/// PostgreSQL 15, or one named after the worker's user), where a planted function or operator
+/// would run as the superuser. Set over any `ALTER DATABASE` / `ALTER ROLE ... SET
+/// search_path` (PGC_S_OVERRIDE), before the worker runs any statement. The functions of
+/// pg_jobs pin their own search_path as well (sql/privileges.sql).
+fn pin_search_path() {
+    unsafe {
+        pg_sys::SetConfigOption(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        )
+    };
+}
+
 /// A backend's main loop reports its table statistics when idle; a background worker must do
 /// it itself. Unreported, the rows a sweep deletes never reach n_dead_tup, and autovacuum does
 /// not come for them.
@@ -76,7 +94,7 @@ fn report_stats() {
     unsafe { pg_sys::pgstat_report_stat(true) };
 }
 
-/// Every `pg_jobs.vacuum_interval`: vacuums jobs.jobs if autovacuum would.
+/// Every `pg_jobs.vacuum_interval`: vacuums jobs_data.jobs if autovacuum would.
 fn vacuum_if_due(last_check: &mut Instant) {
     let Some(every) = gucs::vacuum_interval() else {
         return;
@@ -139,13 +157,13 @@ fn pass() -> Option<bool> {
     Some(counts.iter().any(|(_, n)| *n >= BATCH as i64))
 }
 
-/// jobs.jobs, when it has as many dead rows as autovacuum waits for (`jobs._vacuum_due`).
+/// jobs_data.jobs, when it has as many dead rows as autovacuum waits for (`jobs._vacuum_due`).
 fn vacuum_due() -> Option<pg_sys::Oid> {
     if unsafe { pg_sys::RecoveryInProgress() } || !hold_extension() {
         return None;
     }
     Spi::get_one::<pg_sys::Oid>(
-        "select case when jobs._vacuum_due() then 'jobs.jobs'::regclass::oid end",
+        "select case when jobs._vacuum_due() then 'jobs_data.jobs'::regclass::oid end",
     )
     .unwrap_or_else(|e| error!("{NAME}: jobs._vacuum_due() failed: {e}"))
 }
@@ -164,7 +182,7 @@ fn vacuum_due() -> Option<pg_sys::Oid> {
 fn vacuum(relid: pg_sys::Oid) {
     report_activity(
         pg_sys::BackendState::STATE_RUNNING,
-        "vacuum (skip_locked) jobs.jobs",
+        "vacuum (skip_locked) jobs_data.jobs",
     );
     let mut memory = PgMemoryContexts::new("pg_jobs vacuum");
     unsafe {
@@ -205,7 +223,7 @@ fn vacuum(relid: pg_sys::Oid) {
     drop(memory);
     report_activity(
         pg_sys::BackendState::STATE_IDLE,
-        "vacuum (skip_locked) jobs.jobs",
+        "vacuum (skip_locked) jobs_data.jobs",
     );
 }
 

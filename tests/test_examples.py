@@ -98,7 +98,7 @@ def test_a_sigterm_during_a_claim_is_not_lost(example_db, kind):
     try:
         time.sleep(1)  # asleep on LISTEN after finding the queue empty
         with psycopg.connect(example_db) as locker, psycopg.connect(example_db, autocommit=True) as conn:
-            locker.execute("lock table jobs.jobs in access exclusive mode")
+            locker.execute("lock table jobs_data.jobs in access exclusive mode")
             conn.execute("select pg_notify('pg_jobs', 'default')")  # wakes it into a claim
             wait_for(example_db, "select count(*) from pg_stat_activity"
                                  " where wait_event_type = 'Lock' and query like '%jobs.claim(%'", 1)

@@ -13,7 +13,7 @@ set). A table that kept its completed rows, or whose dead rows were reclaimed mo
 they were made, grows steadily: its last peak is 1.5 times the middle one. A bounded one
 levels off after the ramp, or steps up once under saturation (every process, autovacuum
 included, gets its share of two cores, so a vacuum pass can take seconds and the heap swells
-until it ends). With vacuum truncation on (jobs.jobs sets vacuum_truncate = false), each
+until it ends). With vacuum truncation on (jobs_data.jobs sets vacuum_truncate = false), each
 vacuum waited seconds for its exclusive lock and the table stepped up at every pass: 1.27x and
 1.6x in two runs of this test. Likewise when autovacuum did all the vacuuming (see the
 settings below). The run prints the sizes over time.
@@ -110,10 +110,10 @@ def test_a_million_jobs_through_sixteen_connections_with_retention_on():
         with psycopg.connect(dsn, autocommit=True) as conn:
             while time.monotonic() < deadline:
                 time.sleep(1)
-                sizes.append(conn.execute("select pg_total_relation_size('jobs.jobs')").fetchone()[0])
+                sizes.append(conn.execute("select pg_total_relation_size('jobs_data.jobs')").fetchone()[0])
                 parts.append(conn.execute(
-                    "select pg_relation_size('jobs.jobs'), pg_indexes_size('jobs.jobs'), pg_total_relation_size(c.reltoastrelid) "
-                    "from pg_class as c where c.oid = 'jobs.jobs'::regclass").fetchone())
+                    "select pg_relation_size('jobs_data.jobs'), pg_indexes_size('jobs_data.jobs'), pg_total_relation_size(c.reltoastrelid) "
+                    "from pg_class as c where c.oid = 'jobs_data.jobs'::regclass").fetchone())
                 with lock:
                     if counts["completed"] >= JOBS:
                         break
@@ -150,12 +150,12 @@ def test_vacuum_leaves_an_emptied_queue_its_pages(dsn):
         conn.execute("""select count(*) from jobs.enqueue_batch(
                           (select jsonb_agg(jsonb_build_object('name', 'load', 'payload', '{}'::jsonb))
                            from generate_series(1, 5000)))""")
-        before = conn.execute("select pg_relation_size('jobs.jobs')").fetchone()[0]
+        before = conn.execute("select pg_relation_size('jobs_data.jobs')").fetchone()[0]
         conn.execute("delete from jobs.jobs")
-        conn.execute("vacuum jobs.jobs")
-        after = conn.execute("select pg_relation_size('jobs.jobs')").fetchone()[0]
-        conn.execute("vacuum (truncate true) jobs.jobs")
-        shrunk = conn.execute("select pg_relation_size('jobs.jobs')").fetchone()[0]
+        conn.execute("vacuum jobs_data.jobs")
+        after = conn.execute("select pg_relation_size('jobs_data.jobs')").fetchone()[0]
+        conn.execute("vacuum (truncate true) jobs_data.jobs")
+        shrunk = conn.execute("select pg_relation_size('jobs_data.jobs')").fetchone()[0]
     assert before > 8192 * 10
     assert after == before
     assert shrunk == 0  # so the rows were dead to every snapshot: the first vacuum could have cut

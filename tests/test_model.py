@@ -1,7 +1,7 @@
 """Model-based randomized test: hypothesis drives random sequences of enqueue, claim,
 heartbeat, complete, fail, snooze, cancel, requeue, sweep and the passing of time against the
 extension and against a small in-memory model of the contract, and compares every answer and
-every job's state, attempt and claim token after every step.
+every job's state, attempt and claim token (its counter) after every step.
 
 Time is moved, not slept: pg_jobs.clock_offset shifts jobs.clock(). Leases, backoffs and
 snoozes are an hour and time moves in steps of two hours, so the seconds the test itself takes
@@ -30,7 +30,8 @@ class Job:
     key: str | None
     state: str = "ready"
     attempt: int = 0
-    claim: int = 0
+    claim: int = 0  # how many times its token moved (the token's counter, claim >> 32)
+    token: int = 0  # the token itself, with its random low bits
     lease_expires: float | None = None  # model seconds
     run_at: float = 0.0
     finished_at: float | None = None
@@ -43,7 +44,7 @@ class Model:
         self.jobs: dict[str, Job] = {}
 
     def held(self, job, token):
-        return job.state == "running" and job.claim == token and job.lease_expires > self.now
+        return job.state == "running" and job.token == token and job.lease_expires > self.now
 
     def claimable(self, job):
         return (job.state == "ready"
@@ -65,7 +66,7 @@ class JobsMachine(RuleBasedStateMachine):
 
     @initialize()
     def reset(self):
-        self.conn.execute("truncate jobs.jobs, jobs.job_types, jobs.steps, jobs.events")
+        self.conn.execute("truncate jobs_data.jobs, jobs_data.job_types, jobs_data.steps, jobs_data.events")
         # The settles' share of retention runs at random(): the same one for every replay.
         self.conn.execute("select setseed(0.5)")
         self.conn.execute("""insert into jobs.job_types (name, backoff, backoff_base, jitter, lease)
@@ -103,8 +104,9 @@ class JobsMachine(RuleBasedStateMachine):
 
     @rule()
     def claim(self):
-        got = {r[0]: (r[1], r[2]) for r in self.conn.execute(
-            "select id::text, attempt, claim from jobs.claim('w', max_jobs => 10)")}
+        rows = self.conn.execute("select id::text, attempt, claim >> 32, claim from jobs.claim('w', max_jobs => 10)").fetchall()
+        got = {r[0]: (r[1], r[2]) for r in rows}
+        tokens = {r[0]: r[3] for r in rows}
         expect = {}
         for job in self.model.jobs.values():
             if self.model.lapse_buries(job):
@@ -112,9 +114,11 @@ class JobsMachine(RuleBasedStateMachine):
             elif self.model.claimable(job):
                 job.state, job.attempt, job.claim = "running", job.attempt + 1, job.claim + 1
                 job.lease_expires, job.finished_at = self.model.now + HOUR, None
-                job.tokens.append(job.claim)
                 expect[job.id] = (job.attempt, job.claim)
         assert got == expect
+        for job_id, token in tokens.items():
+            self.model.jobs[job_id].token = token
+            self.model.jobs[job_id].tokens.append(token)
 
     def pick(self, data):
         # By creation order (dicts keep it), never by id: ids are random, draws must not be.
@@ -184,6 +188,7 @@ class JobsMachine(RuleBasedStateMachine):
         if job.state in LIVE:
             assert code is None
             job.state, job.claim, job.lease_expires, job.finished_at = "cancelled", job.claim + 1, None, self.model.now
+            job.token = None
         else:
             assert code == "PJ005"
 
@@ -200,7 +205,7 @@ class JobsMachine(RuleBasedStateMachine):
             assert code == "PJ002"
         else:
             assert code is None
-            job.state, job.attempt, job.claim = "ready", 0, job.claim + 1
+            job.state, job.attempt, job.claim, job.token = "ready", 0, job.claim + 1, None
             job.run_at, job.finished_at, job.lease_expires = self.model.now, None, None
 
     @rule()
@@ -225,7 +230,7 @@ class JobsMachine(RuleBasedStateMachine):
     @invariant()
     def every_job_matches_the_model(self):
         rows = {r[0]: (r[1], r[2], r[3]) for r in self.conn.execute(
-            "select id::text, state::text, attempt, claim from jobs.jobs")}
+            "select id::text, state::text, attempt, claim >> 32 from jobs.jobs")}
         model = {j.id: (j.state, j.attempt, j.claim) for j in self.model.jobs.values()}
         assert rows == model
 

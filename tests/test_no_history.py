@@ -97,7 +97,7 @@ def test_a_lost_claim_deletes_nothing_and_failures_are_kept(db):
 
         conn.execute("set pg_jobs.clock_offset = '2min'")  # the lease lapses
         new = conn.execute("select claim from jobs.claim('w2')").fetchone()[0]
-        assert new == old["lapses"] + 1
+        assert new > old["lapses"]
         assert conn.execute("select jobs.complete(%s, %s)", (ids["lapses"], old["lapses"])).fetchone()[0] is False
         landed = conn.execute("select landed from jobs.complete_many(%s, %s)",
                               ([ids["lapses"]], [old["lapses"]])).fetchone()[0]

@@ -32,7 +32,7 @@ def insert(conn, n, state):
 
 def fill(conn, n, state):
     insert(conn, n, state)
-    conn.execute("vacuum analyze jobs.jobs")
+    conn.execute("vacuum analyze jobs_data.jobs")
 
 
 def explain_nested(conn):
@@ -61,7 +61,7 @@ def claim_plan(conn):
         assert len(rows) == 10
     conn.execute("set auto_explain.log_min_duration = -1")
     # The nested statements that read jobs.jobs: finding the candidates, and moving them.
-    plans = [n for n in notices if "jobs.jobs" in n and "Query Text: select * from jobs.claim" not in n]
+    plans = [n for n in notices if "jobs_data.jobs" in n and "Query Text: select * from jobs.claim" not in n]
     assert len(plans) == 2, notices
     return "\n\n".join(plans)
 
@@ -143,7 +143,7 @@ def test_sweep_reads_none_of_a_million_finished_rows_inside_retention(dsn):
     with psycopg.connect(dsn) as conn:  # one transaction: the xact counters below cover it
         for _ in range(12):  # past PL/pgSQL's five custom plans, onto the cached one
             assert dict(conn.execute("select task, affected from jobs.sweep(5000)").fetchall())["completed_deleted"] == 0
-        read = conn.execute("select pg_stat_get_xact_tuples_returned('jobs.jobs'::regclass)").fetchone()[0]
+        read = conn.execute("select pg_stat_get_xact_tuples_returned('jobs_data.jobs'::regclass)").fetchone()[0]
         print(f"\n-- 12 sweeps over 1M completed jobs inside retention read {read} rows by sequential scan")
         assert read < 10_000, f"12 sweeps read {read} rows of jobs.jobs by sequential scan"
 
@@ -169,7 +169,7 @@ def test_settles_find_their_jobs_by_primary_key_however_many_are_running(dsn):
             """select count(*) from jobs.enqueue_batch(
                  (select jsonb_agg(jsonb_build_object('name', 'bulk')) from generate_series(1, 10000)))"""
         )
-        conn.execute("vacuum analyze jobs.jobs")  # the statistics see no running job
+        conn.execute("vacuum analyze jobs_data.jobs")  # the statistics see no running job
         conn.execute("select count(*) from jobs.claim('holder', max_jobs => 1000)")
         conn.execute("select count(*) from jobs.claim('holder', max_jobs => 1000)")
         notices = explain_nested(conn)
@@ -177,7 +177,7 @@ def test_settles_find_their_jobs_by_primary_key_however_many_are_running(dsn):
             notices.clear()
             claim_and_complete(conn, 10)
         conn.execute("set auto_explain.log_min_duration = -1")
-    plan = next(n for n in notices if "update jobs.jobs" in n and "state = 'completed'" in n)
+    plan = next(n for n in notices if "update jobs_data.jobs" in n and "state = 'completed'" in n)
     print("\n-- complete_many of 10 with 2,010 running jobs, statistics taken with none\n" + plan)
     assert "Index Scan using jobs_pkey" in plan, plan
     assert "jobs_lease_idx" not in plan, plan
@@ -193,18 +193,18 @@ def test_a_claim_and_a_settle_of_1000_read_each_job_once(dsn, case):
     check compared every candidate with every running job under its name and key. Each
     statement must read each row a bounded number of times, whatever the statistics said."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("alter table jobs.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
+        conn.execute("alter table jobs_data.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
         if case.startswith("statistics of an emptied"):  # the queue drained, vacuum ran, it refilled
             insert(conn, 20_000, "ready")
             conn.execute("delete from jobs.jobs")
-            conn.execute("vacuum jobs.jobs")
+            conn.execute("vacuum jobs_data.jobs")
             insert(conn, 200_000, "ready")
         else:
             insert(conn, 200_000, "ready")
             if case.startswith("limits"):  # every job limited by its name and by a key of its own
                 conn.execute("update jobs.jobs set concurrency_key = id::text")
                 conn.execute("insert into jobs.job_types (name, concurrency) values ('bulk', 100000)")
-            conn.execute("vacuum analyze jobs.jobs")
+            conn.execute("vacuum analyze jobs_data.jobs")
         if case.startswith("limits"):
             assert conn.execute("select count(*) from jobs.claim('holder', max_jobs => 1000)").fetchone()[0] == 1000
         notices = explain_nested(conn)
@@ -213,7 +213,7 @@ def test_a_claim_and_a_settle_of_1000_read_each_job_once(dsn, case):
             claim_and_complete(conn, 1000)
         conn.execute("set auto_explain.log_min_duration = -1")
     # the claim's UPDATE, complete_many's, and the limits check
-    plans = [n for n in notices if "update jobs.jobs" in n or "unnest(p_ids" in n]
+    plans = [n for n in notices if "update jobs_data.jobs" in n or "unnest(p_ids" in n]
     assert len(plans) == (3 if case.startswith("limits") else 2), notices
     for plan in plans:
         print(f"\n-- a batch of 1000, {case}\n" + plan)
@@ -260,16 +260,16 @@ def test_plans_cached_while_the_table_was_empty_still_go_by_index(server_dsn, ds
 
 def plans_after_emptying(dsn, emptied_by, no_history):
     with psycopg.connect(dsn, autocommit=True) as setup:
-        setup.execute("alter table jobs.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
+        setup.execute("alter table jobs_data.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
         insert(setup, 20_000, "ready")
-        setup.execute("analyze jobs.jobs")
+        setup.execute("analyze jobs_data.jobs")
         if emptied_by == "truncate":
-            setup.execute("truncate jobs.jobs")
-            setup.execute("vacuum analyze jobs.jobs")
+            setup.execute("truncate jobs_data.jobs")
+            setup.execute("vacuum analyze jobs_data.jobs")
         else:
             setup.execute("delete from jobs.jobs")
-            setup.execute("vacuum jobs.jobs")
-        assert setup.execute("select reltuples from pg_class where oid = 'jobs.jobs'::regclass").fetchone()[0] == 0
+            setup.execute("vacuum jobs_data.jobs")
+        assert setup.execute("select reltuples from pg_class where oid = 'jobs_data.jobs'::regclass").fetchone()[0] == 0
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(3):  # the session plans every statement while the table holds a few jobs
             conn.execute(
@@ -281,7 +281,7 @@ def plans_after_emptying(dsn, emptied_by, no_history):
         notices = explain_nested(conn)
         hold_and_settle(conn)
         conn.execute("set auto_explain.log_min_duration = -1")
-    plans = [n for n in notices if "jobs.jobs" in n]  # the nested statements that read the table
+    plans = [n for n in notices if "jobs_data.jobs" in n]  # the nested statements that read the table
     assert len(plans) >= 8, notices  # candidates, claim, heartbeat, complete, fail, snooze, assert, many
     # complete_many's delete of the jobs it completes (not the settles' share of retention)
     assert any("Delete on jobs" in plan and "any(ids)" in plan for plan in plans) == no_history, plans

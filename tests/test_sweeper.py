@@ -171,7 +171,7 @@ def test_the_rows_the_worker_deletes_count_toward_autovacuum(swept):
                       now() - interval '8 days'
                from (select gen_random_uuid() as g from generate_series(1, 300)) as s""")
     eventually(swept, "select count(*) from jobs.jobs", 0)
-    eventually(swept, "select n_tup_del >= 300 from pg_stat_user_tables where relid = 'jobs.jobs'::regclass", True)
+    eventually(swept, "select n_tup_del >= 300 from pg_stat_user_tables where relid = 'jobs_data.jobs'::regclass", True)
 
 
 def leave_dead_rows(dsn, n):
@@ -183,10 +183,10 @@ def leave_dead_rows(dsn, n):
             (n,),
         )
         conn.execute("delete from jobs.jobs")
-    eventually(dsn, "select n_dead_tup >= 2000 from pg_stat_user_tables where relid = 'jobs.jobs'::regclass", True)
+    eventually(dsn, "select n_dead_tup >= 2000 from pg_stat_user_tables where relid = 'jobs_data.jobs'::regclass", True)
 
 
-VACUUMS = "select vacuum_count from pg_stat_user_tables where relid = 'jobs.jobs'::regclass"
+VACUUMS = "select vacuum_count from pg_stat_user_tables where relid = 'jobs_data.jobs'::regclass"
 
 
 def test_the_worker_vacuums_the_table_when_autovacuum_would(swept):
@@ -199,7 +199,7 @@ def test_the_worker_vacuums_the_table_when_autovacuum_would(swept):
     assert one(swept, VACUUMS) == 0
     leave_dead_rows(swept, 2000)
     eventually(swept, f"select ({VACUUMS}) >= 1", True)
-    assert one(swept, "select n_dead_tup from pg_stat_user_tables where relid = 'jobs.jobs'::regclass") < 2000
+    assert one(swept, "select n_dead_tup from pg_stat_user_tables where relid = 'jobs_data.jobs'::regclass") < 2000
 
 
 @pytest.mark.parametrize("turned_off", ["vacuum_interval = 0", "autovacuum_enabled = false"])
@@ -209,7 +209,7 @@ def test_the_worker_leaves_vacuum_alone_where_it_is_turned_off(swept, turned_off
             conn.execute("alter system set pg_jobs.vacuum_interval = 0")
         else:
             conn.execute("alter system set pg_jobs.vacuum_interval = '100ms'")
-            conn.execute("alter table jobs.jobs set (autovacuum_enabled = false)")
+            conn.execute("alter table jobs_data.jobs set (autovacuum_enabled = false)")
         conn.execute("select pg_reload_conf()")
     leave_dead_rows(swept, 2000)
     wait_for_passes(swept, 10)  # a second or more: ten vacuum intervals
@@ -232,7 +232,7 @@ def test_a_sigterm_ends_a_vacuum_in_progress(swept):
         leave_dead_rows(swept, 10000)
         vacuuming = (
             "select pid from pg_stat_activity where backend_type = 'pg_jobs sweeper' "
-            "and state = 'active' and query = 'vacuum (skip_locked) jobs.jobs'"
+            "and state = 'active' and query = 'vacuum (skip_locked) jobs_data.jobs'"
         )
         eventually(swept, f"select count(*) from ({vacuuming}) as v", 1)
         pid = one(swept, vacuuming)

@@ -1,7 +1,7 @@
 -- jobs.claim: order, batches, queues, leases, lapses and burial.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues;
 
 select jobs.enqueue('low', queue => 'q', priority => 0, run_at => now() - interval '3 seconds') is not null;
 select jobs.enqueue('high', queue => 'q', priority => 10) is not null;
@@ -10,7 +10,7 @@ select jobs.enqueue('later', queue => 'q', run_at => now() + interval '1 hour') 
 select jobs.enqueue('elsewhere', queue => 'r') is not null;
 
 -- Highest priority first, then oldest run_at; a future job is not handed out.
-select name, attempt, claim, lease_expires_at > now() as leased from jobs.claim('w1', array['q'], 10);
+select name, attempt, claim >> 32 as claims, lease_expires_at > now() as leased from jobs.claim('w1', array['q'], 10);
 select count(*) from jobs.claim('w1', array['q'], 10);
 select name, claimed_by, state from jobs.jobs where state = 'running' order by name;
 
@@ -19,7 +19,7 @@ update jobs.jobs set run_at = now() - interval '1 second' where name = 'later';
 select name, attempt from jobs.claim('w2', array['q', 'r'], 10) order by name;
 
 -- The lease: from the argument, else the job type, else 30 seconds.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 insert into jobs.job_types (name, lease) values ('slow', '10 minutes');
 select jobs.enqueue('slow') is not null, jobs.enqueue('fast') is not null, jobs.enqueue('given') is not null;
 select name, lease_expires_at - now() between interval '9 minutes' and interval '11 minutes' as ten_minutes
@@ -30,7 +30,7 @@ select name, lease_expires_at - now() between interval '50 minutes' and interval
 from jobs.claim('w', lease => '1 hour');
 
 -- A lapsed lease with attempts left is claimed again as a new attempt, with a greater token.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 select jobs.enqueue('flaky', max_attempts => 2) is not null;
 select id, claim as first_claim from jobs.claim('w1') \gset
 update jobs.jobs set lease_expires_at = now() - interval '1 second', lease_scan_at = now() - interval '1 second' where id = :'id';
@@ -45,7 +45,7 @@ select state, attempt, last_error, finished_at is not null as finished from jobs
 
 -- One call over several names: each job gets its own name's lease, and a lapse on the final
 -- attempt in the batch is buried as its own type says while the others are claimed.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 insert into jobs.job_types (name, lease, dead_letter) values ('slow_quiet', '20 minutes', false);
 select count(*) from jobs.enqueue_batch('[{"name": "slow"}, {"name": "fast"}, {"name": "slow_quiet"},
   {"name": "slow_quiet", "max_attempts": 1, "priority": 5}]');
@@ -66,7 +66,7 @@ select name from jobs.claim('w');
 
 -- Across queues a batch takes the highest priorities of them all, in claim order, and a queue
 -- named twice is read once.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 select count(*) from jobs.enqueue_batch('[{"name": "a1", "queue": "a", "priority": 1},
   {"name": "a9", "queue": "a", "priority": 9}, {"name": "b5", "queue": "b", "priority": 5},
   {"name": "b7", "queue": "b", "priority": 7}]');

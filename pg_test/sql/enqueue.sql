@@ -1,7 +1,7 @@
 -- jobs.enqueue and jobs.enqueue_batch: states, defaults, policy, idempotency, refusals.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues;
 
 -- A job enqueued now is ready; one for later is delayed.
 select (jobs.enqueue('send_email', '{"to": "a@example.com"}')).deduped;

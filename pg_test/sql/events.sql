@@ -1,7 +1,7 @@
 -- jobs.publish and jobs.await_event: received, waiting, woken, timed out, memoised.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues, jobs.steps, jobs.events;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps, jobs_data.events;
 
 -- An event published before anyone waits is received by the first waiter.
 select jobs.publish('order_paid', '{"amount": 42}', key => 'order-1') is not null as published;

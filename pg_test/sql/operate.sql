@@ -1,7 +1,7 @@
 -- jobs.cancel, jobs.requeue, jobs.promote: what each accepts, and every refusal.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues, jobs.steps;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps;
 
 -- cancel: live jobs only; a running holder loses its claim.
 select jobs.enqueue('c', id => '00000000-0000-0000-0000-0000000000c1') is not null;
@@ -17,7 +17,7 @@ select jobs.cancel('00000000-0000-0000-0000-000000000000');
 
 -- requeue: finished jobs go back to ready with attempts reset and a new token.
 select jobs.requeue(:'id');
-select state, attempt, claim, finished_at from jobs.jobs where id = :'id';
+select state, attempt, claim >> 32 as claims, finished_at from jobs.jobs where id = :'id';
 select jobs.requeue(:'id');
 \echo :LAST_ERROR_SQLSTATE
 -- Steps are kept, or dropped from from_step on, in the same statement.

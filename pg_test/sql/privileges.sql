@@ -2,7 +2,7 @@
 -- search_path changes nothing.
 \set VERBOSITY terse
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues, jobs.steps, jobs.events;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps, jobs_data.events;
 create role pgj_nobody;
 create role pgj_producer;
 create role pgj_worker;

@@ -1,7 +1,7 @@
 -- Operating queues: queue_stats, pause_queue / resume_queue, concurrency limits.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues, jobs.steps, jobs.events;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps, jobs_data.events;
 
 -- Enqueue registers its queue; queue_stats counts per state and ages the oldest ready job.
 select count(*) from jobs.enqueue_batch('[
@@ -32,7 +32,7 @@ select count(*) as paused_queues from jobs.queues where paused;
 
 -- concurrency: at most 2 jobs of this name run at once, across every claimer. The jobs held
 -- back are not charged an attempt.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 insert into jobs.job_types (name, concurrency) values ('limited', 2);
 select count(*) from jobs.enqueue_batch('[{"name": "limited"}, {"name": "limited"}, {"name": "limited"},
                                           {"name": "free"}, {"name": "limited"}]');
@@ -44,7 +44,7 @@ select jobs.complete(:'id', :claim);
 select name, attempt from jobs.claim('w', max_jobs => 10);
 
 -- concurrency_key: jobs sharing a key run one at a time; other keys and no key are free.
-truncate jobs.jobs, jobs.job_types;
+truncate jobs_data.jobs, jobs_data.job_types;
 select count(*) from jobs.enqueue_batch('[
   {"name": "sync", "concurrency_key": "acct-1", "payload": {"n": 1}},
   {"name": "sync", "concurrency_key": "acct-1", "payload": {"n": 2}},

@@ -1,7 +1,7 @@
 -- heartbeat, complete, complete_many, fail, snooze, assert_claim: all fenced on the token.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues;
 
 -- heartbeat extends a held lease; with no lease given, by the lease of the claim.
 select jobs.enqueue('beat') is not null;
@@ -17,7 +17,7 @@ select jobs.heartbeat(:'id', :claim) is null as refused_after_settle;
 select state, result, finished_at is not null as finished, lease_expires_at from jobs.jobs where id = :'id';
 
 -- complete_many: each job fenced on its own token, answers in the order given.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 select count(*) from jobs.enqueue_batch('[{"name": "m"}, {"name": "m"}, {"name": "m"}]');
 select array_agg(id order by id) as ids, array_agg(claim order by id) as claims from jobs.claim('w', max_jobs => 3) \gset
 select landed from jobs.complete_many(:'ids', array[(:'claims'::bigint[])[1], 999, (:'claims'::bigint[])[3]],
@@ -27,7 +27,7 @@ select jobs.complete_many(:'ids', array[1, 2]);
 \echo :LAST_ERROR_SQLSTATE
 -- Results follow their ids in any order; an id given twice, with a stale and the current
 -- claim, lands once, with the result given beside the current claim.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 select count(*) from jobs.enqueue_batch('[{"name": "m"}, {"name": "m"}, {"name": "m"}]');
 select array_agg(id order by id desc) as ids, array_agg(claim order by id desc) as claims,
        (array_agg(id order by id))[1] as first_id
@@ -38,7 +38,7 @@ select landed from jobs.complete_many(:'ids'::uuid[] || :'first_id'::uuid,
 select result from jobs.jobs order by id;
 
 -- fail: retried with the backoff, or at retry_at; dead when out of attempts or not retryable.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 insert into jobs.job_types (name, max_attempts, backoff, backoff_base, jitter)
 values ('retry_fixed', 2, 'fixed', '1 minute', 0);
 select jobs.enqueue('retry_fixed') is not null;
@@ -81,7 +81,7 @@ select jobs.assert_claim('00000000-0000-0000-0000-000000000000', 1);
 \echo :LAST_ERROR_SQLSTATE
 
 -- Bad input: a clear error, and nothing changes.
-select state, attempt, claim from jobs.jobs where id = :'id';
+select state, attempt, claim >> 32 as claims from jobs.jobs where id = :'id';
 select jobs.complete(null, 1);
 \echo :LAST_ERROR_SQLSTATE
 select jobs.fail(:'id', :claim, null);
@@ -96,4 +96,4 @@ select jobs.heartbeat(null, :claim);
 \echo :LAST_ERROR_SQLSTATE
 select jobs.heartbeat(:'id', null);
 \echo :LAST_ERROR_SQLSTATE
-select state, attempt, claim from jobs.jobs where id = :'id';
+select state, attempt, claim >> 32 as claims from jobs.jobs where id = :'id';

@@ -1,7 +1,7 @@
 -- jobs.save_step and jobs.get_step: memoised, fenced, kept across attempts.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues, jobs.steps;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps;
 
 select jobs.enqueue('pipeline', id => '00000000-0000-0000-0000-0000000000a1',
                     run_id => '00000000-0000-0000-0000-0000000000f1') is not null;

@@ -1,7 +1,7 @@
 -- jobs.sweep(): the background worker's pass, by hand. Time is moved with pg_jobs.clock_offset.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
-truncate jobs.jobs, jobs.job_types, jobs.queues, jobs.steps, jobs.events;
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps, jobs_data.events;
 
 -- Lapsed leases: back to ready with attempts left, buried on the final attempt.
 select jobs.enqueue('flaky', max_attempts => 3, id => '00000000-0000-0000-0000-0000000000d1') is not null;
@@ -18,7 +18,7 @@ reset pg_jobs.clock_offset;
 select name, state, attempt, last_error, finished_at is not null as finished from jobs.jobs order by name;
 
 -- Waiters whose timeout passed become ready; expired events are deleted.
-truncate jobs.jobs;
+truncate jobs_data.jobs;
 select jobs.enqueue('waits', id => '00000000-0000-0000-0000-0000000000d4') is not null;
 select id, claim from jobs.claim('w') \gset
 select status from jobs.await_event(:'id', :claim, 'never', timeout => '1 minute');
@@ -31,7 +31,7 @@ select name from jobs.events;
 
 -- Retention: completed and cancelled jobs after pg_jobs.completed_retention (7 days), failed
 -- and dead ones after pg_jobs.dead_retention (30 days); steps go with the run's last job.
-truncate jobs.jobs, jobs.steps, jobs.events;
+truncate jobs_data.jobs, jobs_data.steps, jobs_data.events;
 select jobs.enqueue('done', run_id => '00000000-0000-0000-0000-0000000000f1') is not null;
 select id, claim from jobs.claim('w') \gset
 select jobs.save_step(:'id', :claim, 'one', '1');
@@ -60,7 +60,7 @@ select count(*) as jobs_left from jobs.jobs;
 -- Settles take a share of retention, the background worker or not: one completing call in 8,
 -- drawn at random (seeded here), also deletes up to 16 completed jobs past retention per job
 -- it completed. 300 jobs completed 8 days ago, then 40 completed now one at a time.
-truncate jobs.jobs, jobs.steps, jobs.events;
+truncate jobs_data.jobs, jobs_data.steps, jobs_data.events;
 select count(*) from jobs.enqueue_batch(
   (select jsonb_agg(jsonb_build_object('name', 'old')) from generate_series(1, 300)));
 set pg_jobs.clock_offset = '-8d';

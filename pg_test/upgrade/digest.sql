@@ -6,6 +6,9 @@ select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' orde
 select 'job_types ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.job_types t;
 select 'queues ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.queues t
   where queue <> 'default';
-select 'step sequence ' || last_value from jobs.steps_seq_seq;
+-- (the sequence moved from jobs to jobs_data in 0.1.1)
+select 'step sequence ' || coalesce(pg_sequence_last_value(c.oid)::text, 'unused')
+  from pg_class as c join pg_namespace as n on n.oid = c.relnamespace
+  where c.relname = 'steps_seq_seq' and n.nspname in ('jobs', 'jobs_data');
 select 'states ' || string_agg(state::text || '=' || n, ' ' order by state)
   from (select state, count(*) as n from jobs.jobs group by state) s;

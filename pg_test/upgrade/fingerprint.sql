@@ -57,7 +57,7 @@ select entry from (
   from pg_type t join members m on m.catalog = 'pg_type' and m.objid = t.oid
   union all
   select format('schema %s owner %s acl %s', n.nspname, n.nspowner::regrole, coalesce(n.nspacl::text, '(default)'))
-  from pg_namespace n where n.nspname = 'jobs'
+  from pg_namespace n where n.nspname in ('jobs', 'jobs_data')
   union all
   select format('dumped with pg_dump: %s %s', cfg.rel::regclass, coalesce(cond.c, ''))
   from ext, unnest(ext.extconfig) with ordinality as cfg(rel, i)

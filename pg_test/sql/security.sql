@@ -1,0 +1,187 @@
+-- Hostile roles, without preload (this instance does not preload pg_jobs; the preloaded
+-- cases are in tests/test_security.py). docs/SECURITY.md lists what each part guards.
+\set VERBOSITY terse
+\set SHOW_CONTEXT never
+truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps, jobs_data.events;
+
+-- 1. No function of pg_jobs resolves a name through the caller's search_path: each written in
+-- SQL or PL/pgSQL pins it, or has a SQL-standard body resolved when it was created. Before
+-- 0.1.1 this listed every helper without SECURITY DEFINER.
+select p.oid::regprocedure as resolves_through_the_callers_path
+from pg_proc as p
+join pg_depend as d on d.classid = 'pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e'
+join pg_extension as e on e.oid = d.refobjid and e.extname = 'pg_jobs'
+join pg_language as l on l.oid = p.prolang
+where l.lanname in ('sql', 'plpgsql') and p.prosqlbody is null
+  and not exists (select from unnest(p.proconfig) as c(setting) where c.setting like 'search_path=%')
+order by 1;
+
+-- A superuser whose search_path puts a hostile role's schema first calls the helpers
+-- directly: the operators planted there (exact matches for types pg_catalog compares only
+-- through a cast or a polymorphic operator) never run. Checked to fail on 0.1.1's
+-- jobs._vacuum_due (an unpinned SQL function), which ran the planted oid = regclass.
+create role pgj_mallory;
+create schema mallory authorization pgj_mallory;
+create table public.pwned (fn text);
+grant insert on public.pwned to public;
+select jobs.grant_worker('pgj_mallory');
+set role pgj_mallory;
+create function mallory.eq_oid_regclass(a oid, b regclass) returns boolean language plpgsql
+as $$ begin insert into public.pwned values ('oid = regclass'); return a = b::oid; end $$;
+create operator mallory.= (leftarg = oid, rightarg = regclass, function = mallory.eq_oid_regclass);
+create function mallory.eq_state(a jobs.job_state, b jobs.job_state) returns boolean
+language plpgsql
+as $$ begin insert into public.pwned values ('job_state = job_state'); return a::text = b::text; end $$;
+create operator mallory.= (leftarg = jobs.job_state, rightarg = jobs.job_state,
+                           function = mallory.eq_state);
+create function mallory.format(f text, a integer, b integer) returns text language plpgsql
+as $$ begin insert into public.pwned values ('format(text, int, int)'); return f; end $$;
+reset role;
+set search_path = mallory, public;
+select jobs._vacuum_due() is not null as vacuum_checked;
+select jobs._lapse_error(1, 3) like 'lease lapsed on attempt 1 of 3%' as lapse_worded;
+select jobs._final_state(true) as final_state;
+select count(*) as policies from jobs._policy('x');
+select jobs.enqueue('planted') is not null as enqueued;
+select count(*) as claimed from jobs.claim('w');
+select count(*) as swept from jobs.sweep();
+select * from jobs.queue_stats where queue = 'default';
+reset search_path;
+select fn as planted_code_that_ran from public.pwned;
+drop schema mallory cascade;
+drop table public.pwned;
+drop owned by pgj_mallory;
+drop role pgj_mallory;
+truncate jobs_data.jobs;
+
+-- 2. pg_jobs.clock_offset counts only as a superuser set it. A role may SET the placeholder
+-- while the library is not loaded in its backend; the first function of pg_jobs that loads it
+-- drops that value with a WARNING, and the clock does not move (nor retention shrink).
+-- Checked to fail on 0.1.1, whose jobs.clock() read the placeholder: it ran a day ahead.
+create role pgj_clock login;
+select jobs.grant_worker('pgj_clock');
+select jobs.enqueue('timed') is not null as enqueued;
+\c - pgj_clock
+\set VERBOSITY terse
+set pg_jobs.clock_offset = '1d';
+set pg_jobs.completed_retention = 0;
+-- The claim is the first call of pg_jobs in this backend (its clock is the first function of
+-- the library it runs), so nothing has loaded the library before it.
+select lease_expires_at - clock_timestamp() between interval '0' and interval '1 minute' as clock_not_moved
+from jobs.claim('w', lease => '1 minute');
+show pg_jobs.clock_offset;
+show pg_jobs.completed_retention;
+set pg_jobs.clock_offset = '1d';
+\c - postgres
+\set VERBOSITY terse
+\set SHOW_CONTEXT never
+-- A superuser moves it (the tests do).
+set pg_jobs.clock_offset = '1d';
+select jobs.clock() - clock_timestamp() > interval '23 hours' as superuser_moves_it;
+reset pg_jobs.clock_offset;
+drop owned by pgj_clock;
+drop role pgj_clock;
+truncate jobs_data.jobs;
+
+-- 3. Claim tokens cannot be derived from earlier ones: a counter in the high 31 bits, 32
+-- random bits below. Strictly increasing per job; a refusal does not name the current token.
+-- Checked to fail on 0.1.1, whose tokens counted 1, 2, 3.
+create temp table tokens (n int, claim bigint);
+select (jobs.enqueue('tokened', id => '00000000-0000-0000-0000-00000000070c')).id is not null as enqueued;
+do $$
+declare
+  v_claim bigint;
+begin
+  for i in 1..20 loop
+    select c.claim into v_claim from jobs.claim('w') as c;
+    insert into tokens values (i, v_claim);
+    perform jobs.snooze('00000000-0000-0000-0000-00000000070c', v_claim, jobs.clock());
+  end loop;
+end
+$$;
+select bool_and(t.claim > p.claim) as increasing,
+       bool_and((t.claim >> 32) = (p.claim >> 32) + 1) as counter_in_the_high_bits,
+       bool_and(t.claim - p.claim not in (1, 4294967296)) as not_the_last_plus_one
+from tokens as t join tokens as p on p.n = t.n - 1;
+select claim as old from tokens where n = 19 \gset
+select jobs.assert_claim('00000000-0000-0000-0000-00000000070c', :old);
+truncate jobs_data.jobs;
+
+-- 4. Lower: a payload over pg_jobs.max_payload_size, and an idempotency key or event key over
+-- 512 bytes, are refused with 22023 and change nothing. Before 0.1.1 a key of 512 four-byte
+-- characters passed the check and failed in the index (54000).
+set pg_jobs.max_payload_size = '1kB';
+select jobs.enqueue('big', jsonb_build_object('data', repeat('x', 2000)));
+\echo :LAST_ERROR_SQLSTATE
+select count(*) from jobs.enqueue_batch(jsonb_build_array(
+  jsonb_build_object('name', 'fine'), jsonb_build_object('name', 'big', 'payload', jsonb_build_object('data', repeat('x', 2000)))));
+\echo :LAST_ERROR_SQLSTATE
+select jobs.publish('big', jsonb_build_object('data', repeat('x', 2000)));
+\echo :LAST_ERROR_SQLSTATE
+reset pg_jobs.max_payload_size;
+select jobs.enqueue('keyed', idempotency_key => k.key, tenant_id => repeat('😀', 200))
+from (select string_agg(chr(65536 + (i * 7919) % 100000), '') as key
+      from generate_series(1, 512) as i) as k;
+\echo :LAST_ERROR_SQLSTATE
+select jobs.publish('keyed', key => repeat('😀', 129));
+\echo :LAST_ERROR_SQLSTATE
+select (select count(*) from jobs.jobs) as jobs, (select count(*) from jobs.events) as events;
+select deduped from jobs.enqueue('keyed', idempotency_key => repeat('😀', 128));
+
+-- 5. A run belongs to the tenant of its jobs: a job of another tenant (or of none) cannot
+-- attach to it, and so cannot write its steps; a new run may still be named by the caller.
+-- Checked to fail on 0.1.1, which attached any job to any run.
+select (jobs.enqueue('first', tenant_id => 'acme', run_id => '00000000-0000-0000-0000-0000000007a1')).run_id;
+select (jobs.enqueue('second', tenant_id => 'acme', run_id => '00000000-0000-0000-0000-0000000007a1')).run_id;
+select jobs.enqueue('intruder', tenant_id => 'other', run_id => '00000000-0000-0000-0000-0000000007a1');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('intruder', run_id => '00000000-0000-0000-0000-0000000007a1');
+\echo :LAST_ERROR_SQLSTATE
+select count(*) from jobs.enqueue_batch('[{"name": "intruder", "tenant_id": "other", "run_id": "00000000-0000-0000-0000-0000000007a1"}]');
+\echo :LAST_ERROR_SQLSTATE
+select name from jobs.jobs where run_id = '00000000-0000-0000-0000-0000000007a1' order by name;
+
+-- 6. Roles bound to tenants: a producer enqueues (and dedupes) for its tenants only, a
+-- worker is handed only their jobs and reads only their runs' steps; the binding is a
+-- superuser-only setting the role cannot change; unbound roles are as before.
+truncate jobs_data.jobs, jobs_data.steps;
+create role pgj_acme_producer login;
+create role pgj_acme_worker login;
+select jobs.grant_producer('pgj_acme_producer', tenant => 'acme');
+select jobs.grant_worker('pgj_acme_worker', tenant => 'acme');
+select jobs.grant_worker('pgj_acme_worker', tenant => 'acme-eu');
+select jobs.grant_worker('pgj_acme_worker', tenant => null);
+\echo :LAST_ERROR_SQLSTATE
+select s.setconfig from pg_db_role_setting as s join pg_roles as r on r.oid = s.setrole
+where r.rolname like 'pgj_acme_%' order by r.rolname;
+select (jobs.enqueue('other', tenant_id => 'globex', idempotency_key => 'k1',
+                     id => '00000000-0000-0000-0000-000000000a01')).id;
+select jobs.enqueue('mine', tenant_id => 'acme-eu', run_id => '00000000-0000-0000-0000-000000000a0e') is not null as enqueued;
+\c - pgj_acme_producer
+\set VERBOSITY terse
+-- Set on the placeholder before anything loaded the library: dropped with a WARNING.
+set pg_jobs.tenants = '["globex"]';
+select jobs.enqueue('theirs', tenant_id => 'globex');
+\echo :LAST_ERROR_SQLSTATE
+select (jobs.enqueue('mine', tenant_id => 'acme')).deduped;
+select jobs.enqueue('theirs', tenant_id => 'globex', idempotency_key => 'k1');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('untenanted');
+\echo :LAST_ERROR_SQLSTATE
+select count(*) from jobs.enqueue_batch('[{"name": "mine", "tenant_id": "acme"}, {"name": "theirs", "tenant_id": "globex"}]');
+\echo :LAST_ERROR_SQLSTATE
+set pg_jobs.tenants = '["globex"]';
+\c - pgj_acme_worker
+\set VERBOSITY terse
+select name, tenant_id from jobs.claim('w', max_jobs => 10) order by name, tenant_id;
+select * from jobs.get_step('00000000-0000-0000-0000-000000000a01', 'x');
+\echo :LAST_ERROR_SQLSTATE
+select done from jobs.get_step('00000000-0000-0000-0000-000000000a0e', 'x');
+\c - postgres
+\set VERBOSITY terse
+\set SHOW_CONTEXT never
+select name, tenant_id, state from jobs.jobs order by name, tenant_id;
+drop owned by pgj_acme_producer;
+drop owned by pgj_acme_worker;
+drop role pgj_acme_producer;
+drop role pgj_acme_worker;

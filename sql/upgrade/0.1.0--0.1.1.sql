@@ -1,0 +1,80 @@
+-- pg_jobs 0.1.0 -> 0.1.1. Run by ALTER EXTENSION pg_jobs UPDATE. scripts/upgrade-check.sh
+-- installs 0.1.0, fills it, runs this, and checks that nothing was lost and that the result is
+-- the same, object for object, as a fresh install of 0.1.1. What changed in the functions
+-- follows from their files (below the hand-written part); what changed elsewhere:
+--
+-- 1. Retention deletes finished jobs by ctid, oldest first per state, with their runs' steps,
+--    and never waits on another transaction (jobs._prune); completing settles take a share of
+--    it; with pg_jobs.completed_retention = 0 completing deletes the job.
+-- 2. Enqueue: jobs._spec_problem is inlined; a batch with no key and no id is one INSERT.
+-- 3. Backups: pg_dump carries the rows of pg_jobs's tables (see sql/backup.sql).
+-- 4. Job ids are UUIDv7 (jobs._uuid_v7, src/ids.rs).
+-- 5. Claims and settles: jobs_lease_idx names lease_scan_at in its predicate, so a fence
+--    cannot use it; jobs._within_limits takes no lapse array.
+-- 6. No vacuum truncation on jobs.jobs; the background worker vacuums it when autovacuum would.
+-- 7. Security (docs/SECURITY.md): jobs.clock() and the retention settings are read by the
+--    library, so a role cannot move them through a placeholder; claim tokens carry 32 random
+--    bits (jobs._next_claim); limits and events lock rows of jobs._lock_slots, not public
+--    advisory keys; every function pins search_path or has a SQL-standard body; payloads are
+--    bounded by pg_jobs.max_payload_size; event keys are limited in bytes. The tables move to
+--    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
+
+-- 7. The tables move (their indexes, constraints and identity sequence with them).
+drop index jobs.jobs_lease_idx;
+create schema jobs_data;
+comment on schema jobs_data is 'The tables of pg_jobs; only admins may use it (jobs.grant_admin)';
+alter table jobs.jobs set schema jobs_data;
+alter table jobs.steps set schema jobs_data;
+alter table jobs.events set schema jobs_data;
+alter table jobs.job_types set schema jobs_data;
+alter table jobs.queues set schema jobs_data;
+-- 3. (the tables under their new names)
+-- @include sql/backup.sql
+
+-- 4. and 7.: the functions written in Rust, as pgrx declares them in the install script.
+CREATE  FUNCTION jobs."_uuid_v7"() RETURNS uuid
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'uuid_v7_wrapper';
+CREATE OR REPLACE FUNCTION jobs."clock"() RETURNS timestamp with time zone
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'clock_wrapper';
+drop function jobs._retention(text, interval);
+CREATE  FUNCTION jobs."_retention"(
+	"setting" TEXT,
+	"_default" interval
+) RETURNS interval
+STABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'retention_wrapper';
+CREATE  FUNCTION jobs."_max_payload_size"() RETURNS bigint
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'max_payload_size_wrapper';
+CREATE  FUNCTION jobs."_tenants"() RETURNS TEXT[]
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'tenants_wrapper';
+CREATE  FUNCTION jobs."_next_claim"(
+	"previous" bigint
+) RETURNS bigint
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'next_claim_wrapper';
+
+-- 5.
+create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)
+  where state = 'running' and lease_scan_at is not null;
+drop function jobs._within_limits(uuid[], text[], boolean[], boolean[], timestamptz);
+
+-- 6.
+alter table jobs_data.jobs set (vacuum_truncate = false);
+
+-- 7.
+create table jobs_data.lock_slots (slot int primary key);
+insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
+comment on table jobs_data.lock_slots is
+  'Lock slots for concurrency limits (0-1023) and events (1024-2047); rows never change';
+alter table jobs_data.events drop constraint events_key_check,
+  add constraint events_key_check check (octet_length(key) <= 512);
