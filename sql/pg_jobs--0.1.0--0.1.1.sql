@@ -16,7 +16,7 @@
 -- 6. No vacuum truncation on jobs.jobs; the background worker vacuums it when autovacuum would.
 -- 7. Security (docs/SECURITY.md): jobs.clock() and the retention settings are read by the
 --    library, so a role cannot move them through a placeholder; claim tokens carry 32 random
---    bits (jobs._next_claim); limits and events lock rows of jobs._lock_slots, not public
+--    bits (jobs._next_claim); limits and events lock rows of jobs_data.lock_slots, not public
 --    advisory keys; every function pins search_path or has a SQL-standard body; payloads are
 --    bounded by pg_jobs.max_payload_size; event keys are limited in bytes. The tables move to
 --    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
@@ -84,8 +84,19 @@ drop function jobs._within_limits(uuid[], text[], boolean[], boolean[], timestam
 alter table jobs_data.jobs set (vacuum_truncate = false);
 
 -- 7.
+create table jobs_data.maintenance (
+  one              boolean primary key default true check (one),
+  queues_pruned_at timestamptz
+);
+
+insert into jobs_data.maintenance default values;
+
+comment on table jobs_data.maintenance is 'When jobs.sweep last pruned jobs.queues (at most hourly)';
+
 create table jobs_data.lock_slots (slot int primary key);
+
 insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
+
 comment on table jobs_data.lock_slots is
   'Lock slots for concurrency limits (0-1023) and events (1024-2047); rows never change';
 alter table jobs_data.events drop constraint events_key_check,
@@ -1588,6 +1599,30 @@ begin
     task := v_task; affected := v_n; return next;
   end loop;
   task := 'steps_deleted'; affected := v_steps; return next;
+
+  -- The queue registry: at most once an hour (the first sweep to find the hour passed takes
+  -- the row, skipping it if another holds it), queues with no job at all, not paused and not
+  -- 'default', are deleted; enqueue registers a queue again when it is next used. Finding the
+  -- queues that have jobs reads the whole table once, so sequentially (this function turns
+  -- sequential scans off for its index walks, and back off after).
+  update jobs_data.maintenance as m set queues_pruned_at = v_now
+  where m.ctid = any(array(
+      select x.ctid from jobs_data.maintenance as x
+      where x.queues_pruned_at is null or x.queues_pruned_at <= v_now - interval '1 hour'
+      for update skip locked));
+  v_n := 0;
+  if found then
+    perform set_config('enable_seqscan', 'on', true);
+    delete from jobs_data.queues as q
+    where q.ctid = any(array(
+        select x.ctid from jobs_data.queues as x
+        where not x.paused and x.queue <> 'default'
+          and x.queue not in (select j.queue from jobs_data.jobs as j)
+        limit max_rows for update skip locked));
+    get diagnostics v_n = row_count;
+    perform set_config('enable_seqscan', 'off', true);
+  end if;
+  task := 'queues_deleted'; affected := v_n; return next;
 end
 $$;
 

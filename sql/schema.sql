@@ -181,17 +181,6 @@ create type jobs.job_spec as (
 -- the library, not SQL, so a role cannot move it by setting the placeholder of a library not
 -- yet loaded.
 
--- Locks that only pg_jobs's own functions can take: rows of a table no other role may read,
--- locked with SELECT ... FOR NO KEY UPDATE. Claims under a concurrency limit serialise per
--- name and key on slots 0-1023, and "no event yet, so suspend" against "publish, then wake"
--- per event on slots 1024-2047 (a key hashes to a slot: two keys may share one, which only
--- serialises them). Advisory locks would do the same, but their keys are public: any role
--- that can connect could take and hold them and stall every limited claim and event wait.
-create table jobs_data.lock_slots (slot int primary key);
-insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
-comment on table jobs_data.lock_slots is
-  'Lock slots for concurrency limits (0-1023) and events (1024-2047); rows never change';
-
 -- Raise a documented refusal or bad-argument error: p_code is its SQLSTATE, p_message the
 -- cause, p_hint the fix. The codes are listed by jobs.error_codes() and in the README.
 create function jobs._raise(p_code text, p_message text, p_hint text)

@@ -14,6 +14,7 @@
 --                    finished jobs past pg_jobs.completed_retention (completed, cancelled) or
 --                    pg_jobs.dead_retention (failed, dead) deleted
 --   steps_deleted    the steps of runs that no longer have any job
+--   queues_deleted   at most hourly: jobs.queues rows of queues with no job, not paused
 -- Correctness never waits for a sweep: an expired event is invisible before it is deleted, and
 -- a lapsed lease or a due waiter is claimable before it is swept.
 
@@ -152,6 +153,30 @@ begin
     task := v_task; affected := v_n; return next;
   end loop;
   task := 'steps_deleted'; affected := v_steps; return next;
+
+  -- The queue registry: at most once an hour (the first sweep to find the hour passed takes
+  -- the row, skipping it if another holds it), queues with no job at all, not paused and not
+  -- 'default', are deleted; enqueue registers a queue again when it is next used. Finding the
+  -- queues that have jobs reads the whole table once, so sequentially (this function turns
+  -- sequential scans off for its index walks, and back off after).
+  update jobs_data.maintenance as m set queues_pruned_at = v_now
+  where m.ctid = any(array(
+      select x.ctid from jobs_data.maintenance as x
+      where x.queues_pruned_at is null or x.queues_pruned_at <= v_now - interval '1 hour'
+      for update skip locked));
+  v_n := 0;
+  if found then
+    perform set_config('enable_seqscan', 'on', true);
+    delete from jobs_data.queues as q
+    where q.ctid = any(array(
+        select x.ctid from jobs_data.queues as x
+        where not x.paused and x.queue <> 'default'
+          and x.queue not in (select j.queue from jobs_data.jobs as j)
+        limit max_rows for update skip locked));
+    get diagnostics v_n = row_count;
+    perform set_config('enable_seqscan', 'off', true);
+  end if;
+  task := 'queues_deleted'; affected := v_n; return next;
 end
 $$;
 comment on function jobs.sweep(int) is

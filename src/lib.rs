@@ -21,6 +21,11 @@ mod worker;
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!(
+    "../sql/internal.sql",
+    name = "internal",
+    requires = ["schema"]
+);
+extension_sql_file!(
     "../sql/policy.sql",
     name = "policy",
     requires = [

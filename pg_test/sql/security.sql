@@ -185,3 +185,23 @@ drop owned by pgj_acme_producer;
 drop owned by pgj_acme_worker;
 drop role pgj_acme_producer;
 drop role pgj_acme_worker;
+
+-- 7. The queue registry does not grow forever: at most once an hour the sweep deletes the
+-- queues with no job at all that are not paused (and never 'default'); enqueue registers a
+-- queue again when it is next used. Before 0.1.1 every name ever used stayed.
+truncate jobs_data.jobs, jobs_data.queues;
+insert into jobs_data.queues (queue) select 'gone_' || g from generate_series(1, 50) as g;
+insert into jobs_data.queues (queue, paused) values ('default', false), ('paused_one', true);
+select jobs.enqueue('x', queue => 'live_one') is not null as enqueued;
+select jobs.enqueue('y', queue => 'finished_one') is not null as enqueued;
+update jobs_data.jobs set state = 'completed', finished_at = now() where queue = 'finished_one';
+update jobs_data.maintenance set queues_pruned_at = null;
+select affected as queues_deleted from jobs.sweep() where task = 'queues_deleted';
+select queue from jobs.queues order by queue;
+insert into jobs.queues (queue) values ('again');
+select affected as within_the_hour from jobs.sweep() where task = 'queues_deleted';
+set pg_jobs.clock_offset = '61min';
+select affected as an_hour_later from jobs.sweep() where task = 'queues_deleted';
+reset pg_jobs.clock_offset;
+select count(*) as registered_again from jobs.enqueue_batch('[{"name": "z", "queue": "again"}]');
+select queue from jobs.queues where queue = 'again';

@@ -14,7 +14,7 @@
 -- 6. No vacuum truncation on jobs.jobs; the background worker vacuums it when autovacuum would.
 -- 7. Security (docs/SECURITY.md): jobs.clock() and the retention settings are read by the
 --    library, so a role cannot move them through a placeholder; claim tokens carry 32 random
---    bits (jobs._next_claim); limits and events lock rows of jobs._lock_slots, not public
+--    bits (jobs._next_claim); limits and events lock rows of jobs_data.lock_slots, not public
 --    advisory keys; every function pins search_path or has a SQL-standard body; payloads are
 --    bounded by pg_jobs.max_payload_size; event keys are limited in bytes. The tables move to
 --    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
@@ -72,9 +72,6 @@ drop function jobs._within_limits(uuid[], text[], boolean[], boolean[], timestam
 alter table jobs_data.jobs set (vacuum_truncate = false);
 
 -- 7.
-create table jobs_data.lock_slots (slot int primary key);
-insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
-comment on table jobs_data.lock_slots is
-  'Lock slots for concurrency limits (0-1023) and events (1024-2047); rows never change';
+-- @include sql/internal.sql
 alter table jobs_data.events drop constraint events_key_check,
   add constraint events_key_check check (octet_length(key) <= 512);
