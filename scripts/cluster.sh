@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL 15 cluster with pg_jobs preloaded, run as the postgres user.
+# A throwaway PostgreSQL cluster with pg_jobs preloaded, run as the postgres user: 15, or the
+# release PG_JOBS_PG names (scripts/lib.sh).
 #   scripts/cluster.sh start DIR PORT [CONF]
 #                                       initdb (once, appending the file CONF to postgresql.conf)
 #                                       and start; prints the connection string

@@ -2,7 +2,9 @@
 # Runs every test of pg_jobs, as root on Debian 12: lints, the in-server tests (cargo pgrx
 # test), the pg_regress golden files, the isolation specs, the packaged tarball installed and
 # tested, the upgrade from every earlier release, and the tests from outside the server
-# (pytest against throwaway clusters, on that install).
+# (pytest against throwaway clusters, on that install), all on PostgreSQL 15; then the
+# golden files, the isolation specs and the background worker's tests on 16, 17 and 18
+# (scripts/test-releases.sh).
 # Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,4 +39,7 @@ dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)
 trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}")
 export PG_JOBS_DSN
-.venv/bin/python -m pytest -q tests
+.venv/bin/python -m pytest -q -rA tests
+bash scripts/cluster.sh stop "$dir"
+
+bash scripts/test-releases.sh

@@ -15,6 +15,7 @@ mod gucs;
 mod ids;
 mod random;
 mod tokens;
+mod vacuum;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -10,16 +10,15 @@
 //!
 //! Every `pg_jobs.vacuum_interval` it also asks whether `jobs_data.jobs` has as many dead rows as
 //! autovacuum waits for, and if so vacuums it (`VACUUM (SKIP_LOCKED)`, with a larger ring of
-//! buffers than the command's: see `vacuum`).
+//! buffers than the command's: src/vacuum.rs).
 //! Autovacuum visits a database once per `autovacuum_naptime`, a minute by default, and a busy
 //! queue leaves a minute of dead row versions behind in between (docs/BENCHMARKS.md, churn).
 
-use crate::gucs;
+use crate::{gucs, vacuum};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
 use pgrx::prelude::*;
-use pgrx::PgMemoryContexts;
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
@@ -104,7 +103,9 @@ fn vacuum_if_due(last_check: &mut Instant) {
     }
     *last_check = Instant::now();
     if let Some(relid) = BackgroundWorker::transaction(vacuum_due) {
-        vacuum(relid);
+        report_activity(pg_sys::BackendState::STATE_RUNNING, VACUUMING);
+        vacuum::vacuum(relid);
+        report_activity(pg_sys::BackendState::STATE_IDLE, VACUUMING);
         report_stats();
     }
 }
@@ -168,72 +169,6 @@ fn vacuum_due() -> Option<pg_sys::Oid> {
     .unwrap_or_else(|e| error!("{NAME}: jobs._vacuum_due() failed: {e}"))
 }
 
-/// `VACUUM (SKIP_LOCKED)` of one table, as the command runs at top level: VACUUM commits the
-/// transaction it is called in and runs its own, so it is called outside
-/// BackgroundWorker::transaction, in a bare transaction, with its arguments in a memory context
-/// that outlives those transactions. By oid: a table dropped since is skipped without a word,
-/// and so is one whose lock is taken (autovacuum, or a DROP EXTENSION under way).
-///
-/// Through a 16 MB ring of buffers (BAS_BULKWRITE), not the 256 kB one VACUUM and autovacuum
-/// use (PostgreSQL 15 has no setting for it). A churning queue dirties every page vacuum
-/// visits, and before vacuum may reuse a buffer of its ring the WAL up to that page must be on
-/// disk: with 32 buffers that is a WAL flush every 32 pages, and under load autovacuum spent
-/// its passes waiting on them (`IO:WALSync`) while the table grew.
-fn vacuum(relid: pg_sys::Oid) {
-    report_activity(
-        pg_sys::BackendState::STATE_RUNNING,
-        "vacuum (skip_locked) jobs_data.jobs",
-    );
-    let mut memory = PgMemoryContexts::new("pg_jobs vacuum");
-    unsafe {
-        let (relations, ring) = memory.switch_to(|_| {
-            let rel = pg_sys::makeVacuumRelation(std::ptr::null_mut(), relid, std::ptr::null_mut());
-            (
-                pg_sys::lappend(std::ptr::null_mut(), rel.cast()),
-                pg_sys::GetAccessStrategy(pg_sys::BufferAccessStrategyType::BAS_BULKWRITE),
-            )
-        });
-        // What a plain VACUUM (SKIP_LOCKED) sets, without parallel workers.
-        let mut params = pg_sys::VacuumParams {
-            options: pg_sys::VACOPT_VACUUM
-                | pg_sys::VACOPT_SKIP_LOCKED
-                | pg_sys::VACOPT_PROCESS_TOAST,
-            freeze_min_age: -1,
-            freeze_table_age: -1,
-            multixact_freeze_min_age: -1,
-            multixact_freeze_table_age: -1,
-            is_wraparound: false,
-            log_min_duration: -1,
-            index_cleanup: pg_sys::VacOptValue::VACOPTVALUE_UNSPECIFIED,
-            truncate: pg_sys::VacOptValue::VACOPTVALUE_UNSPECIFIED,
-            nworkers: -1,
-        };
-        // A SIGTERM during the vacuum ends it, and the worker, as it ends a backend's command
-        // (with FATAL), so a shutdown or pg_terminate_backend does not wait for it to finish.
-        let previous = pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
-        if !BackgroundWorker::sigterm_received() {
-            pg_sys::SetCurrentStatementStartTimestamp();
-            pg_sys::StartTransactionCommand();
-            pg_sys::vacuum(relations, &mut params, ring, true);
-            pg_sys::CommitTransactionCommand();
-        }
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, previous);
-    }
-    pg_sys::check_for_interrupts!(); // one that came after the vacuum's last check
-    drop(memory);
-    report_activity(
-        pg_sys::BackendState::STATE_IDLE,
-        "vacuum (skip_locked) jobs_data.jobs",
-    );
-}
-
-unsafe extern "C-unwind" {
-    /// PostgreSQL's SIGTERM handler for backends (tcop/postgres.c), itself: pg_sys::die is a
-    /// guarded Rust wrapper, not a function a signal may call.
-    #[link_name = "die"]
-    fn postgres_die(signal: std::ffi::c_int);
-}
-
 /// Takes a share lock on the extension for the rest of the pass, so that a `DROP EXTENSION`
 /// (which locks the extension before it drops anything) waits for the sweep to end, instead of
 /// dropping the tables under it: the sweep would fail, and the worker exit and restart. Never
@@ -269,6 +204,7 @@ fn hold_extension() -> bool {
 }
 
 const WAITING_FOR_CREATE: &str = "waiting for CREATE EXTENSION pg_jobs";
+const VACUUMING: &str = "vacuum (skip_locked) jobs_data.jobs";
 
 /// The extension's oid in this database, or InvalidOid. get_extension_oid reads pg_extension
 /// with a fresh catalog snapshot on every call (that catalog has no syscache), not with the

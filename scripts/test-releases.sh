@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# pg_jobs on PostgreSQL 16, 17 and 18 (15 is the default that scripts/test.sh tests in full):
+# for each, the server (scripts/pg-servers.sh), the extension built for it and installed into
+# it, the pg_regress golden files and the isolation specs (scripts/test-sql.sh), and the tests
+# of the background worker (its sweeps, its vacuum, its signals) and of hostile roles, from
+# outside, on a preloaded cluster of that release (tests/test_sweeper.py,
+# tests/test_security.py).
+#   scripts/test-releases.sh [N...]     (default: 16 17 18)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+releases=("$@")
+[ $# -gt 0 ] || releases=(16 17 18)
+
+bash scripts/pg-servers.sh "${releases[@]}"
+# cargo pgrx builds for a release through its pg_config, listed in pgrx's configuration.
+config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+for n in 15 "${releases[@]}"; do
+  bin=/opt/pg_jobs-pg/$n/bin
+  [ "$n" = 15 ] && bin=/usr/lib/postgresql/15/bin
+  grep -q "^pg$n = " "$config" || echo "pg$n = \"$bin/pg_config\"" >>"$config"
+done
+
+for n in "${releases[@]}"; do
+  echo "== PostgreSQL $n: build and install, golden files and isolation specs, the background worker"
+  export PG_JOBS_PG=$n
+  . scripts/lib.sh
+  log=$(mktemp /tmp/pg_jobs-install-pg$n.XXXXXX)
+  if ! cargo pgrx install --release --no-default-features --features "pg$n" --pg-config "$PG_CONFIG" \
+      >"$log" 2>&1; then
+    tail -40 "$log"
+    exit 1
+  fi
+  rm -f "$log"
+  PG_JOBS_TEST_PORT=$((54405 + n - 16)) bash scripts/test-sql.sh
+  dir=$(mktemp -d /tmp/pg_jobs-e2e-pg$n.XXXXXX)
+  trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
+  PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" $((54402 + n - 16)))
+  export PG_JOBS_DSN
+  .venv/bin/python -m pytest -q -rA tests/test_sweeper.py tests/test_security.py
+  bash scripts/cluster.sh stop "$dir"
+  rm -rf "$dir"
+  trap - EXIT
+done
