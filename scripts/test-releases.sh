@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # pg_jobs on PostgreSQL 16, 17 and 18 (15 is the default that scripts/test.sh tests in full):
-# for each, the server (scripts/pg-servers.sh), the extension built for it and installed into
-# it, the pg_regress golden files and the isolation specs (scripts/test-sql.sh), and the tests
-# of the background worker (its sweeps, its vacuum, its signals) and of hostile roles, from
-# outside, on a preloaded cluster of that release (tests/test_sweeper.py,
-# tests/test_security.py).
+# for each, the server (scripts/pg-servers.sh); the tarball built for it, refusing another
+# release and installed from it, with the pg_regress golden files and the isolation specs run
+# on that install (scripts/package.sh --check); the upgrade from every earlier release of
+# pg_jobs (scripts/upgrade-check.sh); and the tests of the background worker (its sweeps, its
+# vacuum, its signals) and of hostile roles, from outside, on a preloaded cluster of that
+# release (tests/test_sweeper.py, tests/test_security.py).
 #   scripts/test-releases.sh [N...]     (default: 16 17 18)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,17 +24,13 @@ for n in 15 "${releases[@]}"; do
 done
 
 for n in "${releases[@]}"; do
-  echo "== PostgreSQL $n: build and install, golden files and isolation specs, the background worker"
+  echo "== PostgreSQL $n: package, golden files and isolation specs, upgrade, the background worker"
   export PG_JOBS_PG=$n
   . scripts/lib.sh
-  log=$(mktemp /tmp/pg_jobs-install-pg$n.XXXXXX)
-  if ! cargo pgrx install --release --no-default-features --features "pg$n" --pg-config "$PG_CONFIG" \
-      >"$log" 2>&1; then
-    tail -40 "$log"
-    exit 1
-  fi
-  rm -f "$log"
-  PG_JOBS_TEST_PORT=$((54405 + n - 16)) bash scripts/test-sql.sh
+  # The tarball for this release, installed from it; its SQL tests; the upgrade from every
+  # earlier release of pg_jobs.
+  PG_JOBS_TEST_PORT=$((54405 + n - 16)) bash scripts/package.sh --check
+  PG_JOBS_UPGRADE_PORT=$((54408 + n - 16)) bash scripts/upgrade-check.sh
   dir=$(mktemp -d /tmp/pg_jobs-e2e-pg$n.XXXXXX)
   trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
   PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" $((54402 + n - 16)))

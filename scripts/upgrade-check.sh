@@ -27,7 +27,7 @@ work=$(mktemp -d /tmp/pg_jobs-upgrade.XXXXXX)
 chmod 755 "$work"
 trap 'bash scripts/cluster.sh stop "$work/data" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 dsn=$(bash scripts/cluster.sh start "$work/data" "${PG_JOBS_UPGRADE_PORT:-54398}")
-sql() { local db=$1; shift; psql "$dsn dbname=$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
+sql() { local db=$1; shift; "$PG_BIN/psql" "$dsn dbname=$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
 fail() { echo "upgrade-check: FAILED: $*" >&2; exit 1; }
 
 sql postgres -c "create database fresh"
@@ -58,9 +58,9 @@ for script in sql/released/pg_jobs--*.sql; do
     fail "upgraded from $old differs from a fresh install of $current (above: - fresh, + upgraded)"
   echo "  defines what a fresh install does ($(grep -c "" "$work/fresh.txt") lines of pg_test/upgrade/fingerprint.sql)"
 
-  pg_dump "$dsn dbname=$db" -Fc -f "$work/dump"
+  "$PG_BIN/pg_dump" "$dsn dbname=$db" -Fc -f "$work/dump"
   sql postgres -c "create database restored_$db"
-  pg_restore --exit-on-error -d "$dsn dbname=restored_$db" "$work/dump"
+  "$PG_BIN/pg_restore" --exit-on-error -d "$dsn dbname=restored_$db" "$work/dump"
   sql "restored_$db" -f pg_test/upgrade/digest.sql >"$work/restored.txt"
   diff -u "$work/after.txt" "$work/restored.txt" || fail "pg_dump and pg_restore lost rows (above)"
   echo "  pg_dump and pg_restore carry every row"
