@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# pg_jobs on PostgreSQL 16, 17 and 18 (15 is the default that scripts/test.sh tests in full):
-# for each, the server (scripts/pg-servers.sh); the tarball built for it, refusing another
-# release and installed from it, with the pg_regress golden files and the isolation specs run
-# on that install (scripts/package.sh --check); the upgrade from every earlier release of
-# pg_jobs (scripts/upgrade-check.sh); and the tests of the background worker (its sweeps, its
-# vacuum, its signals) and of hostile roles, from outside, on a preloaded cluster of that
-# release (tests/test_sweeper.py, tests/test_security.py).
+# pg_jobs on PostgreSQL 16, 17 and 18 (15 is the default that scripts/test.sh tests in full).
+# For each: the server (scripts/pg-servers.sh); the in-server tests (cargo pgrx test); the
+# tarball built for it, refusing another release and installed from it, with the pg_regress
+# golden files and the isolation specs run on that install (scripts/package.sh --check); the
+# upgrade from every earlier release of pg_jobs (scripts/upgrade-check.sh); and the tests of
+# the background worker (its sweeps, its vacuum, its signals) and of hostile roles, from
+# outside, on a preloaded cluster of that release (tests/test_sweeper.py,
+# tests/test_security.py).
 #   scripts/test-releases.sh [N...]     (default: 16 17 18)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,11 +25,13 @@ for n in 15 "${releases[@]}"; do
 done
 
 for n in "${releases[@]}"; do
-  echo "== PostgreSQL $n: package, golden files and isolation specs, upgrade, the background worker"
+  echo "== PostgreSQL $n: in-server tests, package, golden files and isolation specs, upgrade, the background worker"
   export PG_JOBS_PG=$n
   . scripts/lib.sh
-  # The tarball for this release, installed from it; its SQL tests; the upgrade from every
-  # earlier release of pg_jobs.
+  # The in-server tests (a debug build, which the package check then replaces); the tarball
+  # for this release, installed from it; its SQL tests; the upgrade from every earlier
+  # release of pg_jobs.
+  cargo pgrx test "pg$n" --no-default-features --runas postgres --pgdata "/tmp/pg_jobs-pgrx-test-$n"
   PG_JOBS_TEST_PORT=$((54405 + n - 16)) bash scripts/package.sh --check
   PG_JOBS_UPGRADE_PORT=$((54408 + n - 16)) bash scripts/upgrade-check.sh
   dir=$(mktemp -d /tmp/pg_jobs-e2e-pg$n.XXXXXX)

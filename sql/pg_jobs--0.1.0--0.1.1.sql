@@ -1182,9 +1182,12 @@ begin
       'pass the run_id jobs.claim returned and the step name');
   end if;
   -- A role bound to tenants reads the steps of its tenants' runs only.
+  -- (By the primary key, then jobs_attached_idx: one index each.)
   if jobs._tenants() is not null
      and not exists (select from jobs_data.jobs as j
-                     where (j.id = get_step.run_id or j.run_id = get_step.run_id)
+                     where j.id = get_step.run_id and j.tenant_id = any(jobs._tenants()))
+     and not exists (select from jobs_data.jobs as j
+                     where j.run_id = get_step.run_id and j.run_id <> j.id
                        and j.tenant_id = any(jobs._tenants())) then
     perform jobs._raise('PJ007', format('jobs.get_step: run %s is not a run of this role''s tenants (%s)',
       get_step.run_id, array_to_string(jobs._tenants(), ', ')),
