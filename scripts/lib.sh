@@ -12,6 +12,7 @@ else
   PG_BIN=/opt/pg_jobs-pg/$PG_MAJOR/bin
 fi
 PG_CONFIG=$PG_BIN/pg_config
+export PG_JOBS_PG_BIN=$PG_BIN  # for the tests from outside (tests/test_failover.py, test_chaos.py)
 
 # Runs a command as the postgres user: PostgreSQL refuses to run as root.
 as_pg() { runuser -u postgres -- "$@"; }

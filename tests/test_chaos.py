@@ -24,6 +24,7 @@ JOBS = 3000
 WORKERS = 8
 LEASE = 0.5  # seconds
 PORT = int(os.environ.get("PG_JOBS_CHAOS_PORT", "54394"))
+PG_BIN = os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin")  # the release under test (scripts/lib.sh)
 
 
 def cluster(*args):
@@ -82,7 +83,7 @@ def chaos(dsn, stop, stats, crash_after):
         time.sleep(rng.uniform(0.05, 0.3))
         if not crashed and time.monotonic() - started > crash_after:
             crashed = True
-            subprocess.run(["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl",
+            subprocess.run(["runuser", "-u", "postgres", "--", f"{PG_BIN}/pg_ctl",
                             "-D", DATA, "-m", "immediate", "-w", "stop"], check=True, capture_output=True)
             time.sleep(0.5)
             cluster("start", DATA, str(PORT))

@@ -15,7 +15,7 @@ import uuid
 import psycopg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = "/usr/lib/postgresql/15/bin"
+BIN = os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin")  # the release under test (scripts/lib.sh)
 PRIMARY, STANDBY = 54396, 54397
 PDIR, SDIR = f"/tmp/pg_jobs-failover-{PRIMARY}", f"/tmp/pg_jobs-failover-{STANDBY}"
 JOBS = 600
