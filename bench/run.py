@@ -28,8 +28,15 @@ import zipfile
 import psycopg
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
-PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
-PSQL = "/usr/bin/psql"
+# The binaries of the release run against: scripts/lib.sh exports PG_JOBS_PG_BIN.
+PG_BIN = os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin")
+PGBENCH = os.path.join(PG_BIN, "pgbench")
+PSQL = os.path.join(PG_BIN, "psql")
+
+
+def release_bin(major):
+    """Where scripts/lib.sh keeps PostgreSQL `major`'s binaries."""
+    return "/usr/lib/postgresql/15/bin" if major == "15" else f"/opt/pg_jobs-pg/{major}/bin"
 
 
 def log(*args):
@@ -37,8 +44,9 @@ def log(*args):
 
 
 class Db:
-    def __init__(self, dsn):
+    def __init__(self, dsn, bin_dir=PG_BIN):
         self.dsn = dsn
+        self.pgbench_path = os.path.join(bin_dir, "pgbench")
 
     def sql(self, query, args=None):
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -50,7 +58,7 @@ class Db:
 
     def pgbench(self, script, clients, transactions=None, seconds=None, rate=None, defines=None):
         how = ["-b", script[len("builtin:"):]] if script.startswith("builtin:") else ["-f", script]
-        cmd = [PGBENCH, "-n", "-c", str(clients), "-j", str(min(clients, 4))] + how
+        cmd = [self.pgbench_path, "-n", "-c", str(clients), "-j", str(min(clients, 4))] + how
         cmd += ["-t", str(transactions)] if transactions else ["-T", str(seconds)]
         if rate:
             cmd += ["-R", str(rate)]
@@ -217,13 +225,66 @@ def run_drains(db, cands, args, results):
     set_completed_retention(db, None)
 
 
+def run_release_drains(dbs, args):
+    """The drain of pg_jobs and of the plain queue on each release (dbs: {major: Db}), one
+    cluster per release, every measurement interleaved: per repetition and configuration, each
+    release in turn (the order alternating), each with its own pgbench -N ceiling first."""
+    cands = [PgJobs(), Plain()]
+    for db in dbs.values():
+        subprocess.run([db.pgbench_path, "-i", "-s", "10", "-q", db.dsn], check=True, capture_output=True)
+        for cand in cands:
+            cand.setup(db)
+    configs = [(k, b) for k in map(int, args.clients.split(",")) for b in (1, 10, 100)]
+    rows = []
+    for rep in range(args.reps):
+        order = configs[:]
+        random.Random(rep).shuffle(order)
+        for clients, batch in order:
+            n = min(args.jobs, args.jobs_per_batch_job * batch)
+            majors = sorted(dbs) if rep % 2 == 0 else sorted(dbs, reverse=True)
+            for major in majors:
+                for cand in cands:
+                    r = drain(dbs[major], cand, clients, batch, n, args.ceiling_seconds)
+                    r.update(rep=rep, release=major)
+                    rows.append(r)
+                    log(f"drain rep {rep} pg{major} {cand.name:10} K={clients} B={batch:3} "
+                        f"{r['jobs_per_s']:9.0f} jobs/s  ceiling {r['ceiling_tps']:7.0f} tps  left {r['left']}")
+    return rows
+
+
+def release_report(rows, args, command):
+    majors = sorted({r["release"] for r in rows})
+    first, last = majors[0], majors[-1]
+
+    def med(release, cand, clients, batch, key="jobs_per_s"):
+        return median([r[key] for r in rows if r["release"] == release and r["candidate"] == cand
+                       and r["clients"] == clients and r["batch"] == batch])
+
+    lines = [f"Run: `{command}` on {machine(', '.join(majors))}", "",
+             f"Median jobs/s of {args.reps} interleaved repetitions (in brackets, the ratio to `pgbench -N` "
+             "tps on the same release at the same K, measured just before)", "",
+             "| K | B | " + " | ".join(f"pg_jobs on {m}" for m in majors) + f" | pg_jobs {last} / {first} | "
+             + " | ".join(f"plain SQL on {m}" for m in majors) + f" | plain SQL {last} / {first} |",
+             "|---" * (4 + 2 * len(majors)) + "|"]
+    for clients in map(int, args.clients.split(",")):
+        for batch in (1, 10, 100):
+            cells = []
+            for cand in ("pg_jobs", "plain SQL"):
+                for m in majors:
+                    cells.append(f"{med(m, cand, clients, batch):,.0f} "
+                                 f"({med(m, cand, clients, batch, 'ratio_to_ceiling'):.2f}x)")
+                cells.append(f"{med(last, cand, clients, batch) / med(first, cand, clients, batch):.2f}")
+            lines.append(f"| {clients} | {batch} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def run_enqueue(db, cands, args, results):
     pgj, plain, pgmq = cands[:3]
     for rep in range(args.reps):
         for label, script in [("pg_jobs enqueue", "pgjobs_enqueue.sql"), ("plain INSERT", "plain_enqueue.sql"),
                               ("pgmq send", "pgmq_enqueue.sql"),
                               ("pg_jobs enqueue_batch(100)", "pgjobs_enqueue_batch.sql"),
-                              ("INSERT of the same 100 rows into jobs.jobs", "insert_batch.sql"),
+                              ("INSERT of the same 100 rows into jobs_data.jobs", "insert_batch.sql"),
                               ("pgmq send_batch(100)", "pgmq_enqueue_batch.sql")]:
             db.sql("truncate jobs_data.jobs")
             db.sql("truncate plain.jobs")
@@ -246,10 +307,10 @@ def run_heartbeats(db, args, results):
         """insert into bench_held select row_number() over (), id, claim
            from jobs.claim('beat', array['bench'], 1000, '1 hour')""")
     db.sql("vacuum analyze jobs_data.jobs")
-    before = db.sql("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relid = 'jobs.jobs'::regclass")[0]
+    before = db.sql("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relid = 'jobs_data.jobs'::regclass")[0]
     r = db.pgbench(os.path.join(BENCH, "pgjobs_heartbeat.sql"), 4, seconds=args.seconds, defines={"held": held})
     time.sleep(1)  # let the statistics collector catch up
-    after = db.sql("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relid = 'jobs.jobs'::regclass")[0]
+    after = db.sql("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relid = 'jobs_data.jobs'::regclass")[0]
     upd, hot = after[0] - before[0], after[1] - before[1]
     results["heartbeat"] = {"tps": r["tps"], "updates": upd, "hot_updates": hot, "hot_ratio": hot / max(upd, 1)}
     log(f"heartbeats {r['tps']:.0f}/s, HOT {hot}/{upd} = {hot / max(upd, 1):.3f}")
@@ -261,7 +322,7 @@ def run_claim_backlogs(db, args, results):
         for state, n in (("completed", finished), ("ready", ready)):
             if n:
                 db.sql(
-                    """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
+                    """insert into jobs_data.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                               payload, enqueued_at, created_at, updated_at, finished_at)
                        select gen_random_uuid(), gen_random_uuid(), 'bench', 'bench', %s::jobs.job_state, 0,
                               now() - make_interval(secs => g), 25, '{}', now(), now(), now(),
@@ -293,10 +354,10 @@ def run_churn(db, args, results):
     db.sql("select pg_reload_conf()")
     db.sql("vacuum analyze jobs_data.jobs")
     producer = subprocess.Popen(
-        [PGBENCH, "-n", "-c", "2", "-j", "2", "-R", str(args.churn_rate), "-T", str(args.churn_minutes * 60),
+        [db.pgbench_path, "-n", "-c", "2", "-j", "2", "-R", str(args.churn_rate), "-T", str(args.churn_minutes * 60),
          "-f", os.path.join(BENCH, "pgjobs_enqueue.sql"), db.dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     consumer = subprocess.Popen(
-        [PGBENCH, "-n", "-c", "4", "-j", "4", "-T", str(args.churn_minutes * 60 + 5),
+        [db.pgbench_path, "-n", "-c", "4", "-j", "4", "-T", str(args.churn_minutes * 60 + 5),
          "-f", os.path.join(BENCH, "churn_consume.sql"), db.dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     start = time.monotonic()
     for minute in range(1, args.churn_minutes + 1):
@@ -312,8 +373,8 @@ def run_churn(db, args, results):
                             state = 'completed' and finished_at > now() - interval '1 minute' as done
                      from jobs.jobs) as j""")[0]
         stats = db.sql(
-            """select n_dead_tup, pg_table_size('jobs.jobs'), pg_indexes_size('jobs.jobs')
-               from pg_stat_user_tables where relid = 'jobs.jobs'::regclass""")[0]
+            """select n_dead_tup, pg_table_size('jobs_data.jobs'), pg_indexes_size('jobs_data.jobs')
+               from pg_stat_user_tables where relid = 'jobs_data.jobs'::regclass""")[0]
         point = {"minute": minute, "enqueued": row[3], "completed": row[0], "p50_ms": (row[1] or 0) * 1000, "p99_ms": (row[2] or 0) * 1000,
                  "n_dead_tup": stats[0], "table_bytes": stats[1], "index_bytes": stats[2]}
         results["churn"].append(point)
@@ -412,7 +473,7 @@ def targets(results):
     enq = {w: median([r["rows_per_s"] for r in results["enqueue"] if r["what"] == w]) for w in
            {r["what"] for r in results["enqueue"]}}
     at_least("enqueue_batch(100) / INSERT of the same rows >= 0.9",
-             enq["pg_jobs enqueue_batch(100)"] / enq["INSERT of the same 100 rows into jobs.jobs"], 0.9)
+             enq["pg_jobs enqueue_batch(100)"] / enq["INSERT of the same 100 rows into jobs_data.jobs"], 0.9)
     return checks, claims, enq
 
 
@@ -479,7 +540,10 @@ def report(results, args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dsn", required=True)
+    ap.add_argument("--dsn", help="the database to run every workload in")
+    ap.add_argument("--release", action="append", default=[], metavar="N:DSN",
+                    help="instead of --dsn: a cluster of PostgreSQL N (twice or more), to compare the "
+                         "releases' drains in one run")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--clients", default="1,4,8", help="the K of the drain grid (a partial run: e.g. 4)")
     ap.add_argument("--jobs", type=int, default=100_000, help="jobs per drain (capped for small batches)")
@@ -496,6 +560,21 @@ def main():
     ap.add_argument("--out", default="bench-results.json")
     ap.add_argument("--report", default="bench-report.md")
     args = ap.parse_args()
+
+    if args.release:
+        dbs = {}
+        for spec in args.release:
+            major, dsn = spec.split(":", 1)
+            dbs[major] = Db(dsn, release_bin(major))
+        rows = run_release_drains(dbs, args)
+        with open(args.out, "w") as f:
+            json.dump({"command": args.command, "machine": machine(", ".join(sorted(dbs))),
+                       "args": vars(args), "drain": rows}, f, indent=1)
+        text = release_report(rows, args, args.command)
+        with open(args.report, "w") as f:
+            f.write(text)
+        print(text)
+        return
 
     db = Db(args.dsn)
     subprocess.run([PGBENCH, "-i", "-s", "10", "-q", args.dsn], check=True, capture_output=True)
@@ -531,11 +610,11 @@ def main():
     sys.exit(1 if missed else 0)
 
 
-def machine():
+def machine(releases=None):
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
                          text=True).stdout.strip()
     mem = subprocess.run(["sh", "-c", "free -g | awk '/Mem:/ {print $2}'"], capture_output=True, text=True).stdout.strip()
-    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB, PostgreSQL 15, {time.strftime('%Y-%m-%d')}"
+    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB, PostgreSQL {releases or os.path.basename(os.path.dirname(PG_BIN.rstrip('/')))}, {time.strftime('%Y-%m-%d')}"
 
 
 if __name__ == "__main__":

@@ -2,10 +2,21 @@
 # Runs every benchmark of docs/BENCHMARKS.md in one go, on a throwaway cluster, and exits
 # non-zero when a target is missed. Arguments go to bench/run.py (--reps, --jobs, --seconds,
 # --churn-minutes, ...); `bash bench/run.sh --quick` is a smaller run of the same shape.
+#   bash bench/run.sh [--pg N] [--quick] [run.py's arguments]
+#       against PostgreSQL N (15, the default, Debian's; 16, 17 or 18 from /opt/pg_jobs-pg/N)
+#   bash bench/run.sh --releases 15,18 [run.py's arguments, e.g. --clients 4 --reps 3]
+#       the drains of pg_jobs and of the plain queue on each release, one cluster per
+#       release, interleaved in one run (docs/bench-results-releases.json; the table is printed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command=(bash bench/run.sh "$@")
+
+releases=""
+case "${1:-}" in
+  --pg) export PG_JOBS_PG=$2; shift 2 ;;
+  --releases) releases=$2; shift 2 ;;
+esac
 . scripts/lib.sh
-bash scripts/setup.sh
 
 args=("$@")
 if [ "${1:-}" = "--quick" ]; then
@@ -13,8 +24,6 @@ if [ "${1:-}" = "--quick" ]; then
         --big 1000000 --churn-minutes 3 --churn-rate 300 "${@:2}")
 fi
 
-dir=$(mktemp -d /tmp/pg_jobs-bench.XXXXXX)
-trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
 conf=$(mktemp /tmp/pg_jobs-bench-conf.XXXXXX)
 cat > "$conf" <<CONF
 shared_buffers = 1GB
@@ -22,8 +31,41 @@ max_wal_size = 8GB
 checkpoint_timeout = 30min
 pg_jobs.database_name = 'bench'
 CONF
-dsn=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_BENCH_PORT:-54410}" "$conf")
-rm -f "$conf"
-psql "$dsn" -X -q -c "create database bench"
-.venv/bin/python bench/run.py --dsn "${dsn/dbname=postgres/dbname=bench}" \
-  --command "bash bench/run.sh $*" --out docs/bench-results.json --report docs/bench-report.md "${args[@]}"
+dirs=()
+stop_all() {
+  local d n
+  for d in "${dirs[@]}"; do
+    n=${d#/tmp/pg_jobs-bench-pg}
+    PG_JOBS_PG=${n%%.*} bash scripts/cluster.sh stop "$d"
+    rm -rf "$d"
+  done
+  rm -f "$conf"
+}
+trap stop_all EXIT
+# start N PORT: builds and installs pg_jobs for PostgreSQL N, starts a cluster of it with a
+# database "bench", and sets DSN to that database's connection string.
+start() {
+  PG_JOBS_PG=$1 bash scripts/setup.sh >&2
+  local dir
+  dir=$(mktemp -d "/tmp/pg_jobs-bench-pg$1.XXXXXX")
+  dirs+=("$dir")
+  DSN=$(PG_JOBS_PG=$1 bash scripts/cluster.sh start "$dir" "$2" "$conf")
+  psql "$DSN" -X -q -c "create database bench"
+  DSN=${DSN/dbname=postgres/dbname=bench}
+}
+
+if [ -n "$releases" ]; then
+  specs=()
+  port=${PG_JOBS_BENCH_PORT:-54410}
+  for n in ${releases//,/ }; do
+    start "$n" "$port"
+    specs+=(--release "$n:$DSN")
+    port=$((port + 1))
+  done
+  .venv/bin/python bench/run.py "${specs[@]}" --command "${command[*]}" \
+    --out docs/bench-results-releases.json --report /dev/null "${args[@]}"
+else
+  start "$PG_MAJOR" "${PG_JOBS_BENCH_PORT:-54410}"
+  .venv/bin/python bench/run.py --dsn "$DSN" --command "${command[*]}" \
+    --out docs/bench-results.json --report docs/bench-report.md "${args[@]}"
+fi

@@ -30,6 +30,7 @@ CONF
     reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
     if [ -w "$reserved" ] && ! grep -q "54380-54420" "$reserved"; then
       current=$(cat "$reserved")
+      echo "cluster: reserving ports 54380-54420 in $reserved (until reboot)" >&2
       echo "${current:+$current,}54380-54420" >"$reserved" 2>/dev/null || true
     fi
     tries=0

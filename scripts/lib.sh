@@ -14,5 +14,20 @@ fi
 PG_CONFIG=$PG_BIN/pg_config
 export PG_JOBS_PG_BIN=$PG_BIN  # for the tests from outside (tests/test_failover.py, test_chaos.py)
 
+# cargo pgrx builds for a release through the pg_config listed for it in pgrx's configuration;
+# lists release N there if it is not yet (the file is pgrx's own, under ~/.pgrx).
+pgrx_knows_release() {
+  local n=$1 bin=/opt/pg_jobs-pg/$1/bin config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+  [ "$n" = 15 ] && bin=/usr/lib/postgresql/15/bin
+  grep -q "^pg$n = " "$config" 2>/dev/null && return
+  echo "pgrx: listing PostgreSQL $n ($bin/pg_config) in $config"
+  echo "pg$n = \"$bin/pg_config\"" >>"$config"
+}
+
+# The cargo features that build for the release in use.
+pg_features() {
+  if [ "$PG_MAJOR" = 15 ]; then echo ""; else echo "--no-default-features --features pg$PG_MAJOR"; fi
+}
+
 # Runs a command as the postgres user: PostgreSQL refuses to run as root.
 as_pg() { runuser -u postgres -- "$@"; }

@@ -16,12 +16,8 @@ releases=("$@")
 [ $# -gt 0 ] || releases=(16 17 18)
 
 bash scripts/pg-servers.sh "${releases[@]}"
-# cargo pgrx builds for a release through its pg_config, listed in pgrx's configuration.
-config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
 for n in 15 "${releases[@]}"; do
-  bin=/opt/pg_jobs-pg/$n/bin
-  [ "$n" = 15 ] && bin=/usr/lib/postgresql/15/bin
-  grep -q "^pg$n = " "$config" || echo "pg$n = \"$bin/pg_config\"" >>"$config"
+  pgrx_knows_release "$n"
 done
 
 for n in "${releases[@]}"; do
@@ -31,12 +27,13 @@ for n in "${releases[@]}"; do
   # The in-server tests (a debug build, which the package check then replaces); the tarball
   # for this release, installed from it; its SQL tests; the upgrade from every earlier
   # release of pg_jobs.
+  echo "(cargo pgrx test installs a debug build into $("$PG_CONFIG" --pkglibdir); the package check replaces it)"
   cargo pgrx test "pg$n" --no-default-features --runas postgres --pgdata "/tmp/pg_jobs-pgrx-test-$n"
   PG_JOBS_TEST_PORT=$((54405 + n - 16)) bash scripts/package.sh --check
   PG_JOBS_UPGRADE_PORT=$((54408 + n - 16)) bash scripts/upgrade-check.sh
   dir=$(mktemp -d /tmp/pg_jobs-e2e-pg$n.XXXXXX)
   trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
-  PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" $((54402 + n - 16)))
+  PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" $((54402 + n - 16)) tests/cluster.conf)
   export PG_JOBS_DSN
   # On 18, the newest, every test from outside; on 16 and 17 those of the background worker
   # and of hostile roles.

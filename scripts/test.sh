@@ -21,7 +21,8 @@ test -z "$(gofmt -l examples/go)"
 (cd examples/go && GO111MODULE=off GOPATH=/usr/share/gocode go vet .)
 bash scripts/build-examples.sh
 
-echo "== in-server tests (cargo pgrx test)"
+echo "== in-server tests (cargo pgrx test; it installs a debug build into $("$PG_CONFIG" --pkglibdir),"
+echo "   which the package step below replaces with the release build)"
 pgdata=/tmp/pg_jobs-pgrx-test
 cargo pgrx test pg15 --runas postgres --pgdata "$pgdata"
 
@@ -37,7 +38,7 @@ bash scripts/upgrade-check.sh
 echo "== tests from outside the server (pytest)"
 dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)
 trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
-PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}")
+PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
 export PG_JOBS_DSN
 .venv/bin/python -m pytest -q -rA tests
 bash scripts/cluster.sh stop "$dir"

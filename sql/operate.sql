@@ -18,7 +18,20 @@ begin
     perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
       'check the id; finished jobs are deleted after their retention period');
   end if;
-  perform jobs._raise(p_code, format('%s: job %s is %s; %s', p_fn, p_id, v_state, p_rule), p_hint);
+  -- The fix depends on the state the job is in; p_hint where one fix fits every state.
+  perform jobs._raise(p_code, format('%s: job %s is %s; %s', p_fn, p_id, v_state, p_rule),
+    case
+      when p_fn = 'jobs.promote' and v_state = 'ready' then 'a ready job is claimable already'
+      when p_fn = 'jobs.promote' and v_state = 'running' then 'it is running already'
+      when p_fn = 'jobs.promote' and v_state = 'suspended' then
+        'a suspended job waits for its event or its snooze: publish the event, or cancel the job'
+      when p_fn = 'jobs.promote' then 'it has finished; jobs.requeue runs it again'
+      when p_fn = 'jobs.requeue' and v_state = 'ready' then 'it waits to be claimed already'
+      when p_fn = 'jobs.requeue' and v_state = 'delayed' then
+        'it waits for its run_at; jobs.promote makes it ready now'
+      when p_fn = 'jobs.requeue' then 'it is live; cancel it first to requeue it'
+      else p_hint
+    end);
 end
 $$;
 

@@ -20,6 +20,7 @@
 --    advisory keys; every function pins search_path or has a SQL-standard body; payloads are
 --    bounded by pg_jobs.max_payload_size; event keys are limited in bytes. The tables move to
 --    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
+-- 8. A refusal's CONTEXT names the public function that refused, not pg_jobs's helpers.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -74,6 +75,11 @@ CREATE  FUNCTION jobs."_next_claim"(
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'next_claim_wrapper';
+-- 8. A refusal's CONTEXT names the public function that refused (src/error_context.rs).
+CREATE  FUNCTION jobs."_quiet_context"() RETURNS void
+STRICT IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'quiet_context_wrapper';
 
 -- 5.
 create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)
@@ -109,6 +115,7 @@ returns void
 language plpgsql
 as $$
 begin
+  perform jobs._quiet_context();
   raise exception using errcode = p_code, message = p_message, hint = p_hint;
 end
 $$;
@@ -1365,7 +1372,20 @@ begin
     perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
       'check the id; finished jobs are deleted after their retention period');
   end if;
-  perform jobs._raise(p_code, format('%s: job %s is %s; %s', p_fn, p_id, v_state, p_rule), p_hint);
+  -- The fix depends on the state the job is in; p_hint where one fix fits every state.
+  perform jobs._raise(p_code, format('%s: job %s is %s; %s', p_fn, p_id, v_state, p_rule),
+    case
+      when p_fn = 'jobs.promote' and v_state = 'ready' then 'a ready job is claimable already'
+      when p_fn = 'jobs.promote' and v_state = 'running' then 'it is running already'
+      when p_fn = 'jobs.promote' and v_state = 'suspended' then
+        'a suspended job waits for its event or its snooze: publish the event, or cancel the job'
+      when p_fn = 'jobs.promote' then 'it has finished; jobs.requeue runs it again'
+      when p_fn = 'jobs.requeue' and v_state = 'ready' then 'it waits to be claimed already'
+      when p_fn = 'jobs.requeue' and v_state = 'delayed' then
+        'it waits for its run_at; jobs.promote makes it ready now'
+      when p_fn = 'jobs.requeue' then 'it is live; cancel it first to requeue it'
+      else p_hint
+    end);
 end
 $$;
 

@@ -183,11 +183,14 @@ create type jobs.job_spec as (
 
 -- Raise a documented refusal or bad-argument error: p_code is its SQLSTATE, p_message the
 -- cause, p_hint the fix. The codes are listed by jobs.error_codes() and in the README.
+-- jobs._quiet_context() loads the library, whose hook cuts the error's CONTEXT to the public
+-- function that refused (src/error_context.rs).
 create function jobs._raise(p_code text, p_message text, p_hint text)
 returns void
 language plpgsql
 as $$
 begin
+  perform jobs._quiet_context();
   raise exception using errcode = p_code, message = p_message, hint = p_hint;
 end
 $$;

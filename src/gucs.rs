@@ -11,8 +11,8 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::CString;
 use std::time::Duration;
 
-pub static DATABASE_NAME: GucSetting<Option<CString>> =
-    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+pub static DATABASE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(8);
 pub static SWEEP_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static VACUUM_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static COMPLETED_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 24 * 3600);
@@ -21,16 +21,27 @@ pub static CLOCK_OFFSET_S: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static MAX_PAYLOAD_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 pub static TENANTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
-/// Defines the settings. `database_name` can only be set at server start, so it exists only
-/// when the library is preloaded; the others are defined whenever it is loaded.
+/// Defines the settings. The launcher's (`database_name`, `max_databases`) exist only when the
+/// library is preloaded, as the launcher does; the others are defined whenever it is loaded.
 pub fn init(preloaded: bool) {
     if preloaded {
         GucRegistry::define_string_guc(
             c"pg_jobs.database_name",
-            c"The database the pg_jobs background worker sweeps.",
-            c"Set in postgresql.conf; takes effect at server start.",
+            c"Restricts the pg_jobs background worker to one database; unset: every database.",
+            c"Reloadable (SIGHUP). Unset or empty, every database with pg_jobs installed is swept.",
             &DATABASE_NAME,
-            GucContext::Postmaster,
+            GucContext::Sighup,
+            GucFlags::default(),
+        );
+        GucRegistry::define_int_guc(
+            c"pg_jobs.max_databases",
+            c"The most databases the pg_jobs background worker sweeps at once.",
+            c"Reloadable (SIGHUP). One sweeper per database, each a background worker counted \
+              in max_worker_processes; past the cap the launcher logs the databases it leaves out.",
+            &MAX_DATABASES,
+            1,
+            crate::launcher::MAX_DATABASES as i32,
+            GucContext::Sighup,
             GucFlags::default(),
         );
     }
@@ -109,11 +120,18 @@ pub fn init(preloaded: bool) {
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_jobs".as_ptr()) };
 }
 
-pub fn database_name() -> String {
+/// The one database to sweep, if `pg_jobs.database_name` names one.
+pub fn database_name() -> Option<String> {
     DATABASE_NAME
         .get()
         .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "postgres".to_string())
+        .filter(|name| !name.is_empty())
+}
+
+pub fn max_databases() -> usize {
+    MAX_DATABASES
+        .get()
+        .clamp(1, crate::launcher::MAX_DATABASES as i32) as usize
 }
 
 pub fn sweep_interval() -> Duration {

@@ -11,8 +11,10 @@ use pgrx::prelude::*;
 
 mod clock;
 mod error;
+mod error_context;
 mod gucs;
 mod ids;
+mod launcher;
 mod random;
 mod tokens;
 mod vacuum;
@@ -59,8 +61,9 @@ extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 pub extern "C-unwind" fn _PG_init() {
     let preloaded = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     gucs::init(preloaded);
+    error_context::init();
     if preloaded && !unsafe { pg_sys::IsBinaryUpgrade } {
-        worker::register();
+        launcher::init();
     }
 }
 

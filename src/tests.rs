@@ -579,4 +579,30 @@ mod tests {
             190
         );
     }
+
+    #[pg_test]
+    fn a_refusals_context_keeps_its_public_function_and_the_callers_frames() {
+        let context = "PL/pgSQL function jobs._raise(text,text,text) line 3 at RAISE\n\
+                       SQL statement \"SELECT jobs._raise(p_code, ...)\"\n\
+                       PL/pgSQL function jobs._refuse(text,uuid,text,text,text) line 13 at PERFORM\n\
+                       SQL statement \"SELECT jobs._refuse('jobs.cancel', ...)\"\n\
+                       PL/pgSQL function jobs.cancel(uuid) line 9 at PERFORM\n\
+                       SQL statement \"SELECT jobs.cancel(v_id)\"\n\
+                       PL/pgSQL function app.stop(uuid) line 4 at PERFORM";
+        assert_eq!(
+            crate::error_context::trimmed(context).as_deref(),
+            Some(
+                "PL/pgSQL function jobs.cancel(uuid) line 9 at PERFORM\n\
+                 SQL statement \"SELECT jobs.cancel(v_id)\"\n\
+                 PL/pgSQL function app.stop(uuid) line 4 at PERFORM"
+            )
+        );
+        // Errors not raised by jobs._raise keep their whole context.
+        assert_eq!(
+            crate::error_context::trimmed(
+                "PL/pgSQL function jobs.claim(text) line 3 at SQL statement"
+            ),
+            None
+        );
+    }
 }

@@ -1,12 +1,14 @@
-//! The background worker: registration and its loop, nothing else. It sweeps the database
-//! named by `pg_jobs.database_name` every `pg_jobs.sweep_interval` with `jobs.sweep()`, so
-//! lapsed leases, expired events and retention are handled when no client is alive.
+//! A sweeper: the background worker of one database, started by the launcher
+//! (src/launcher.rs) in every database with pg_jobs. It sweeps its database every
+//! `pg_jobs.sweep_interval` with `jobs.sweep()`, so lapsed leases, expired events and
+//! retention are handled when no client is alive.
 //!
-//! It starts when recovery has finished (never on a standby; after a promotion it starts),
-//! re-reads its settings on SIGHUP, checks on every pass that the extension exists (it may be
-//! created, dropped and created again while the worker runs) and holds a share lock on it for
-//! the pass, so a `DROP EXTENSION` waits for the sweep to end; it exits at SIGTERM. It exits
-//! with status 1, so the postmaster starts it again after `pg_terminate_backend` or a crash.
+//! It re-reads its settings on SIGHUP and checks on every pass that the extension exists; when
+//! it does not (never created, or dropped), the sweeper says so to the launcher and exits, and
+//! the launcher looks again later. For the pass it holds a share lock on the extension, so a
+//! `DROP EXTENSION` waits for the sweep to end. It exits at SIGTERM (the launcher starts it
+//! again after `pg_terminate_backend` or an error), and when the launcher that started it is
+//! gone (a new launcher starts its own).
 //!
 //! Every `pg_jobs.vacuum_interval` it also asks whether `jobs_data.jobs` has as many dead rows as
 //! autovacuum waits for, and if so vacuums it (`VACUUM (SKIP_LOCKED)`, with a larger ring of
@@ -14,59 +16,98 @@
 //! Autovacuum visits a database once per `autovacuum_naptime`, a minute by default, and a busy
 //! queue leaves a minute of dead row versions behind in between (docs/BENCHMARKS.md, churn).
 
-use crate::{gucs, vacuum};
-use pgrx::bgworkers::{
-    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
-};
+use crate::{gucs, launcher, vacuum};
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
 use std::ffi::CString;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const NAME: &str = "pg_jobs sweeper";
 /// Rows each sweep task may handle in one pass (one transaction). 5000 lets retention keep up
 /// with about 10k completed jobs a second on 2 cores (tests/test_load.py); 1000 did not.
 const BATCH: i32 = 5000;
 
-pub fn register() {
-    BackgroundWorkerBuilder::new(NAME)
-        .set_type(NAME)
-        .set_library("pg_jobs")
-        .set_function("pg_jobs_sweeper_main")
-        .enable_spi_access()
-        .set_start_time(BgWorkerStartTime::RecoveryFinished)
-        .set_restart_time(Some(Duration::from_secs(2)))
-        .load();
+/// What a pass found.
+enum Pass {
+    /// Swept; `full`: a task filled its batch, so another pass follows at once.
+    Swept { full: bool },
+    /// Nothing to do now: the server is in recovery, or a DROP EXTENSION is in progress.
+    Skipped,
+    /// pg_jobs is not installed in this database.
+    NoExtension,
 }
 
 #[pg_guard]
 #[unsafe(no_mangle)]
-pub extern "C-unwind" fn pg_jobs_sweeper_main(_arg: pg_sys::Datum) {
+pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    let database = gucs::database_name();
-    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    let db = arg.value() as u32;
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
     pin_search_path();
-    log!("{NAME}: started on database {database:?}");
+    let Some(generation) = launcher::enter(db) else {
+        unsafe { pg_sys::proc_exit(0) };
+    };
+    let database = database_name();
 
     let mut last_vacuum_check = Instant::now();
-    while BackgroundWorker::wait_latch(Some(gucs::sweep_interval())) {
+    let mut first = true;
+    loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        if !launcher::current(generation) {
+            break;
         }
         // Passes back to back while a task fills its batch, so a backlog drains at once but
         // no single transaction holds many rows. Under load that lasts as long as the load
         // does, so the vacuum check is made between passes too.
-        while let Some(full) = BackgroundWorker::transaction(pass) {
-            report_stats();
-            vacuum_if_due(&mut last_vacuum_check);
-            if !full || BackgroundWorker::sigterm_received() {
-                break;
+        loop {
+            match BackgroundWorker::transaction(pass) {
+                Pass::NoExtension => {
+                    if first {
+                        debug1!("{NAME}: pg_jobs is not installed in database {database:?}");
+                    } else {
+                        log!("{NAME}: pg_jobs was dropped from database {database:?}; leaving");
+                    }
+                    launcher::no_extension(db);
+                    unsafe { pg_sys::proc_exit(0) };
+                }
+                Pass::Skipped => break,
+                Pass::Swept { full } => {
+                    if first {
+                        log!("{NAME}: sweeping database {database:?}");
+                        first = false;
+                    }
+                    report_stats();
+                    vacuum_if_due(&mut last_vacuum_check);
+                    if !full || BackgroundWorker::sigterm_received() {
+                        break;
+                    }
+                }
             }
         }
         report_stats();
         vacuum_if_due(&mut last_vacuum_check);
+        if !BackgroundWorker::wait_latch(Some(gucs::sweep_interval())) {
+            break;
+        }
     }
-    log!("{NAME}: stopping");
+    log!("{NAME}: stopping in database {database:?}");
     unsafe { pg_sys::proc_exit(1) };
+}
+
+/// The name of the database this worker is connected to.
+fn database_name() -> String {
+    BackgroundWorker::transaction(|| unsafe {
+        let name = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        if name.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    })
 }
 
 /// The worker is a superuser: every name in its statements must resolve in pg_catalog or by
@@ -110,15 +151,15 @@ fn vacuum_if_due(last_check: &mut Instant) {
     }
 }
 
-/// One sweep in the current transaction. None when there is nothing to sweep here: the server
-/// is in recovery, the extension is not installed in this database, or another session is
-/// dropping it.
-fn pass() -> Option<bool> {
+/// One sweep in the current transaction.
+fn pass() -> Pass {
     if unsafe { pg_sys::RecoveryInProgress() } {
-        return None;
+        return Pass::Skipped;
     }
-    if !hold_extension() {
-        return None;
+    match hold_extension() {
+        Held::Yes => {}
+        Held::Dropping => return Pass::Skipped,
+        Held::Missing => return Pass::NoExtension,
     }
     report_activity(
         pg_sys::BackendState::STATE_RUNNING,
@@ -155,12 +196,14 @@ fn pass() -> Option<bool> {
     } else {
         debug1!("{NAME}: nothing to do ({summary})");
     }
-    Some(counts.iter().any(|(_, n)| *n >= BATCH as i64))
+    Pass::Swept {
+        full: counts.iter().any(|(_, n)| *n >= BATCH as i64),
+    }
 }
 
 /// jobs_data.jobs, when it has as many dead rows as autovacuum waits for (`jobs._vacuum_due`).
 fn vacuum_due() -> Option<pg_sys::Oid> {
-    if unsafe { pg_sys::RecoveryInProgress() } || !hold_extension() {
+    if unsafe { pg_sys::RecoveryInProgress() } || !matches!(hold_extension(), Held::Yes) {
         return None;
     }
     Spi::get_one::<pg_sys::Oid>(
@@ -172,13 +215,11 @@ fn vacuum_due() -> Option<pg_sys::Oid> {
 /// Takes a share lock on the extension for the rest of the pass, so that a `DROP EXTENSION`
 /// (which locks the extension before it drops anything) waits for the sweep to end, instead of
 /// dropping the tables under it: the sweep would fail, and the worker exit and restart. Never
-/// waits itself: while another session holds a drop open, the pass is skipped. False when there
-/// is nothing to lock, or it is being dropped.
-fn hold_extension() -> bool {
+/// waits itself: while another session holds a drop open, the pass is skipped.
+fn hold_extension() -> Held {
     let oid = extension_oid();
     if oid == pg_sys::InvalidOid {
-        report_activity(pg_sys::BackendState::STATE_IDLE, WAITING_FOR_CREATE);
-        return false;
+        return Held::Missing;
     }
     let locked = unsafe {
         pg_sys::ConditionalLockDatabaseObject(
@@ -193,17 +234,23 @@ fn hold_extension() -> bool {
             pg_sys::BackendState::STATE_IDLE,
             "waiting for a DROP EXTENSION pg_jobs to end",
         );
-        return false;
+        return Held::Dropping;
     }
     // A drop may have committed between the lookup and the lock: look again, under the lock.
     if extension_oid() != oid {
-        report_activity(pg_sys::BackendState::STATE_IDLE, WAITING_FOR_CREATE);
-        return false;
+        return Held::Missing;
     }
-    true
+    Held::Yes
 }
 
-const WAITING_FOR_CREATE: &str = "waiting for CREATE EXTENSION pg_jobs";
+enum Held {
+    /// Locked for the pass.
+    Yes,
+    /// Another session is dropping it.
+    Dropping,
+    /// Not installed.
+    Missing,
+}
 const VACUUMING: &str = "vacuum (skip_locked) jobs_data.jobs";
 
 /// The extension's oid in this database, or InvalidOid. get_extension_oid reads pg_extension

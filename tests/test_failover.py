@@ -132,9 +132,13 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice(
             conn.execute("select pg_reload_conf()")
         eventually(PRIMARY, "select sync_state from pg_stat_replication where application_name = 'standby1'", "sync")
 
-        # During recovery the worker does not run on the standby.
+        # During recovery neither the launcher nor a sweeper runs on the standby; on the
+        # primary both do (checked first, so the standby's zero is not a launcher that never
+        # starts anywhere).
+        assert one(PRIMARY, "select count(*) from pg_stat_activity where backend_type = 'pg_jobs launcher'") == 1
+        eventually(PRIMARY, "select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper'", 1)
         assert one(STANDBY, "select pg_is_in_recovery()") is True
-        assert one(STANDBY, "select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper'") == 0
+        assert one(STANDBY, "select count(*) from pg_stat_activity where backend_type like 'pg_jobs %'") == 0
 
         shared = Shared()
         threads = [threading.Thread(target=worker, args=(shared, n)) for n in range(4)]
@@ -146,6 +150,7 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice(
         as_pg(f"{BIN}/pg_ctl", "-D", PDIR, "-m", "immediate", "-w", "stop")  # the primary dies
         as_pg(f"{BIN}/pg_ctl", "-D", SDIR, "-w", "promote")
         shared.port = STANDBY
+        eventually(STANDBY, "select count(*) from pg_stat_activity where backend_type = 'pg_jobs launcher'", 1)
         eventually(STANDBY, "select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper'", 1)
 
         eventually(STANDBY, "select count(*) from jobs.jobs where name = 'work' and state = 'completed'", JOBS, 120)

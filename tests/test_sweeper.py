@@ -1,7 +1,8 @@
 """The background worker, against a cluster with shared_preload_libraries = 'pg_jobs'.
 
-The worker sweeps the database pg_jobs.database_name names ('postgres', the default), so these
-tests use that database. Every wait polls with a deadline; none sleeps a fixed time to hope.
+The cluster's worker sweeps only the database `postgres` (pg_jobs.database_name, set in
+tests/cluster.conf), so these tests use that database; tests/test_launcher.py has the launcher
+and many databases. Every wait polls with a deadline; none sleeps a fixed time to hope.
 """
 
 import time
@@ -119,15 +120,16 @@ def test_a_killed_worker_comes_back_and_sweeps(swept):
     eventually(swept, "select state::text from jobs.jobs", "dead")
 
 
+SWEEPERS = "select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper'"
+
+
 def test_the_worker_copes_with_the_extension_dropped_and_created_again(swept):
+    """Dropped, the sweeper of the database leaves; created again, the launcher starts one at
+    the commit of CREATE EXTENSION."""
     wait_for_passes(swept, 2)
     with psycopg.connect(swept, autocommit=True) as conn:
         conn.execute("drop extension pg_jobs")
-    eventually(
-        swept,
-        "select query from pg_stat_activity where backend_type = 'pg_jobs sweeper'",
-        "waiting for CREATE EXTENSION pg_jobs",
-    )
+    eventually(swept, SWEEPERS, 0)
     with psycopg.connect(swept, autocommit=True) as conn:
         conn.execute("create extension pg_jobs")
     abandon_final_attempt(swept)
@@ -139,7 +141,7 @@ def test_a_drop_extension_held_open_neither_blocks_nor_kills_the_worker(swept):
     into the tables being dropped: unguarded, its sweep waited on their locks and, once the drop
     committed, failed (relation "jobs.jobs" does not exist), and the worker exited and was
     restarted 2 s later. Guarded, it cannot take its share lock on the extension, skips the pass
-    and says why, and is the same process afterwards."""
+    and says why, is the same process throughout, and leaves once the drop commits."""
     activity = "select query from pg_stat_activity where backend_type = 'pg_jobs sweeper'"
     eventually(swept, activity, "select * from jobs.sweep()")
     before = worker_pid(swept)
@@ -151,9 +153,9 @@ def test_a_drop_extension_held_open_neither_blocks_nor_kills_the_worker(swept):
         )
         eventually(swept, held_off, True)
         wait_for_passes(swept, 2)  # it comes round again, still held off
+        assert worker_pid(swept) == before, "the worker failed and was restarted"
         conn.commit()
-    eventually(swept, activity, "waiting for CREATE EXTENSION pg_jobs")
-    assert worker_pid(swept) == before, "the worker failed and was restarted"
+    eventually(swept, SWEEPERS, 0)
     with psycopg.connect(swept, autocommit=True) as conn:
         conn.execute("create extension pg_jobs")  # for the next pass, and the fixture's drop
     abandon_final_attempt(swept)

@@ -48,3 +48,22 @@ select jobs.promote('00000000-0000-0000-0000-000000000000');
 \echo :LAST_ERROR_SQLSTATE
 select jobs.promote(null);
 \echo :LAST_ERROR_SQLSTATE
+
+-- Each refusal's hint fits the state the job is in.
+select jobs.enqueue('c', id => '00000000-0000-0000-0000-0000000000c4') is not null;
+select jobs.cancel('00000000-0000-0000-0000-0000000000c4');
+select jobs.promote('00000000-0000-0000-0000-0000000000c4');
+select jobs.requeue('00000000-0000-0000-0000-0000000000c4') and jobs.requeue('00000000-0000-0000-0000-0000000000c4');
+
+-- A refusal's CONTEXT names the public function that refused and the caller's own frames,
+-- not the helpers in between (jobs._refuse, jobs._raise).
+\set SHOW_CONTEXT errors
+create schema app;
+create function app.stop(p_id uuid) returns boolean language plpgsql as $$
+begin
+  return jobs.cancel(p_id);
+end $$;
+select jobs.cancel('00000000-0000-0000-0000-000000000000');
+select app.stop('00000000-0000-0000-0000-000000000000');
+\set SHOW_CONTEXT never
+drop schema app cascade;

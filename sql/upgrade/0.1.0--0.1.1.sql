@@ -18,6 +18,7 @@
 --    advisory keys; every function pins search_path or has a SQL-standard body; payloads are
 --    bounded by pg_jobs.max_payload_size; event keys are limited in bytes. The tables move to
 --    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
+-- 8. A refusal's CONTEXT names the public function that refused, not pg_jobs's helpers.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -62,6 +63,11 @@ CREATE  FUNCTION jobs."_next_claim"(
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'next_claim_wrapper';
+-- 8. A refusal's CONTEXT names the public function that refused (src/error_context.rs).
+CREATE  FUNCTION jobs."_quiet_context"() RETURNS void
+STRICT IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'quiet_context_wrapper';
 
 -- 5.
 create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)

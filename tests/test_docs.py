@@ -1,0 +1,137 @@
+"""The documentation runs as written: every SQL, shell and Python block of README.md and
+docs/*.md that a reader is meant to run is run here, in order, on a fresh cluster set up as
+the docs say (pg_jobs preloaded, every database swept), and its output compared with the
+output shown after it.
+
+How a block is marked, in its info string (GitHub shows the first word as the language):
+
+    ```sql run                 psql as postgres in database postgres
+    ```sql run db=app user=web psql as that role in that database
+    ```python run              .venv's python, PGHOST/PGPORT set to the cluster
+    ```python run timeout=5    a worker that runs until stopped: stopped after 5 s
+    ```sh run                  bash -e, in a scratch directory, PG* set
+    ```text                    right after a run block: its output (psql's, or stdout)
+    ```sql fragment            syntax shown, not a step to run (signatures, pieces)
+
+Every sql, python, sh and bash block is marked one way or the other, so a new block cannot
+go untested by being forgotten. Each document starts on a cluster of its own. A failure names
+the file and line of the block.
+"""
+
+import difflib
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PORT = int(os.environ.get("PG_JOBS_DOCS_PORT", "54417"))
+PSQL = os.path.join(os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin"), "psql")
+PYTHON = os.path.join(ROOT, ".venv/bin/python")
+LANGUAGES = {"sql", "python", "sh", "bash"}
+DOCS = ["README.md", "docs/GETTING_STARTED.md", "docs/REFERENCE.md", "docs/OPERATIONS.md",
+        "docs/SECURITY.md"]
+
+
+def blocks(path):
+    """(line, language, options, body) for each fenced block of the file."""
+    found, lines = [], open(os.path.join(ROOT, path)).read().split("\n")
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^```(\S*)\s*(.*)$", lines[i])
+        if not m:
+            i += 1
+            continue
+        start, body = i + 1, []
+        i += 1
+        while i < len(lines) and not lines[i].startswith("```"):
+            body.append(lines[i])
+            i += 1
+        found.append((start, m.group(1), m.group(2).split(), "\n".join(body) + "\n"))
+        i += 1
+    return found
+
+
+def steps(path):
+    """The blocks to run, each with the output shown after it (or None)."""
+    out, found = [], blocks(path)
+    for n, (line, lang, opts, body) in enumerate(found):
+        if lang not in LANGUAGES:
+            continue
+        if not opts or opts[0] not in ("run", "fragment"):
+            raise AssertionError(f"{path}:{line}: a ```{lang} block must say `run` or `fragment`")
+        if opts[0] == "fragment":
+            continue
+        shown = None
+        if n + 1 < len(found) and found[n + 1][1] == "text":
+            shown = found[n + 1][3]
+        out.append((line, lang, dict(o.split("=", 1) for o in opts[1:] if "=" in o), body, shown))
+    return out
+
+
+def cluster(*args):
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts/cluster.sh"), *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def normalise(text):
+    return "\n".join(line.rstrip() for line in text.strip("\n").split("\n"))
+
+
+@pytest.mark.parametrize("path", [d for d in DOCS if os.path.exists(os.path.join(ROOT, d))])
+def test_the_blocks_of_a_document_run_as_written(path):
+    todo = steps(path)
+    if not todo:
+        pytest.skip(f"{path} has no block to run")  # a document with nothing to run
+    directory = tempfile.mkdtemp(prefix="pg_jobs-docs.")
+    scratch = tempfile.mkdtemp(prefix="pg_jobs-docs-scratch.")
+    os.chmod(scratch, 0o777)
+    cluster("start", directory, str(PORT))
+    env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(PORT), PGUSER="postgres",
+               PGDATABASE="postgres", PYTHONPATH=scratch)
+    try:
+        for line, lang, opts, body, shown in todo:
+            where = f"{path}:{line}"
+            step_env = dict(env, PGUSER=opts.get("user", "postgres"), PGDATABASE=opts.get("db", "postgres"))
+            timeout = float(opts["timeout"]) if "timeout" in opts else None
+            if lang == "sql":
+                cmd = [PSQL, "-X", "-v", "ON_ERROR_STOP=1", "-f", "-"]
+            elif lang == "python":
+                cmd = [PYTHON, "-"]
+            else:
+                cmd = ["bash", "-e", "-"]
+            try:
+                done = subprocess.run(cmd, input=body, capture_output=True, text=True, env=step_env,
+                                      cwd=scratch, timeout=timeout or 120)
+            except subprocess.TimeoutExpired as stopped:
+                if timeout is None:
+                    raise AssertionError(f"{where}: did not finish in 120 s") from None
+                output = stopped.stdout or ""
+                output = output.decode() if isinstance(output, bytes) else output
+            else:
+                assert done.returncode == 0, (
+                    f"{where}: the {lang} block failed (exit {done.returncode}):\n{done.stderr}{done.stdout}")
+                output = done.stdout
+            if shown is not None and normalise(output) != normalise(shown):
+                diff = "\n".join(difflib.unified_diff(normalise(shown).split("\n"), normalise(output).split("\n"),
+                                                      "shown", "got", lineterm=""))
+                raise AssertionError(f"{where}: the output differs from the one shown:\n{diff}")
+    finally:
+        cluster("stop", directory)
+        subprocess.run(["rm", "-rf", directory, scratch], check=False)
+
+
+def test_every_runnable_block_is_marked():
+    """A sql, python, sh or bash block that says neither `run` nor `fragment` fails here, in
+    every Markdown file of the repository's docs."""
+    paths = ["README.md"] + [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
+                             if f.endswith(".md")] + ["examples/README.md"]
+    problems = []
+    for path in paths:
+        for line, lang, opts, _ in blocks(path):
+            if lang in LANGUAGES and (not opts or opts[0] not in ("run", "fragment")):
+                problems.append(f"{path}:{line}: ```{lang} {' '.join(map(shlex.quote, opts))}")
+    assert not problems, "blocks marked neither run nor fragment:\n" + "\n".join(problems)
