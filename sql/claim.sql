@@ -190,6 +190,7 @@ begin
   ) as c;
 
   if v_ids is null then
+    perform jobs._warn_unknown_queues(queues);  -- once per connection, for a queue never used
     return;
   end if;
   -- The policy of each name once per call, not per job: a lookup per row cost more than the

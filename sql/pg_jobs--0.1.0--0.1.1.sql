@@ -21,6 +21,7 @@
 --    bounded by pg_jobs.max_payload_size; event keys are limited in bytes. The tables move to
 --    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
 -- 8. A refusal's CONTEXT names the public function that refused, not pg_jobs's helpers.
+-- 9. A claim from a queue no job was ever enqueued to warns, once per connection.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -80,6 +81,13 @@ CREATE  FUNCTION jobs."_quiet_context"() RETURNS void
 STRICT IMMUTABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'quiet_context_wrapper';
+-- 9. A claim from a queue never used warns, once per connection (src/unknown_queues.rs).
+CREATE  FUNCTION jobs."_warn_unknown_queues"(
+	"queues" TEXT[]
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
 
 -- 5.
 create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)
@@ -752,6 +760,7 @@ begin
   ) as c;
 
   if v_ids is null then
+    perform jobs._warn_unknown_queues(queues);  -- once per connection, for a queue never used
     return;
   end if;
   -- The policy of each name once per call, not per job: a lookup per row cost more than the
@@ -1745,7 +1754,7 @@ comment on function jobs.resume_queue(text) is 'Resume a paused queue';
 
 create or replace view jobs.jobs as select * from jobs_data.jobs;
 
-comment on view jobs.jobs is 'One row per job (the table jobs_data.jobs); see the README for the life of a row';
+comment on view jobs.jobs is 'One row per job (the table jobs_data.jobs); see docs/REFERENCE.md for the life of a row';
 
 create or replace view jobs.steps as select * from jobs_data.steps;
 

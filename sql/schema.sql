@@ -100,7 +100,7 @@ create table jobs_data.jobs (
   -- while dead rows piled up, and the table grew a step at every pass (tests/test_load.py).
   vacuum_truncate = false
 );
-comment on table jobs_data.jobs is 'One row per job; see the README for the life of a row';
+comment on table jobs_data.jobs is 'One row per job; see docs/REFERENCE.md for the life of a row';
 
 -- What claim walks, one range scan each, so its cost does not grow with backlog or history:
 --   ready jobs in claim order, due delayed/suspended jobs in run_at order, lapsed leases.
@@ -182,7 +182,7 @@ create type jobs.job_spec as (
 -- yet loaded.
 
 -- Raise a documented refusal or bad-argument error: p_code is its SQLSTATE, p_message the
--- cause, p_hint the fix. The codes are listed by jobs.error_codes() and in the README.
+-- cause, p_hint the fix. The codes are listed by jobs.error_codes() and in docs/REFERENCE.md.
 -- jobs._quiet_context() loads the library, whose hook cuts the error's CONTEXT to the public
 -- function that refused (src/error_context.rs).
 create function jobs._raise(p_code text, p_message text, p_hint text)

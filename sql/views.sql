@@ -8,7 +8,7 @@
 -- stalls only statements that read the view (admins' queries), never a claim, an enqueue or a
 -- sweep, which read the tables (docs/SECURITY.md).
 create view jobs.jobs as select * from jobs_data.jobs;
-comment on view jobs.jobs is 'One row per job (the table jobs_data.jobs); see the README for the life of a row';
+comment on view jobs.jobs is 'One row per job (the table jobs_data.jobs); see docs/REFERENCE.md for the life of a row';
 create view jobs.steps as select * from jobs_data.steps;
 comment on view jobs.steps is 'Memoised steps of durable runs (the table jobs_data.steps)';
 create view jobs.events as select * from jobs_data.events;

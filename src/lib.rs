@@ -17,6 +17,7 @@ mod ids;
 mod launcher;
 mod random;
 mod tokens;
+mod unknown_queues;
 mod vacuum;
 mod worker;
 

@@ -12,8 +12,12 @@ How a block is marked, in its info string (GitHub shows the first word as the la
     ```sh run                  bash -e, in a scratch directory, PG* set
     ```text                    right after a run block: its output (psql's, or stdout)
     ```sql fragment            syntax shown, not a step to run (signatures, pieces)
+    ```sh setup                installing: the README's two set-up commands (CI runs the
+                               test command, and the test command the demo: test_demo.py),
+                               and building for a release (scripts/test-releases.sh does)
+    ```sh manual               run by hand, not by the tests: the benchmarks (an hour)
 
-Every sql, python, sh and bash block is marked one way or the other, so a new block cannot
+Every sql, python, sh and bash block is marked one of these ways, so a new block cannot
 go untested by being forgotten. Each document starts on a cluster of its own. A failure names
 the file and line of the block.
 """
@@ -32,6 +36,7 @@ PORT = int(os.environ.get("PG_JOBS_DOCS_PORT", "54417"))
 PSQL = os.path.join(os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin"), "psql")
 PYTHON = os.path.join(ROOT, ".venv/bin/python")
 LANGUAGES = {"sql", "python", "sh", "bash"}
+MARKS = ("run", "fragment", "setup", "manual")
 DOCS = ["README.md", "docs/GETTING_STARTED.md", "docs/REFERENCE.md", "docs/OPERATIONS.md",
         "docs/SECURITY.md"]
 
@@ -61,9 +66,9 @@ def steps(path):
     for n, (line, lang, opts, body) in enumerate(found):
         if lang not in LANGUAGES:
             continue
-        if not opts or opts[0] not in ("run", "fragment"):
-            raise AssertionError(f"{path}:{line}: a ```{lang} block must say `run` or `fragment`")
-        if opts[0] == "fragment":
+        if not opts or opts[0] not in MARKS:
+            raise AssertionError(f"{path}:{line}: a ```{lang} block must say run, fragment, setup or manual")
+        if opts[0] != "run":
             continue
         shown = None
         if n + 1 < len(found) and found[n + 1][1] == "text":
@@ -83,45 +88,70 @@ def normalise(text):
 
 @pytest.mark.parametrize("path", [d for d in DOCS if os.path.exists(os.path.join(ROOT, d))])
 def test_the_blocks_of_a_document_run_as_written(path):
+    if not steps(path):
+        pytest.skip(f"{path} has no block to run")
+    run_document(path)
+
+
+def run_document(path, show=False):
+    """Runs the blocks of one document on a cluster of its own; with show, prints each block's
+    output instead of comparing it (to write the outputs a document shows)."""
     todo = steps(path)
-    if not todo:
-        pytest.skip(f"{path} has no block to run")  # a document with nothing to run
     directory = tempfile.mkdtemp(prefix="pg_jobs-docs.")
     scratch = tempfile.mkdtemp(prefix="pg_jobs-docs-scratch.")
     os.chmod(scratch, 0o777)
     cluster("start", directory, str(PORT))
     env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(PORT), PGUSER="postgres",
                PGDATABASE="postgres", PYTHONPATH=scratch)
+    variables = {}  # psql variables (\gset) carried from one SQL block to the next
     try:
         for line, lang, opts, body, shown in todo:
-            where = f"{path}:{line}"
-            step_env = dict(env, PGUSER=opts.get("user", "postgres"), PGDATABASE=opts.get("db", "postgres"))
-            timeout = float(opts["timeout"]) if "timeout" in opts else None
-            if lang == "sql":
-                cmd = [PSQL, "-X", "-v", "ON_ERROR_STOP=1", "-f", "-"]
-            elif lang == "python":
-                cmd = [PYTHON, "-"]
-            else:
-                cmd = ["bash", "-e", "-"]
-            try:
-                done = subprocess.run(cmd, input=body, capture_output=True, text=True, env=step_env,
-                                      cwd=scratch, timeout=timeout or 120)
-            except subprocess.TimeoutExpired as stopped:
-                if timeout is None:
-                    raise AssertionError(f"{where}: did not finish in 120 s") from None
-                output = stopped.stdout or ""
-                output = output.decode() if isinstance(output, bytes) else output
-            else:
-                assert done.returncode == 0, (
-                    f"{where}: the {lang} block failed (exit {done.returncode}):\n{done.stderr}{done.stdout}")
-                output = done.stdout
-            if shown is not None and normalise(output) != normalise(shown):
+            output = run_block(f"{path}:{line}", lang, opts, body, env, scratch, variables)
+            if show:
+                print(f"===== {path}:{line}\n{output}")
+            elif shown is not None and normalise(output) != normalise(shown):
                 diff = "\n".join(difflib.unified_diff(normalise(shown).split("\n"), normalise(output).split("\n"),
                                                       "shown", "got", lineterm=""))
-                raise AssertionError(f"{where}: the output differs from the one shown:\n{diff}")
+                raise AssertionError(f"{path}:{line}: the output differs from the one shown:\n{diff}")
     finally:
         cluster("stop", directory)
         subprocess.run(["rm", "-rf", directory, scratch], check=False)
+
+
+VARIABLES = "__pg_jobs_docs_variables__"
+
+
+def run_block(where, lang, opts, body, env, scratch, variables):
+    """Runs one block; its standard output. Fails the test when the block fails. An SQL block
+    starts with the lower-case psql variables the blocks before it set, as if one psql session
+    ran them all, and leaves its own in `variables`."""
+    if lang == "sql":
+        prelude = "".join(f"\\set {name} '{value}'\n" for name, value in variables.items())
+        body = prelude + body + f"\\echo {VARIABLES}\n\\set\n"
+    step_env = dict(env, PGUSER=opts.get("user", "postgres"), PGDATABASE=opts.get("db", "postgres"))
+    timeout = float(opts["timeout"]) if "timeout" in opts else None
+    if lang == "sql":
+        cmd = [PSQL, "-X", "-v", "ON_ERROR_STOP=1", "-f", "-"]
+    elif lang == "python":
+        cmd = [PYTHON, "-"]
+    else:
+        cmd = ["bash", "-e", "-"]
+    try:
+        done = subprocess.run(cmd, input=body, capture_output=True, text=True, env=step_env,
+                              cwd=scratch, timeout=timeout or 120)
+    except subprocess.TimeoutExpired as stopped:
+        if timeout is None:
+            raise AssertionError(f"{where}: did not finish in 120 s") from None
+        output = stopped.stdout or ""
+        return output.decode() if isinstance(output, bytes) else output
+    assert done.returncode == 0, (
+        f"{where}: the {lang} block failed (exit {done.returncode}):\n{done.stderr}{done.stdout}")
+    if lang != "sql":
+        return done.stdout
+    output, _, listed = done.stdout.partition(VARIABLES + "\n")
+    for m in re.finditer(r"^([a-z_][a-z0-9_]*) = '(.*)'$", listed, re.M):
+        variables[m.group(1)] = m.group(2)
+    return output
 
 
 def test_every_runnable_block_is_marked():
@@ -132,6 +162,13 @@ def test_every_runnable_block_is_marked():
     problems = []
     for path in paths:
         for line, lang, opts, _ in blocks(path):
-            if lang in LANGUAGES and (not opts or opts[0] not in ("run", "fragment")):
+            if lang in LANGUAGES and (not opts or opts[0] not in MARKS):
                 problems.append(f"{path}:{line}: ```{lang} {' '.join(map(shlex.quote, opts))}")
-    assert not problems, "blocks marked neither run nor fragment:\n" + "\n".join(problems)
+    assert not problems, "blocks marked neither run, fragment, setup nor manual:\n" + "\n".join(problems)
+
+
+if __name__ == "__main__":
+    # python tests/test_docs.py FILE: runs FILE's blocks and prints each one's output.
+    import sys
+
+    run_document(sys.argv[1], show=True)

@@ -86,3 +86,8 @@ select jobs.claim('w', max_jobs => 0);
 select jobs.claim('w', lease => '0 seconds');
 \echo :LAST_ERROR_SQLSTATE
 select state, attempt from jobs.jobs where name = 'untouched';
+
+-- A claim from a queue no job was ever enqueued to (a typo) warns, once per connection.
+select count(*) from jobs.claim('w', array['Default']);
+select count(*) from jobs.claim('w', array['Default']);
+select count(*) from jobs.claim('w', array['default']);

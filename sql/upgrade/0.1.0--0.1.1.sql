@@ -19,6 +19,7 @@
 --    bounded by pg_jobs.max_payload_size; event keys are limited in bytes. The tables move to
 --    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
 -- 8. A refusal's CONTEXT names the public function that refused, not pg_jobs's helpers.
+-- 9. A claim from a queue no job was ever enqueued to warns, once per connection.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -68,6 +69,13 @@ CREATE  FUNCTION jobs."_quiet_context"() RETURNS void
 STRICT IMMUTABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'quiet_context_wrapper';
+-- 9. A claim from a queue never used warns, once per connection (src/unknown_queues.rs).
+CREATE  FUNCTION jobs."_warn_unknown_queues"(
+	"queues" TEXT[]
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
 
 -- 5.
 create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)
