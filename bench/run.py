@@ -375,7 +375,8 @@ def run_churn(db, args, results):
         stats = db.sql(
             """select n_dead_tup, pg_table_size('jobs_data.jobs'), pg_indexes_size('jobs_data.jobs')
                from pg_stat_user_tables where relid = 'jobs_data.jobs'::regclass""")[0]
-        point = {"minute": minute, "enqueued": row[3], "completed": row[0], "p50_ms": (row[1] or 0) * 1000, "p99_ms": (row[2] or 0) * 1000,
+        point = {"minute": minute, "enqueued": row[3], "completed": row[0],
+                 "p50_ms": (row[1] or 0) * 1000, "p99_ms": (row[2] or 0) * 1000,
                  "n_dead_tup": stats[0], "table_bytes": stats[1], "index_bytes": stats[2]}
         results["churn"].append(point)
         log(f"churn minute {minute}: {point}")
@@ -501,14 +502,16 @@ def report(results, args):
     lines += ["", "### Heartbeats, 4 clients over 1000 held jobs", "",
               f"{hb['tps']:,.0f} heartbeats/s; {hb['hot_updates']:,} of {hb['updates']:,} updates were HOT "
               f"({hb['hot_ratio']:.1%}).", "",
-              "### Claim throughput by backlog (claims of 10 then release, 4 clients, synchronous_commit = off, median per second)", "",
+              "### Claim throughput by backlog (claims of 10 then release, 4 clients, synchronous_commit = off, "
+              "median per second)", "",
               "| backlog | claims/s |", "|---|---|"]
     lines += [f"| {w} | {v:,.0f} |" for w, v in claims.items()]
     lines += ["", f"### Steady churn: {args.churn_rate} jobs/s for {args.churn_minutes} min, 4 workers, "
               "retention 1 min, the background worker sweeping every second", "",
               "| minute | enqueued | completed | p50 latency ms | p99 latency ms | n_dead_tup | table bytes | index bytes |",
               "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {p['minute']} | {format(p['enqueued'], ',') if 'enqueued' in p else '—'} | {p['completed']:,} | {p['p50_ms']:.1f} | {p['p99_ms']:.1f} | {p['n_dead_tup']:,} | "
+    lines += [f"| {p['minute']} | {format(p['enqueued'], ',') if 'enqueued' in p else '—'} | {p['completed']:,} | "
+              f"{p['p50_ms']:.1f} | {p['p99_ms']:.1f} | {p['n_dead_tup']:,} | "
               f"{p['table_bytes']:,} | {p['index_bytes']:,} |" for p in results["churn"]]
     lines += ["", "### Node peer, end to end from one Node process: graphile-worker 0.17.3 beside pg_jobs, "
               "K = 4 (median jobs/s)", "", "| B | pg_jobs (node-postgres) | graphile-worker 0.17.3 |", "|---|---|---|"]
@@ -614,7 +617,8 @@ def machine(releases=None):
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
                          text=True).stdout.strip()
     mem = subprocess.run(["sh", "-c", "free -g | awk '/Mem:/ {print $2}'"], capture_output=True, text=True).stdout.strip()
-    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB, PostgreSQL {releases or os.path.basename(os.path.dirname(PG_BIN.rstrip('/')))}, {time.strftime('%Y-%m-%d')}"
+    release = releases or os.path.basename(os.path.dirname(PG_BIN.rstrip("/")))
+    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB, PostgreSQL {release}, {time.strftime('%Y-%m-%d')}"
 
 
 if __name__ == "__main__":

@@ -1,43 +1,89 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing, builds and installs pg_jobs, starts a throwaway
-# PostgreSQL 15 cluster with pg_jobs preloaded, enqueues jobs, works them with the Python
-# worker in examples/python, prints what became of each, and removes the cluster.
+# The demo: installs what is missing and builds pg_jobs (scripts/setup.sh), starts a throwaway
+# cluster with pg_jobs preloaded (PostgreSQL 15; PG_JOBS_PG=16, 17 or 18 for another
+# release), enqueues jobs as an application would, works them with the Python worker in
+# examples/python, tells what became of each, and removes the cluster.
+#   bash scripts/demo.sh                 PG_JOBS_PG=18 bash scripts/demo.sh
+# PG_JOBS_DEMO_SKIP_SETUP=1 skips the set-up (the test command has done it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-bash scripts/setup.sh
+
+echo "== 1. Set-up: packages, cargo-pgrx, pg_jobs built and installed for PostgreSQL $PG_MAJOR"
+if [ -z "${PG_JOBS_DEMO_SKIP_SETUP:-}" ]; then
+  bash scripts/setup.sh
+fi
 
 dir=$(mktemp -d /tmp/pg_jobs-demo.XXXXXX)
 trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
 dsn=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_DEMO_PORT:-54393}")
 psql() { command psql "$dsn" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
-echo "== a throwaway cluster in $dir, pg_jobs preloaded; enqueueing 8 jobs"
+echo
+echo "== 2. A throwaway PostgreSQL $PG_MAJOR cluster in $dir, pg_jobs preloaded"
 psql <<'SQL'
 create extension pg_jobs;
--- Policy per job name: short backoffs so the demo's retries come quickly.
+-- Policy per job name. send_email: 3 attempts; charge_card: 2. Short backoffs, no jitter,
+-- so the demo's retries come quickly.
 insert into jobs.job_types (name, max_attempts, backoff_base, jitter) values
   ('send_email', 3, '200 milliseconds', 0),
   ('charge_card', 2, '200 milliseconds', 0);
-select count(*) as enqueued from jobs.enqueue_batch('[
-  {"name": "resize_image", "payload": {"width": 800, "height": 600}},
-  {"name": "resize_image", "payload": {"width": 1024, "height": 768}, "priority": 5},
-  {"name": "send_email", "payload": {"to": "ada@example.com"}, "idempotency_key": "welcome-ada"},
-  {"name": "send_email", "payload": {"to": "ada@example.com"}, "idempotency_key": "welcome-ada"},
-  {"name": "send_email", "payload": {"to": "bob@example.com"}, "idempotency_key": "welcome-bob"},
-  {"name": "charge_card", "payload": {"card": "4000-0000-0000-0002"}},
-  {"name": "resize_image", "payload": {"width": 640, "height": 480}}
-]') where not deduped;
-select (jobs.enqueue('resize_image', '{"width": 320, "height": 240}',
-                     run_at => now() + interval '1 second')).deduped as later_deduped;
+SQL
+echo "   job types: send_email may take 3 attempts, charge_card 2, everything else 25"
+
+echo
+echo "== 3. Enqueueing 8 jobs, as an application would (jobs.enqueue)"
+psql -t -A <<'SQL'
+create function pg_temp.enqueue(what text, name text, payload jsonb, key text default null,
+                                priority int default 0, run_at timestamptz default null)
+returns text language sql as $$
+  select format('   %-42s -> %s', what,
+    case when e.deduped
+         then format('deduplicated: job %s holds the key %s and is live, so it is handed back '
+                     'and nothing new is queued', right(e.id::text, 8), key)
+         else format('new job %s%s', right(e.id::text, 8),
+                     case when run_at is not null then ' (delayed: runs in 1 s)' else '' end)
+    end)
+  from jobs.enqueue(name, payload, idempotency_key => key, priority => priority, run_at => run_at) as e
+$$;
+select pg_temp.enqueue('resize_image 800x600', 'resize_image', '{"width": 800, "height": 600}');
+select pg_temp.enqueue('resize_image 1024x768, priority 5', 'resize_image',
+                       '{"width": 1024, "height": 768}', priority => 5);
+select pg_temp.enqueue('send_email to ada, key welcome-ada', 'send_email',
+                       '{"to": "ada@example.com"}', 'welcome-ada');
+select pg_temp.enqueue('send_email to ada again, key welcome-ada', 'send_email',
+                       '{"to": "ada@example.com"}', 'welcome-ada');
+select pg_temp.enqueue('send_email to bob, key welcome-bob', 'send_email',
+                       '{"to": "bob@example.com"}', 'welcome-bob');
+select pg_temp.enqueue('charge_card 4000-0000-0000-0002', 'charge_card',
+                       '{"card": "4000-0000-0000-0002"}');
+select pg_temp.enqueue('resize_image 640x480', 'resize_image', '{"width": 640, "height": 480}');
+select pg_temp.enqueue('resize_image 320x240, in 1 second', 'resize_image',
+                       '{"width": 320, "height": 240}', run_at => now() + interval '1 second');
+select format('   %s jobs queued from 8 enqueues', count(*)) from jobs.jobs;
 SQL
 
-echo "== the worker (examples/python/worker.py) works the queue until it is empty"
+echo
+echo "== 4. The worker (examples/python/worker.py) works the queue until it is empty"
+echo "   Its handlers: resize_image succeeds; send_email fails its first attempt (an SMTP"
+echo "   timeout) and then succeeds; charge_card always fails (the card is declined)."
 .venv/bin/python examples/python/worker.py --dsn "$dsn" --until-empty --poll 0.2
 
-echo "== what became of each job"
+echo
+echo "== 5. What became of each job"
 psql <<'SQL'
-select name, state, attempt, coalesce(result::text, last_error) as "result or last error"
-from jobs.jobs order by name, state, enqueued_at;
-select state, count(*) from jobs.jobs group by state order by state;
+select right(id::text, 8) as job, name, state, attempt,
+       coalesce(result::text, last_error) as "result, or the last error"
+from jobs.jobs order by enqueued_at;
+SQL
+psql -t -A <<'SQL'
+select format('   %s completed (%s of them after a failed attempt: the worker called jobs.fail, '
+              'and the job was retried after its backoff)',
+              count(*) filter (where state = 'completed'),
+              count(*) filter (where state = 'completed' and attempt > 1))
+from jobs.jobs;
+select format('   %s dead-lettered after its %s attempts ran out (jobs.requeue runs it again): %s',
+              count(*), max(max_attempts), string_agg(name, ', '))
+from jobs.jobs where state = 'dead';
+select '   1 enqueue deduplicated by its idempotency key (welcome-ada): no second email to ada';
 SQL

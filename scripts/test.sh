@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example)"
+echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example); ruff (the Python)"
+.venv/bin/python -m ruff check tests examples bench scripts
 cargo fmt --check
 cargo clippy --features "pg15 pg_test" --all-targets -- -D warnings
 cargo fmt --check --manifest-path examples/rust/Cargo.toml

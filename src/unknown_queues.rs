@@ -21,7 +21,8 @@ thread_local! {
 #[pg_extern(volatile, parallel_unsafe, name = "_warn_unknown_queues")]
 fn warn_unknown_queues(queues: Vec<Option<String>>) {
     for queue in queues.into_iter().flatten() {
-        if KNOWN.with(|k| k.borrow().contains(&queue)) || WARNED.with(|w| w.borrow().contains(&queue))
+        if KNOWN.with(|k| k.borrow().contains(&queue))
+            || WARNED.with(|w| w.borrow().contains(&queue))
         {
             continue;
         }

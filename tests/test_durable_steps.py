@@ -37,7 +37,7 @@ def claim(conn, worker):
         "select id, run_id, claim, attempt from jobs.claim(%s, lease => '1 second')", (worker,)
     )
     row = cur.fetchone()
-    return None if row is None else dict(zip([c.name for c in cur.description], row))
+    return None if row is None else dict(zip([c.name for c in cur.description], row, strict=True))
 
 
 def doomed_worker(dsn, after_two):

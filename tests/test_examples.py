@@ -125,3 +125,90 @@ def test_sigterm_finishes_the_held_job_and_exits_zero(example_db, kind):
         state, attempt = conn.execute("select state::text, attempt from jobs.jobs where id = %s", (job_id,)).fetchone()
     # The 2 s job outlived its 1 s lease only because the worker heartbeated it.
     assert (state, attempt) == ("completed", 1)
+
+
+# The lessons of the seeds, per worker. The other examples (Node.js, Rust, Go) still run a
+# claimed batch one job at a time; these tests name the workers that pass them.
+FIXED = ["python"]
+
+
+@pytest.mark.parametrize("kind", FIXED)
+def test_a_slow_job_does_not_hold_back_the_quick_ones(example_db, kind):
+    """A 20 s job claimed first, then 20 quick ones: they all complete while it still runs.
+    A worker that runs its claimed batch one job at a time, and claims again only after the
+    whole batch, finished none of them until the slow one ended."""
+    with psycopg.connect(example_db, autocommit=True) as conn:
+        slow = conn.execute("""select id from jobs.enqueue('sleep', '{"seconds": 20}', priority => 9)""").fetchone()[0]
+        conn.execute("""select count(*) from jobs.enqueue_batch(
+            (select jsonb_agg(jsonb_build_object('name', 'record')) from generate_series(1, 20)))""")
+    worker = start(kind, example_db, "--batch", "5", "--poll", "0.1")
+    try:
+        wait_for(example_db, "select count(*) from example_log", 20)
+        with psycopg.connect(example_db) as conn:
+            assert conn.execute("select state::text from jobs.jobs where id = %s", (slow,)).fetchone()[0] == "running"
+    finally:
+        worker.kill()
+        worker.wait(timeout=DEADLINE)
+
+
+@pytest.mark.parametrize("kind", FIXED)
+def test_an_unknown_job_name_is_snoozed_without_using_an_attempt(example_db, kind):
+    """A job whose name this worker has no handler for (producers deployed first) is parked
+    for later, not failed: its attempts are kept. Failing it burned one per claim."""
+    with psycopg.connect(example_db, autocommit=True) as conn:
+        job_id = conn.execute("select id from jobs.enqueue('shipped_tomorrow')").fetchone()[0]
+    worker = start(kind, example_db, "--poll", "0.1")
+    try:
+        wait_for(example_db, f"select state::text from jobs.jobs where id = '{job_id}'", "suspended")
+        with psycopg.connect(example_db) as conn:
+            attempt, error = conn.execute("select attempt, last_error from jobs.jobs where id = %s", (job_id,)).fetchone()
+        assert (attempt, error) == (0, None)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=DEADLINE)
+
+
+@pytest.mark.parametrize("kind", FIXED)
+def test_a_killed_heartbeat_connection_is_made_again(example_db, kind):
+    """The heartbeat connection is terminated while a 4 s job runs under a 1 s lease. The
+    worker makes it again and keeps the lease: the job completes on its first attempt. A
+    heartbeat thread that died on the error let the lease lapse, and the job ran twice."""
+    with psycopg.connect(example_db, autocommit=True) as conn:
+        job_id = conn.execute("""select id from jobs.enqueue('sleep', '{"seconds": 4}')""").fetchone()[0]
+    worker = start(kind, example_db, "--lease", "1", "--poll", "0.1")
+    try:
+        wait_for(example_db, "select count(*) from pg_stat_activity where application_name = 'pg_jobs heartbeat'", 1)
+        with psycopg.connect(example_db, autocommit=True) as conn:
+            conn.execute("select pg_terminate_backend(pid) from pg_stat_activity"
+                         " where application_name = 'pg_jobs heartbeat'")
+        wait_for(example_db, f"select state::text from jobs.jobs where id = '{job_id}'", "completed")
+        with psycopg.connect(example_db) as conn:
+            assert conn.execute("select attempt from jobs.jobs where id = %s", (job_id,)).fetchone()[0] == 1
+            assert conn.execute("select count(*) from example_log").fetchone()[0] == 1
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=DEADLINE)
+
+
+@pytest.mark.parametrize("kind", FIXED)
+def test_a_cancelled_jobs_handler_is_stopped(example_db, kind):
+    """A 60 s job is cancelled while it runs: the next heartbeat answers NULL, the worker
+    stops the handler, and a SIGTERM then exits at once (the worker finishes what it holds,
+    and holds nothing). A worker that ignored the NULL ran the handler to its end, and the
+    SIGTERM waited for it."""
+    with psycopg.connect(example_db, autocommit=True) as conn:
+        job_id = conn.execute("""select id from jobs.enqueue('sleep', '{"seconds": 60}')""").fetchone()[0]
+    worker = start(kind, example_db, "--lease", "1", "--poll", "0.1")
+    try:
+        wait_for(example_db, f"select state::text from jobs.jobs where id = '{job_id}'", "running")
+        with psycopg.connect(example_db, autocommit=True) as conn:
+            assert conn.execute("select jobs.cancel(%s)", (job_id,)).fetchone()[0]
+        time.sleep(1)  # three heartbeat intervals
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=DEADLINE)
+        assert worker.returncode == 0, err
+        with psycopg.connect(example_db) as conn:
+            assert conn.execute("select count(*) from example_log").fetchone()[0] == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()

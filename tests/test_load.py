@@ -112,7 +112,8 @@ def test_a_million_jobs_through_sixteen_connections_with_retention_on():
                 time.sleep(1)
                 sizes.append(conn.execute("select pg_total_relation_size('jobs_data.jobs')").fetchone()[0])
                 parts.append(conn.execute(
-                    "select pg_relation_size('jobs_data.jobs'), pg_indexes_size('jobs_data.jobs'), pg_total_relation_size(c.reltoastrelid) "
+                    "select pg_relation_size('jobs_data.jobs'), pg_indexes_size('jobs_data.jobs'), "
+                    "pg_total_relation_size(c.reltoastrelid) "
                     "from pg_class as c where c.oid = 'jobs_data.jobs'::regclass").fetchone())
                 with lock:
                     if counts["completed"] >= JOBS:

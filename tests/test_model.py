@@ -9,11 +9,9 @@ never land near a deadline. With at most 8 jobs and claims of 10, a claim takes 
 job, so the model needs no claim order.
 """
 
-import uuid
 from dataclasses import dataclass, field
 
 import psycopg
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule

@@ -70,7 +70,7 @@ def buffers(plan):
     """Buffers touched, summed over the top node of each statement in plan."""
     total = 0
     for statement in plan.split("\n\n"):
-        line = next(l for l in statement.splitlines() if "Buffers:" in l)
+        line = next(x for x in statement.splitlines() if "Buffers:" in x)
         total += sum(int(x) for x in re.findall(r"(?:hit|read|dirtied|written)=(\d+)", line))
     return total
 

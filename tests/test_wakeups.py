@@ -34,7 +34,7 @@ def test_a_listening_worker_is_woken_within_100_ms_of_the_commit(dsn):
             got = next(listen.notifies(timeout=WAIT, stop_after=1), None)
             assert got is not None and got.payload == "mail"
             latencies.append(time.monotonic() - committed)
-    print(f"\nwake-up latency after commit: {[round(l * 1000, 2) for l in latencies]} ms")
+    print(f"\nwake-up latency after commit: {[round(x * 1000, 2) for x in latencies]} ms")
     assert statistics.median(latencies) < 0.1
 
 
