@@ -59,7 +59,7 @@ fi
 
 if [ ! -d examples/node/node_modules ]; then
   say "npm ci in examples/node (its node_modules)"
-  step npm ci --prefix examples/node --no-audit --no-fund --silent
+  step bash -c "cd examples/node && npm ci --no-audit --no-fund --silent"
 fi
 
 # Another release (PG_JOBS_PG=16, 17 or 18): its server under /opt/pg_jobs-pg/N.
