@@ -1,6 +1,12 @@
 # Sourced by every script in scripts/: the PATH they rely on (cargo, and runuser in /usr/sbin,
 # whatever PATH the caller had) and the paths of the PostgreSQL release in use.
 export PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
+# Node.js (npm ci) trusts the system's certificates too, as curl and apt do: a registry
+# reached through a proxy whose certificate only the system store has (CI may run with an
+# empty environment, without the variable its machine sets).
+if [ -z "${NODE_EXTRA_CA_CERTS:-}" ] && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+fi
 # A UTF-8 locale even where the caller has none (CI may run with an empty environment).
 export LANG="${LANG:-C.UTF-8}"
 # PG_JOBS_PG picks the PostgreSQL release (15, Debian's, by default; 16 to 18 from

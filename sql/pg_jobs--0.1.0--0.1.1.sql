@@ -116,6 +116,9 @@ comment on table jobs_data.lock_slots is
 alter table jobs_data.events drop constraint events_key_check,
   add constraint events_key_check check (octet_length(key) <= 512);
 
+-- The README no longer holds the reference.
+comment on table jobs_data.jobs is 'One row per job; see docs/REFERENCE.md for the life of a row';
+
 -- Every function and view of the install files as it is now, and the privileges.
 
 create or replace function jobs._raise(p_code text, p_message text, p_hint text)

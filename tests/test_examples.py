@@ -127,9 +127,8 @@ def test_sigterm_finishes_the_held_job_and_exits_zero(example_db, kind):
     assert (state, attempt) == ("completed", 1)
 
 
-# The lessons of the seeds, per worker. The other examples (Node.js, Rust, Go) still run a
-# claimed batch one job at a time; these tests name the workers that pass them.
-FIXED = ["python"]
+# The lessons of the seeds, for every worker.
+FIXED = sorted(WORKERS)
 
 
 @pytest.mark.parametrize("kind", FIXED)

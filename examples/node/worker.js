@@ -3,16 +3,21 @@
 //   node worker.js --dsn postgres://user@host/app [--queue default] [--batch 10]
 //                  [--lease 30] [--poll 5] [--until-empty]
 //
-// Claims in batches, heartbeats held jobs every lease/3 on its own connection, runs each
-// handler and jobs.complete in ONE transaction (rolled back when complete answers false),
-// reports failures with jobs.fail, sleeps on LISTEN pg_jobs with a polling fallback, and on
-// SIGTERM or SIGINT stops claiming, finishes what it holds, and exits 0.
+// Runs up to --batch jobs at once, each on a connection of its own from a pool, and claims
+// more as soon as one finishes: a slow job never holds back the others. Heartbeats held jobs
+// every lease/3 on its own connection, made again when it fails; a heartbeat answering NULL
+// (the claim is lost) aborts the job's signal, which handlers watch. Runs each handler and
+// jobs.complete in ONE transaction (rolled back when complete answers false), reports
+// failures with jobs.fail, snoozes a job whose name has no handler (no attempt used), sleeps on
+// LISTEN pg_jobs with a polling fallback, and on SIGTERM or SIGINT stops claiming, finishes
+// what it holds, and exits 0.
 'use strict';
 const os = require('os');
-const { Client } = require('pg');
+const { Client, Pool } = require('pg');
 
 const handlers = {
-  // Each takes (client, job) inside the transaction that completes the job.
+  // Each takes (client, job) inside the transaction that completes the job. job.signal is
+  // aborted when the claim is lost: a long handler should stop then.
   async record(client, job) {
     await client.query('insert into example_log (job_id, worker, payload) values ($1, $2, $3)',
       [job.id, 'node', job.payload]);
@@ -20,7 +25,15 @@ const handlers = {
   },
   async sleep(client, job) {
     const seconds = job.payload.seconds ?? 1;
-    await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(resolve, seconds * 1000);
+      job.signal.addEventListener('abort', () => {
+        clearTimeout(timer);
+        reject(new Error('the claim was lost: stopped'));
+      });
+    });
+    await client.query('insert into example_log (job_id, worker, payload) values ($1, $2, $3)',
+      [job.id, 'node', job.payload]);
     return { slept: seconds };
   },
   async fail(client, job) {
@@ -44,29 +57,69 @@ function parseArgs(argv) {
   return args;
 }
 
-async function runJob(client, job, log) {
-  const handler = handlers[job.name];
-  let outcome;
+async function runJob(pool, job, log) {
+  const where = `job ${job.id.slice(-8)} ${job.name.padEnd(13)} attempt ${job.attempt}/${job.max_attempts}`;
+  const client = await pool.connect();
   try {
-    await client.query('begin');
-    if (!handler) throw new Error(`no handler for job ${JSON.stringify(job.name)}`);
-    const result = await handler(client, job);
-    const { rows } = await client.query('select jobs.complete($1, $2, $3) as landed',
-      [job.id, job.claim, JSON.stringify(result)]);
-    if (rows[0].landed) {
-      await client.query('commit');
-      outcome = 'completed';
-    } else {
-      await client.query('rollback'); // the claim was lost: undo this job's writes
-      outcome = 'lost its claim';
+    const handler = handlers[job.name];
+    if (!handler) { // not a failure: no attempt used; a worker that knows the name will run it
+      await client.query("select jobs.snooze($1, $2, now() + interval '1 minute')", [job.id, job.claim]);
+      log(`${where}: no handler for this name here; snoozed for a minute (no attempt used)`);
+      return;
     }
-  } catch (err) {
-    await client.query('rollback');
-    const { rows } = await client.query('select jobs.fail($1, $2, $3) as outcome',
-      [job.id, job.claim, `${err.name}: ${err.message}`]);
-    outcome = rows[0].outcome;
+    try {
+      await client.query('begin');
+      const result = await handler(client, job);
+      const { rows } = await client.query('select jobs.complete($1, $2, $3) as landed',
+        [job.id, job.claim, JSON.stringify(result)]);
+      if (rows[0].landed) {
+        await client.query('commit');
+        log(`${where}: completed`);
+      } else {
+        await client.query('rollback'); // the claim was lost: undo this job's writes
+        log(`${where}: lost its claim; its writes were rolled back`);
+      }
+    } catch (err) {
+      await client.query('rollback');
+      const error = `${err.name}: ${err.message}`;
+      const { rows } = await client.query('select jobs.fail($1, $2, $3) as outcome', [job.id, job.claim, error]);
+      const then = { retried: 'retried after its backoff', dead: 'dead-lettered: out of attempts',
+        failed: 'failed: out of attempts' }[rows[0].outcome] ?? 'the claim was already lost';
+      log(`${where}: failed (${error}); ${then}`);
+    }
+  } finally {
+    client.release();
   }
-  log(`${job.name.padEnd(13)} attempt ${job.attempt}/${job.max_attempts}: ${outcome}`);
+}
+
+// Extends the lease of every held job every interval, on a connection of its own, made again
+// when it fails. A NULL answer: the claim is lost, and the job's signal is aborted.
+function heartbeats(dsn, intervalMs, held, log) {
+  let client = null;
+  const beat = async () => {
+    try {
+      if (!client) {
+        client = new Client({ connectionString: dsn, application_name: 'pg_jobs heartbeat' });
+        client.on('error', () => { client = null; });
+        await client.connect();
+      }
+      for (const job of [...held.values()]) {
+        const { rows } = await client.query('select jobs.heartbeat($1, $2) as until', [job.id, job.claim]);
+        if (rows[0].until === null) {
+          log(`job ${job.id.slice(-8)} ${job.name}: the claim is lost; stopping its handler`);
+          held.delete(job.id);
+          job.abort.abort();
+        }
+      }
+    } catch (err) { // made again at the next beat
+      log(`heartbeat connection failed (${err.message}); reconnecting`);
+      const broken = client;
+      client = null;
+      if (broken) broken.end().catch(() => {});
+    }
+  };
+  const timer = setInterval(() => { beat(); }, intervalMs);
+  return async () => { clearInterval(timer); if (client) await client.end().catch(() => {}); };
 }
 
 async function main() {
@@ -74,13 +127,14 @@ async function main() {
   const log = args.quiet ? () => {} : (line) => console.log(' ', line);
   const workerId = `${os.hostname()}:${process.pid}`;
   const conn = new Client({ connectionString: args.dsn });
-  const beatConn = new Client({ connectionString: args.dsn });
   const listener = new Client({ connectionString: args.dsn });
-  await Promise.all([conn.connect(), beatConn.connect(), listener.connect()]);
+  const pool = new Pool({ connectionString: args.dsn, max: args.batch });
+  pool.on('error', () => {}); // an idle job connection that broke: the pool makes a new one
+  await Promise.all([conn.connect(), listener.connect()]);
 
   let stopping = false;
-  // A wake-up (a signal, or a notification for our queues) that comes while the worker is
-  // busy claiming or working is kept for its next sleep, which then returns at once: without
+  // A wake-up (a signal, a notification for our queues, a job ending) that comes while the
+  // worker is busy claiming is kept for its next sleep, which then returns at once: without
   // it, a SIGTERM during a claim was lost and the worker slept a whole poll interval.
   let pending = false;
   let wake = () => { pending = true; };
@@ -88,21 +142,33 @@ async function main() {
   listener.on('notification', (n) => { if (args.queues.includes(n.payload)) wake(); });
   await listener.query('listen pg_jobs');
 
-  const held = new Map(); // id -> claim
-  const beats = setInterval(() => {
-    for (const [id, claim] of held) beatConn.query('select jobs.heartbeat($1, $2)', [id, claim]).catch(() => {});
-  }, (args.lease / 3) * 1000);
+  const held = new Map(); // id -> job
+  const stopBeats = heartbeats(args.dsn, (args.lease / 3) * 1000, held, log);
+  const running = new Set();
+  const sleep = (ms) => new Promise((resolve) => {
+    if (pending) { pending = false; resolve(); return; }
+    const done = () => { clearTimeout(timer); wake = () => { pending = true; }; resolve(); };
+    const timer = setTimeout(done, ms);
+    wake = done;
+  });
 
   while (!stopping) {
-    const { rows: jobs } = await conn.query(
-      'select id, claim, name, payload, attempt, max_attempts from jobs.claim($1, $2, $3, make_interval(secs => $4))',
-      [workerId, args.queues, args.batch, args.lease]);
-    for (const job of jobs) held.set(job.id, job.claim);
-    for (const job of jobs) { // a SIGTERM now still lets the batch finish
-      await runJob(conn, job, log);
-      held.delete(job.id);
+    const free = args.batch - running.size;
+    let jobs = [];
+    if (free > 0) {
+      ({ rows: jobs } = await conn.query(
+        'select id, claim, name, payload, attempt, max_attempts from jobs.claim($1, $2, $3, make_interval(secs => $4))',
+        [workerId, args.queues, free, args.lease]));
     }
-    if (jobs.length > 0) continue;
+    for (const job of jobs) {
+      job.abort = new AbortController();
+      job.signal = job.abort.signal;
+      held.set(job.id, job);
+      const run = runJob(pool, job, log).finally(() => { held.delete(job.id); running.delete(run); wake(); });
+      running.add(run);
+    }
+    if (jobs.length > 0 && running.size < args.batch) continue; // room for more: claim again
+    if (running.size > 0) { await sleep(jobs.length > 0 ? 200 : args.poll * 1000); continue; }
     if (args.untilEmpty) {
       const { rows } = await conn.query(
         "select count(*)::int as live from jobs.jobs where queue = any($1) and state in ('ready', 'delayed', 'running', 'suspended')",
@@ -110,15 +176,11 @@ async function main() {
       if (rows[0].live === 0) break;
     }
     // Idle: sleep until a wake-up on our queues, a signal, or the poll interval.
-    await new Promise((resolve) => {
-      if (pending) { pending = false; resolve(); return; }
-      const done = () => { clearTimeout(timer); wake = () => { pending = true; }; resolve(); };
-      const timer = setTimeout(done, args.poll * 1000);
-      wake = done;
-    });
+    await sleep(args.poll * 1000);
   }
-  clearInterval(beats);
-  await Promise.all([conn.end(), beatConn.end(), listener.end()]);
+  await Promise.all(running); // a signal: stop claiming, finish the jobs held
+  await stopBeats();
+  await Promise.all([conn.end(), listener.end(), pool.end()]);
 }
 
 main().catch((err) => { console.error(err); process.exit(1); });

@@ -89,3 +89,6 @@ alter table jobs_data.jobs set (vacuum_truncate = false);
 -- @include sql/internal.sql
 alter table jobs_data.events drop constraint events_key_check,
   add constraint events_key_check check (octet_length(key) <= 512);
+
+-- The README no longer holds the reference.
+comment on table jobs_data.jobs is 'One row per job; see docs/REFERENCE.md for the life of a row';

@@ -3,10 +3,14 @@
 //!   cargo run --release -- --dsn "host=... dbname=..." [--queue default] [--batch 10]
 //!                          [--lease 30] [--poll 5] [--until-empty] [--quiet]
 //!
-//! Claims in batches, heartbeats held jobs every lease/3 on its own connection, runs each
-//! handler and jobs.complete in ONE transaction (rolled back when complete answers false),
-//! reports failures with jobs.fail, sleeps on LISTEN pg_jobs with a polling fallback, and on
-//! SIGTERM or SIGINT stops claiming, finishes what it holds, and exits 0.
+//! Runs up to --batch jobs at once, each on a task and a connection of its own, and claims
+//! more as soon as one finishes: a slow job never holds back the others. Heartbeats held jobs
+//! every lease/3 on its own connection, made again when it fails; a heartbeat answering NULL
+//! (the claim is lost) tells the job's handler to stop. Runs each handler and jobs.complete in
+//! ONE transaction (rolled back when complete answers false), reports failures with jobs.fail,
+//! snoozes a job whose name has no handler (no attempt used), sleeps on LISTEN pg_jobs with a
+//! polling fallback, and on SIGTERM or SIGINT stops claiming, finishes what it holds, and
+//! exits 0.
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -17,7 +21,8 @@ use std::time::Duration;
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Transaction};
 use uuid::Uuid;
 
@@ -28,7 +33,12 @@ struct Job {
     payload: Value,
     attempt: i32,
     max_attempts: i32,
+    /// Becomes true when the claim is lost: a long handler should stop.
+    stop: watch::Receiver<bool>,
 }
+
+/// The job names this worker has a handler for.
+const HANDLED: [&str; 3] = ["record", "sleep", "fail"];
 
 /// The handlers: each runs inside the transaction that completes its job.
 async fn handle(tx: &Transaction<'_>, job: &Job) -> Result<Value, String> {
@@ -48,7 +58,17 @@ async fn handle(tx: &Transaction<'_>, job: &Job) -> Result<Value, String> {
                 .get("seconds")
                 .and_then(Value::as_f64)
                 .unwrap_or(1.0);
-            tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+            let mut stop = job.stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {}
+                _ = stop.wait_for(|lost| *lost) => return Err("the claim was lost: stopped".into()),
+            }
+            tx.execute(
+                "insert into example_log (job_id, worker, payload) values ($1, $2, $3)",
+                &[&job.id, &"rust", &job.payload],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             Ok(json!({ "slept": seconds }))
         }
         "fail" => Err(job
@@ -132,6 +152,16 @@ async fn connect(
 
 /// One job: handler and complete in one transaction; a failure rolls back and is reported.
 async fn run_job(client: &mut Client, job: &Job) -> Result<String, tokio_postgres::Error> {
+    if !HANDLED.contains(&job.name.as_str()) {
+        // Not a failure: no attempt used; a worker that knows the name will run it.
+        client
+            .execute(
+                "select jobs.snooze($1, $2, now() + interval '1 minute')",
+                &[&job.id, &job.claim],
+            )
+            .await?;
+        return Ok("no handler for this name here; snoozed for a minute (no attempt used)".into());
+    }
     let tx = client.transaction().await?;
     let attempt = async {
         let result = handle(&tx, job).await?;
@@ -153,7 +183,7 @@ async fn run_job(client: &mut Client, job: &Job) -> Result<String, tokio_postgre
         }
         Ok(false) => {
             tx.rollback().await?; // the claim was lost: undo this job's writes
-            Ok("lost its claim".into())
+            Ok("lost its claim; its writes were rolled back".into())
         }
         Err(message) => {
             tx.rollback().await?;
@@ -164,7 +194,87 @@ async fn run_job(client: &mut Client, job: &Job) -> Result<String, tokio_postgre
                 )
                 .await?
                 .get(0);
-            Ok(outcome.unwrap_or_else(|| "lost its claim".into()))
+            let then = match outcome.as_deref() {
+                Some("retried") => "retried after its backoff",
+                Some("dead") => "dead-lettered: out of attempts",
+                Some(_) => "failed: out of attempts",
+                None => "the claim was already lost",
+            };
+            Ok(format!("failed ({message}); {then}"))
+        }
+    }
+}
+
+/// Connections for jobs, one per job running, kept for the next.
+#[derive(Clone)]
+struct Pool {
+    dsn: String,
+    idle: Arc<Mutex<Vec<Client>>>,
+}
+
+impl Pool {
+    async fn take(&self) -> Result<Client, tokio_postgres::Error> {
+        let idle = self.idle.lock().unwrap().pop();
+        match idle {
+            Some(client) if !client.is_closed() => Ok(client),
+            _ => connect(&self.dsn, None).await,
+        }
+    }
+
+    fn give_back(&self, client: Client) {
+        if !client.is_closed() {
+            self.idle.lock().unwrap().push(client);
+        }
+    }
+}
+
+/// Held jobs: id -> (claim, the sender that tells its handler to stop).
+type Held = Arc<Mutex<HashMap<Uuid, (i64, String, watch::Sender<bool>)>>>;
+
+/// Extends the lease of every held job every period, on a connection of its own, made again
+/// when it fails. A NULL answer: the claim is lost; its handler is told to stop.
+async fn heartbeats(dsn: String, period: Duration, held: Held, quiet: bool) {
+    let mut ticks = tokio::time::interval(period);
+    let mut client: Option<Client> = None;
+    loop {
+        ticks.tick().await;
+        if client.as_ref().is_none_or(Client::is_closed) {
+            client = connect(&format!("{dsn} application_name='pg_jobs heartbeat'"), None)
+                .await
+                .ok();
+        }
+        let Some(beat) = client.as_ref() else {
+            continue; // made again at the next beat
+        };
+        let now_held: Vec<(Uuid, i64)> = held
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, (claim, _, _))| (*id, *claim))
+            .collect();
+        for (id, claim) in now_held {
+            match beat
+                .query_one("select jobs.heartbeat($1, $2)", &[&id, &claim])
+                .await
+            {
+                Ok(row) if row.get::<_, Option<std::time::SystemTime>>(0).is_none() => {
+                    if let Some((_, name, stop)) = held.lock().unwrap().remove(&id) {
+                        if !quiet {
+                            let short = id.to_string();
+                            println!(
+                                "  job {} {name}: the claim is lost; stopping its handler",
+                                &short[short.len() - 8..]
+                            );
+                        }
+                        let _ = stop.send(true);
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    client = None; // made again at the next beat
+                    break;
+                }
+            }
         }
     }
 }
@@ -176,10 +286,13 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let wake = Arc::new(Notify::new());
     let stopping = Arc::new(AtomicBool::new(false));
 
-    let mut client = connect(&args.dsn, None).await?;
-    let beat_client = connect(&args.dsn, None).await?;
+    let client = connect(&args.dsn, None).await?;
     let listener = connect(&args.dsn, Some((args.queues.clone(), wake.clone()))).await?;
     listener.batch_execute("listen pg_jobs").await?;
+    let pool = Pool {
+        dsn: args.dsn.clone(),
+        idle: Arc::default(),
+    };
 
     for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
         let mut signals = signal(kind)?;
@@ -191,62 +304,71 @@ async fn main() -> Result<(), Box<dyn Error>> {
         });
     }
 
-    // Held jobs (id -> claim token), heartbeated every lease/3 on their own connection.
-    let held: Arc<Mutex<HashMap<Uuid, i64>>> = Arc::default();
-    let beats = {
-        let held = held.clone();
-        let period = Duration::from_secs_f64(args.lease / 3.0);
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(period);
-            loop {
-                ticks.tick().await;
-                let now_held: Vec<(Uuid, i64)> =
-                    held.lock().unwrap().iter().map(|(k, v)| (*k, *v)).collect();
-                for (id, claim) in now_held {
-                    let _ = beat_client
-                        .execute("select jobs.heartbeat($1, $2)", &[&id, &claim])
-                        .await;
-                }
-            }
-        })
-    };
+    let held: Held = Arc::default();
+    let beats = tokio::spawn(heartbeats(
+        args.dsn.clone(),
+        Duration::from_secs_f64(args.lease / 3.0),
+        held.clone(),
+        args.quiet,
+    ));
 
+    let mut running: JoinSet<Result<(), tokio_postgres::Error>> = JoinSet::new();
     while !stopping.load(Ordering::SeqCst) {
-        let jobs: Vec<Job> = client
-            .query(
-                "select id, claim, name, payload, attempt, max_attempts \
-                 from jobs.claim($1, $2, $3, make_interval(secs => $4))",
-                &[&worker_id, &args.queues, &args.batch, &args.lease],
-            )
-            .await?
-            .iter()
-            .map(|r| Job {
-                id: r.get(0),
-                claim: r.get(1),
-                name: r.get(2),
-                payload: r.get(3),
-                attempt: r.get(4),
-                max_attempts: r.get(5),
-            })
-            .collect();
-        held.lock()
-            .unwrap()
-            .extend(jobs.iter().map(|j| (j.id, j.claim)));
-        for job in &jobs {
-            // A SIGTERM now still lets the batch finish.
-            let outcome = run_job(&mut client, job).await?;
-            held.lock().unwrap().remove(&job.id);
-            if !args.quiet {
-                println!(
-                    "  {:13} attempt {}/{}: {outcome}",
-                    job.name, job.attempt, job.max_attempts
-                );
+        while let Some(ended) = running.try_join_next() {
+            ended??;
+        }
+        let free = args.batch - running.len() as i32;
+        let mut claimed = 0;
+        if free > 0 {
+            let rows = client
+                .query(
+                    "select id, claim, name, payload, attempt, max_attempts \
+                     from jobs.claim($1, $2, $3, make_interval(secs => $4))",
+                    &[&worker_id, &args.queues, &free, &args.lease],
+                )
+                .await?;
+            claimed = rows.len();
+            for r in rows {
+                let (tell, stop) = watch::channel(false);
+                let job = Job {
+                    id: r.get(0),
+                    claim: r.get(1),
+                    name: r.get(2),
+                    payload: r.get(3),
+                    attempt: r.get(4),
+                    max_attempts: r.get(5),
+                    stop,
+                };
+                held.lock()
+                    .unwrap()
+                    .insert(job.id, (job.claim, job.name.clone(), tell));
+                let (pool, held, wake, quiet) =
+                    (pool.clone(), held.clone(), wake.clone(), args.quiet);
+                running.spawn(async move {
+                    let mut conn = pool.take().await?;
+                    let outcome = run_job(&mut conn, &job).await;
+                    pool.give_back(conn);
+                    held.lock().unwrap().remove(&job.id);
+                    wake.notify_one();
+                    let outcome = outcome?;
+                    if !quiet {
+                        let short = job.id.to_string();
+                        println!(
+                            "  job {} {:13} attempt {}/{}: {outcome}",
+                            &short[short.len() - 8..],
+                            job.name,
+                            job.attempt,
+                            job.max_attempts
+                        );
+                    }
+                    Ok(())
+                });
             }
         }
-        if !jobs.is_empty() {
-            continue;
+        if claimed > 0 && (running.len() as i32) < args.batch {
+            continue; // room for more: claim again at once
         }
-        if args.until_empty {
+        if running.is_empty() && args.until_empty {
             let live: i64 = client
                 .query_one(
                     "select count(*) from jobs.jobs where queue = any($1) \
@@ -259,11 +381,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
                 break;
             }
         }
-        // Idle: sleep until a wake-up on our queues, a signal, or the poll interval.
+        // Sleep until a wake-up on our queues, a job ending, a signal, or the poll interval.
         tokio::select! {
             _ = wake.notified() => {}
             _ = tokio::time::sleep(Duration::from_secs_f64(args.poll)) => {}
         }
+    }
+    while let Some(ended) = running.join_next().await {
+        ended??; // a signal: stop claiming, finish the jobs held
     }
     beats.abort();
     Ok(())
