@@ -45,7 +45,7 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
     pin_search_path();
     let Some(generation) = launcher::enter(db) else {
-        unsafe { pg_sys::proc_exit(0) };
+        exit(0)
     };
     let database = database_name();
 
@@ -70,7 +70,7 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
                         log!("{NAME}: pg_jobs was dropped from database {database:?}; leaving");
                     }
                     launcher::no_extension(db);
-                    unsafe { pg_sys::proc_exit(0) };
+                    exit(0);
                 }
                 Pass::Skipped => break,
                 Pass::Swept { full } => {
@@ -93,7 +93,15 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
         }
     }
     log!("{NAME}: stopping in database {database:?}");
-    unsafe { pg_sys::proc_exit(1) };
+    exit(1);
+}
+
+/// Ends the process: `proc_exit`, which does not return (its binding says so on some releases
+/// only).
+#[allow(unreachable_code)]
+fn exit(code: i32) -> ! {
+    unsafe { pg_sys::proc_exit(code) };
+    unreachable!("proc_exit returned")
 }
 
 /// The name of the database this worker is connected to.
