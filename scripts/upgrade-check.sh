@@ -9,7 +9,8 @@
 #      version does, object for object (pg_test/upgrade/fingerprint.sql);
 #   4. pg_dump it and restore the dump into a new database: every row comes back;
 #   5. use it: claims taken before the upgrade settle with their tokens, steps, claims,
-#      idempotency keys and event waits work (pg_test/upgrade/use.sql).
+#      idempotency keys and event waits work (pg_test/upgrade/use.sql);
+#   6. a role granted jobs.grant_worker before the upgrade still enqueues and claims after it.
 # Needs the current build installed (scripts/setup.sh). Exits non-zero on any difference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +67,16 @@ for script in sql/released/pg_jobs--*.sql; do
   echo "  pg_dump and pg_restore carry every row"
 
   sql "$db" -f pg_test/upgrade/use.sql | sed 's/^/  /'
+
+  # Roles granted before the upgrade keep what they were granted, also where a function's
+  # arguments changed (and it was replaced): a worker still claims, a producer still enqueues.
+  sql postgres -c "create database roles_$db"
+  sql "roles_$db" -c "create extension pg_jobs version '$old'" \
+    -c "create role upgrade_worker_$db" -c "select jobs.grant_worker('upgrade_worker_$db')" \
+    -c "alter extension pg_jobs update" -c "set role upgrade_worker_$db" \
+    -c "select jobs.enqueue('x') is not null" -c "select count(*) from jobs.claim('w')" >/dev/null ||
+    fail "a role granted jobs.grant_worker before the upgrade from $old cannot enqueue and claim after it"
+  echo "  a worker role granted before the upgrade enqueues and claims after it"
   checked=$((checked + 1))
 done
 [ "$checked" -gt 0 ] || fail "no earlier release in sql/released/"

@@ -109,12 +109,15 @@ def render(hand):
         hand.read_text(),
         flags=re.M,
     )
+    # A line "-- @after" ends the part that runs first; what follows it runs last.
+    first, _, last = own.partition("-- @after\n")
     return (
         header.format(name=hand.name)
-        + own.rstrip()
+        + first.rstrip()
         + "\n\n-- Every function and view of the install files as it is now, and the privileges.\n\n"
         + generated
         + "\n"
+        + ("\n" + last.strip() + "\n" if last.strip() else "")
     )
 
 

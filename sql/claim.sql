@@ -98,11 +98,34 @@ begin
 end
 $$;
 
+-- The next time after p_now a job of these queues comes due (a delayed or suspended job's
+-- run_at, a running job's lease expiry), in jobs.clock() time: when a blocking claim must look
+-- again, whatever wakes it. Per queue, one bounded probe of jobs_due_idx and a read of its
+-- running jobs (jobs_lease_idx). Due times already past are left out: such a job is not
+-- claimable now (another claimer holds it, or a limit does), and its holder settles it.
+create function jobs._next_due(p_queues text[], p_now timestamptz)
+returns timestamptz
+language sql stable
+begin atomic
+  select min(d.at)
+  from unnest(p_queues) as q(queue)
+  cross join lateral (
+    select (select j.run_at from jobs_data.jobs as j
+            where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at > p_now
+            order by j.run_at limit 1) as at
+    union all
+    select (select min(j.lease_expires_at) from jobs_data.jobs as j
+            where j.queue = q.queue and j.state = 'running' and j.lease_scan_at is not null
+              and j.lease_expires_at > p_now)
+  ) as d;
+end;
+
 create function jobs.claim(
   worker_id text,
   queues    text[]   default array['default'],
   max_jobs  int      default 1,
-  lease     interval default null
+  lease     interval default null,
+  wait      interval default null
 ) returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
@@ -116,6 +139,8 @@ declare
   v_policy_names text[];    -- each name among the candidates once, with its policy:
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
+  v_until   timestamptz;      -- wait: claim by then (clock_timestamp() time)
+  v_seen    bigint[];         -- wait: the wake-up counters of the queues before a look
 begin
   -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
   -- chain inside names the cause.
@@ -146,6 +171,19 @@ begin
     perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',
       'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy; '
       'heartbeat to run longer');
+  end if;
+  if claim.wait is not null and claim.wait <> interval '0' then
+    perform jobs._check_interval('jobs.claim: wait', claim.wait, interval '1 hour',
+      'pass how long to wait for work, at most an hour (a waiting claim holds its transaction open), '
+      'or NULL or 0 not to wait');
+    v_until := clock_timestamp() + claim.wait;
+  end if;
+
+  -- With wait: look, and while nothing is claimable sleep until a commit makes work in these
+  -- queues, a job in them comes due, or the deadline passes (src/wakeups.rs); then look again.
+  loop
+  if v_until is not null then
+    v_seen := jobs._work_seen(queues);  -- before the look: no commit after it is missed
   end if;
 
   -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
@@ -188,6 +226,11 @@ begin
       and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true
     order by c.priority desc, c.run_at
   ) as c;
+  exit when v_ids is not null or v_until is null or clock_timestamp() >= v_until;
+  perform jobs._await_work(queues, v_seen,
+    least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now)));
+  v_now := jobs.clock();
+  end loop;
 
   if v_ids is null then
     perform jobs._warn_unknown_queues(queues);  -- once per connection, for a queue never used
@@ -243,6 +286,7 @@ begin
   order by m.priority desc, m.run_at;
 end
 $$;
-comment on function jobs.claim(text, text[], int, interval) is
+comment on function jobs.claim(text, text[], int, interval, interval) is
   'Claim up to max_jobs jobs from queues under a lease: highest priority, then oldest run_at. '
-  'Each comes with a claim token that every later write for it must present.';
+  'Each comes with a claim token that every later write for it must present. With wait, '
+  'sleep up to that long for work when none is claimable.';

@@ -116,6 +116,10 @@ begin
   perform jobs._wake(array(select distinct s.queue from unnest(p_specs) with ordinality as s
                            where coalesce(s.run_at, p_now) <= p_now
                              and not coalesce(p_deduped[s.ordinality], false)), p_new);
+  -- A delayed job is work that comes due: a blocking claim of its queue sleeps until then.
+  if exists (select from unnest(p_specs) as s where s.run_at > p_now) then
+    perform jobs._signal_work(array(select distinct s.queue from unnest(p_specs) as s where s.run_at > p_now));
+  end if;
 end
 $$;
 

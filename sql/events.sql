@@ -113,6 +113,7 @@ declare
   v_job   record;
   v_memo  jsonb;
   v_until timestamptz;
+  v_queue text;
 begin
   perform jobs._check_hold_args('jobs.await_event', await_event.id, await_event.claim);
   perform jobs._check_event_args('jobs.await_event', await_event.name, await_event.key);
@@ -168,7 +169,11 @@ begin
     state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null,
     run_at = v_until, wait_event = await_event.name, wait_key = v_key, wait_until = v_until,
     updated_at = v_now
-  where j.id = await_event.id;
+  where j.id = await_event.id
+  returning j.queue into v_queue;
+  if v_until is not null then
+    perform jobs._signal_work(array[v_queue]);  -- its timeout comes due: the blocking claims
+  end if;
   return query select 'waiting'::text, null::jsonb;
 end
 $$;

@@ -22,6 +22,8 @@
 --    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
 -- 8. A refusal's CONTEXT names the public function that refused, not pg_jobs's helpers.
 -- 9. A claim from a queue no job was ever enqueued to warns, once per connection.
+-- 10. jobs.claim takes a last argument, wait (a blocking claim, woken from shared memory:
+--     src/wakeups.rs); the roles that could call the 4-argument claim may call the new one.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -81,6 +83,27 @@ CREATE  FUNCTION jobs."_quiet_context"() RETURNS void
 STRICT IMMUTABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'quiet_context_wrapper';
+-- 10. The wake-ups of the blocking claim (src/wakeups.rs).
+CREATE  FUNCTION jobs."_signal_work"(
+	"queues" TEXT[]
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'signal_work_wrapper';
+CREATE  FUNCTION jobs."_work_seen"(
+	"queues" TEXT[]
+) RETURNS bigint[]
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_seen_wrapper';
+CREATE  FUNCTION jobs."_await_work"(
+	"queues" TEXT[],
+	"seen" bigint[],
+	"until" timestamp with time zone
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'await_work_wrapper';
 -- 9. A claim from a queue never used warns, once per connection (src/unknown_queues.rs).
 CREATE  FUNCTION jobs."_warn_unknown_queues"(
 	"queues" TEXT[]
@@ -119,6 +142,15 @@ alter table jobs_data.events drop constraint events_key_check,
 -- The README no longer holds the reference.
 comment on table jobs_data.jobs is 'One row per job; see docs/REFERENCE.md for the life of a row';
 
+-- 10. The 4-argument claim gives way to the 5-argument one; who may call it is kept aside.
+select set_config('pg_jobs_upgrade.claim_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.claim(text, text[], int, interval)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.claim(text, text[], int, interval);
+
 -- Every function and view of the install files as it is now, and the privileges.
 
 create or replace function jobs._raise(p_code text, p_message text, p_hint text)
@@ -138,6 +170,7 @@ as $$
 declare
   v_queue text;
 begin
+  perform jobs._signal_work(p_queues);  -- the blocking claims, at commit (src/wakeups.rs)
   foreach v_queue in array p_queues loop
     -- In jobs_ready_idx order, so the probe reads one index entry, never the table.
     perform from jobs_data.jobs as j
@@ -324,6 +357,10 @@ begin
   perform jobs._wake(array(select distinct s.queue from unnest(p_specs) with ordinality as s
                            where coalesce(s.run_at, p_now) <= p_now
                              and not coalesce(p_deduped[s.ordinality], false)), p_new);
+  -- A delayed job is work that comes due: a blocking claim of its queue sleeps until then.
+  if exists (select from unnest(p_specs) as s where s.run_at > p_now) then
+    perform jobs._signal_work(array(select distinct s.queue from unnest(p_specs) as s where s.run_at > p_now));
+  end if;
 end
 $$;
 
@@ -671,11 +708,29 @@ begin
 end
 $$;
 
+create or replace function jobs._next_due(p_queues text[], p_now timestamptz)
+returns timestamptz
+language sql stable
+begin atomic
+  select min(d.at)
+  from unnest(p_queues) as q(queue)
+  cross join lateral (
+    select (select j.run_at from jobs_data.jobs as j
+            where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at > p_now
+            order by j.run_at limit 1) as at
+    union all
+    select (select min(j.lease_expires_at) from jobs_data.jobs as j
+            where j.queue = q.queue and j.state = 'running' and j.lease_scan_at is not null
+              and j.lease_expires_at > p_now)
+  ) as d;
+end;
+
 create or replace function jobs.claim(
   worker_id text,
   queues    text[]   default array['default'],
   max_jobs  int      default 1,
-  lease     interval default null
+  lease     interval default null,
+  wait      interval default null
 ) returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
@@ -689,6 +744,8 @@ declare
   v_policy_names text[];    -- each name among the candidates once, with its policy:
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
+  v_until   timestamptz;      -- wait: claim by then (clock_timestamp() time)
+  v_seen    bigint[];         -- wait: the wake-up counters of the queues before a look
 begin
   -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
   -- chain inside names the cause.
@@ -719,6 +776,19 @@ begin
     perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',
       'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy; '
       'heartbeat to run longer');
+  end if;
+  if claim.wait is not null and claim.wait <> interval '0' then
+    perform jobs._check_interval('jobs.claim: wait', claim.wait, interval '1 hour',
+      'pass how long to wait for work, at most an hour (a waiting claim holds its transaction open), '
+      'or NULL or 0 not to wait');
+    v_until := clock_timestamp() + claim.wait;
+  end if;
+
+  -- With wait: look, and while nothing is claimable sleep until a commit makes work in these
+  -- queues, a job in them comes due, or the deadline passes (src/wakeups.rs); then look again.
+  loop
+  if v_until is not null then
+    v_seen := jobs._work_seen(queues);  -- before the look: no commit after it is missed
   end if;
 
   -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
@@ -761,6 +831,11 @@ begin
       and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true
     order by c.priority desc, c.run_at
   ) as c;
+  exit when v_ids is not null or v_until is null or clock_timestamp() >= v_until;
+  perform jobs._await_work(queues, v_seen,
+    least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now)));
+  v_now := jobs.clock();
+  end loop;
 
   if v_ids is null then
     perform jobs._warn_unknown_queues(queues);  -- once per connection, for a queue never used
@@ -817,9 +892,10 @@ begin
 end
 $$;
 
-comment on function jobs.claim(text, text[], int, interval) is
+comment on function jobs.claim(text, text[], int, interval, interval) is
   'Claim up to max_jobs jobs from queues under a lease: highest priority, then oldest run_at. '
-  'Each comes with a claim token that every later write for it must present.';
+  'Each comes with a claim token that every later write for it must present. With wait, '
+  'sleep up to that long for work when none is claimable.';
 
 create or replace function jobs._check_hold_args(p_fn text, p_id uuid, p_claim bigint)
 returns void
@@ -1041,6 +1117,7 @@ as $$
 declare
   v_now   timestamptz := jobs.clock();
   v_state jobs.job_state;
+  v_queue text;
 begin
   perform jobs._check_hold_args('jobs.fail', fail.id, fail.claim);
   if fail.error is null then
@@ -1068,9 +1145,13 @@ begin
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.state into v_state;
+  returning j.state, j.queue into v_state, v_queue;
 
-  return case v_state when 'delayed' then 'retried' else v_state::text end;
+  if v_state = 'delayed' then
+    perform jobs._signal_work(array[v_queue]);  -- its retry comes due: the blocking claims
+    return 'retried';
+  end if;
+  return v_state::text;
 end
 $$;
 
@@ -1082,6 +1163,8 @@ create or replace function jobs.snooze(id uuid, claim bigint, run_at timestamptz
 returns boolean
 language plpgsql volatile
 as $$
+declare
+  v_queue text;
 begin
   perform jobs._check_hold_args('jobs.snooze', snooze.id, snooze.claim);
   if snooze.run_at is null then
@@ -1095,8 +1178,13 @@ begin
     state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
     lease_expires_at = null, updated_at = jobs.clock()
   where j.id = snooze.id and j.claim = snooze.claim
-    and j.state = 'running' and j.lease_expires_at > jobs.clock();
-  return found;
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning j.queue into v_queue;
+  if v_queue is null then
+    return false;
+  end if;
+  perform jobs._signal_work(array[v_queue]);  -- it comes due at run_at: the blocking claims
+  return true;
 end
 $$;
 
@@ -1308,6 +1396,7 @@ declare
   v_job   record;
   v_memo  jsonb;
   v_until timestamptz;
+  v_queue text;
 begin
   perform jobs._check_hold_args('jobs.await_event', await_event.id, await_event.claim);
   perform jobs._check_event_args('jobs.await_event', await_event.name, await_event.key);
@@ -1363,7 +1452,11 @@ begin
     state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null,
     run_at = v_until, wait_event = await_event.name, wait_key = v_key, wait_until = v_until,
     updated_at = v_now
-  where j.id = await_event.id;
+  where j.id = await_event.id
+  returning j.queue into v_queue;
+  if v_until is not null then
+    perform jobs._signal_work(array[v_queue]);  -- its timeout comes due: the blocking claims
+  end if;
   return query select 'waiting'::text, null::jsonb;
 end
 $$;
@@ -1732,6 +1825,9 @@ begin
     perform jobs._raise('22004', p_fn || ': queue must not be NULL', 'name the queue, e.g. ''default''');
   end if;
   update jobs_data.queues as q set paused = p_paused where q.queue = p_queue;
+  if found and not p_paused then
+    perform jobs._signal_work(array[p_queue]);  -- its jobs are claimable again
+  end if;
   if not found then
     perform jobs._raise('22023', format('%s: unknown queue %L', p_fn, p_queue),
       'jobs.queues lists the queues; a queue is known once a job was enqueued to it, or after '
@@ -1931,3 +2027,13 @@ $$;
 revoke all on all functions in schema jobs from public;
 
 revoke all on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec from public;
+
+-- 10. ... and may call the new claim.
+do $$
+begin
+  if current_setting('pg_jobs_upgrade.claim_grantees') <> '' then
+    execute 'grant execute on function jobs.claim(text, text[], int, interval, interval) to '
+      || current_setting('pg_jobs_upgrade.claim_grantees');
+  end if;
+end
+$$;

@@ -52,6 +52,9 @@ begin
     perform jobs._raise('22004', p_fn || ': queue must not be NULL', 'name the queue, e.g. ''default''');
   end if;
   update jobs_data.queues as q set paused = p_paused where q.queue = p_queue;
+  if found and not p_paused then
+    perform jobs._signal_work(array[p_queue]);  -- its jobs are claimable again
+  end if;
   if not found then
     perform jobs._raise('22023', format('%s: unknown queue %L', p_fn, p_queue),
       'jobs.queues lists the queues; a queue is known once a job was enqueued to it, or after '

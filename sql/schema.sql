@@ -195,7 +195,8 @@ begin
 end
 $$;
 
--- Wake-ups: NOTIFY on channel pg_jobs, payload the queue name, when a queue that had no ready
+-- Wake-ups: the blocking claims of these queues through shared memory, at commit
+-- (jobs._signal_work); and NOTIFY on channel pg_jobs, payload the queue name, when a queue that had no ready
 -- job gets one (p_queues; p_new are the jobs that just became ready, not counted). A queue
 -- with ready jobs already has workers claiming (a worker only sleeps after a claim that
 -- answered nothing), so under load no notification is sent, and each costs a commit-time
@@ -207,6 +208,7 @@ as $$
 declare
   v_queue text;
 begin
+  perform jobs._signal_work(p_queues);  -- the blocking claims, at commit (src/wakeups.rs)
   foreach v_queue in array p_queues loop
     -- In jobs_ready_idx order, so the probe reads one index entry, never the table.
     perform from jobs_data.jobs as j

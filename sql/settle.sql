@@ -240,6 +240,7 @@ as $$
 declare
   v_now   timestamptz := jobs.clock();
   v_state jobs.job_state;
+  v_queue text;
 begin
   perform jobs._check_hold_args('jobs.fail', fail.id, fail.claim);
   if fail.error is null then
@@ -267,9 +268,13 @@ begin
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.state into v_state;
+  returning j.state, j.queue into v_state, v_queue;
 
-  return case v_state when 'delayed' then 'retried' else v_state::text end;
+  if v_state = 'delayed' then
+    perform jobs._signal_work(array[v_queue]);  -- its retry comes due: the blocking claims
+    return 'retried';
+  end if;
+  return v_state::text;
 end
 $$;
 comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean) is
@@ -280,6 +285,8 @@ create function jobs.snooze(id uuid, claim bigint, run_at timestamptz)
 returns boolean
 language plpgsql volatile
 as $$
+declare
+  v_queue text;
 begin
   perform jobs._check_hold_args('jobs.snooze', snooze.id, snooze.claim);
   if snooze.run_at is null then
@@ -293,8 +300,13 @@ begin
     state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
     lease_expires_at = null, updated_at = jobs.clock()
   where j.id = snooze.id and j.claim = snooze.claim
-    and j.state = 'running' and j.lease_expires_at > jobs.clock();
-  return found;
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning j.queue into v_queue;
+  if v_queue is null then
+    return false;
+  end if;
+  perform jobs._signal_work(array[v_queue]);  -- it comes due at run_at: the blocking claims
+  return true;
 end
 $$;
 comment on function jobs.snooze(uuid, bigint, timestamptz) is

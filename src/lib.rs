@@ -19,6 +19,7 @@ mod random;
 mod tokens;
 mod unknown_queues;
 mod vacuum;
+mod wakeups;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -65,6 +66,7 @@ pub extern "C-unwind" fn _PG_init() {
     error_context::init();
     if preloaded && !unsafe { pg_sys::IsBinaryUpgrade } {
         launcher::init();
+        wakeups::init();
     }
 }
 

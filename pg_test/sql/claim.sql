@@ -91,3 +91,11 @@ select state, attempt from jobs.jobs where name = 'untouched';
 select count(*) from jobs.claim('w', array['Default']);
 select count(*) from jobs.claim('w', array['Default']);
 select count(*) from jobs.claim('w', array['default']);
+
+-- A claim may wait for work (wait => ...). Without preload there is no shared memory and the
+-- wait polls: a job present is claimed at once, an empty queue answers nothing at the deadline.
+select jobs.enqueue('w1', queue => 'waitq') is not null;
+select name from jobs.claim('w', array['waitq'], wait => '10 s');
+select count(*) from jobs.claim('w', array['waitq'], wait => '200 ms');
+select count(*) from jobs.claim('w', array['waitq'], wait => '2 hours');
+select count(*) from jobs.claim('w', array['waitq'], wait => '-1 s');

@@ -20,6 +20,8 @@
 --    jobs_data, which only admins may use, and jobs shows them to DBAs as views.
 -- 8. A refusal's CONTEXT names the public function that refused, not pg_jobs's helpers.
 -- 9. A claim from a queue no job was ever enqueued to warns, once per connection.
+-- 10. jobs.claim takes a last argument, wait (a blocking claim, woken from shared memory:
+--     src/wakeups.rs); the roles that could call the 4-argument claim may call the new one.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -69,6 +71,27 @@ CREATE  FUNCTION jobs."_quiet_context"() RETURNS void
 STRICT IMMUTABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'quiet_context_wrapper';
+-- 10. The wake-ups of the blocking claim (src/wakeups.rs).
+CREATE  FUNCTION jobs."_signal_work"(
+	"queues" TEXT[]
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'signal_work_wrapper';
+CREATE  FUNCTION jobs."_work_seen"(
+	"queues" TEXT[]
+) RETURNS bigint[]
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'work_seen_wrapper';
+CREATE  FUNCTION jobs."_await_work"(
+	"queues" TEXT[],
+	"seen" bigint[],
+	"until" timestamp with time zone
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'await_work_wrapper';
 -- 9. A claim from a queue never used warns, once per connection (src/unknown_queues.rs).
 CREATE  FUNCTION jobs."_warn_unknown_queues"(
 	"queues" TEXT[]
@@ -92,3 +115,22 @@ alter table jobs_data.events drop constraint events_key_check,
 
 -- The README no longer holds the reference.
 comment on table jobs_data.jobs is 'One row per job; see docs/REFERENCE.md for the life of a row';
+
+-- 10. The 4-argument claim gives way to the 5-argument one; who may call it is kept aside.
+select set_config('pg_jobs_upgrade.claim_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.claim(text, text[], int, interval)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.claim(text, text[], int, interval);
+-- @after
+-- 10. ... and may call the new claim.
+do $$
+begin
+  if current_setting('pg_jobs_upgrade.claim_grantees') <> '' then
+    execute 'grant execute on function jobs.claim(text, text[], int, interval, interval) to '
+      || current_setting('pg_jobs_upgrade.claim_grantees');
+  end if;
+end
+$$;

@@ -1,0 +1,184 @@
+//! Wake-ups in shared memory, for the blocking claim (`jobs.claim(..., wait => ...)`).
+//!
+//! Each queue of each database hashes to one of `BUCKETS` counters. A transaction that makes
+//! work in a queue (a job ready or due sooner: enqueue, publish, requeue, promote, a retry, a
+//! snooze, an event wait with a timeout, a queue resumed) notes the queue's bucket
+//! (`jobs._signal_work`), and at its commit, once its rows are visible, bumps the counters and
+//! broadcasts one condition variable. A claim that found nothing reads its queues' counters
+//! before it looks (`jobs._work_seen`) and sleeps on the condition variable until one of them
+//! moves, or its next due time or its deadline passes (`jobs._await_work`). Reading before
+//! looking makes the wake-up impossible to miss: a commit before the read is seen by the look,
+//! one after it moves a counter. A counter shared by two queues only wakes a claim for nothing
+//! now and then.
+//!
+//! No NOTIFY is involved, so the application's commit takes no lock for it, and a claim woken
+//! this way is one SQL call: it works through a transaction-pooling PgBouncer.
+//!
+//! Without `shared_preload_libraries = 'pg_jobs'` there is no shared memory: `_await_work`
+//! then sleeps in steps of `POLL` (a documented difference: waits are polled).
+
+use pgrx::atomics::PgAtomic;
+use pgrx::prelude::*;
+use pgrx::{pg_shmem_init, PGRXSharedMemory};
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+const BUCKETS: usize = 1024;
+/// The step of a wait without shared memory.
+const POLL: Duration = Duration::from_millis(100);
+
+pub struct Wakeups {
+    counters: [AtomicU64; BUCKETS],
+    cv: UnsafeCell<pg_sys::ConditionVariable>,
+}
+
+unsafe impl PGRXSharedMemory for Wakeups {}
+unsafe impl Sync for Wakeups {}
+
+static WAKEUPS: PgAtomic<Wakeups> = unsafe { PgAtomic::new(c"pg_jobs wakeups") };
+/// Set in a process whose server preloaded the library: WAKEUPS exists.
+static SHARED: AtomicBool = AtomicBool::new(false);
+
+/// From `_PG_init` while preloading.
+pub fn init() {
+    pg_shmem_init!(
+        WAKEUPS = {
+            let mut cv = pg_sys::ConditionVariable::default();
+            unsafe { pg_sys::ConditionVariableInit(&mut cv) };
+            Wakeups {
+                counters: std::array::from_fn(|_| AtomicU64::new(0)),
+                cv: UnsafeCell::new(cv),
+            }
+        }
+    );
+    SHARED.store(true, Ordering::SeqCst);
+}
+
+fn shared() -> Option<&'static Wakeups> {
+    SHARED.load(Ordering::SeqCst).then(|| WAKEUPS.get())
+}
+
+/// The bucket of a queue of this database (FNV-1a, the same in every process).
+fn bucket(queue: &str) -> usize {
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in db.to_le_bytes().iter().chain(queue.as_bytes()) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % BUCKETS as u64) as usize
+}
+
+thread_local! {
+    /// Buckets this transaction made work in, bumped at its commit.
+    static PENDING: RefCell<BTreeSet<usize>> = const { RefCell::new(BTreeSet::new()) };
+    static REGISTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `jobs._signal_work(queues)`: at this transaction's commit, wakes the claims waiting on
+/// these queues.
+#[pg_extern(volatile, parallel_unsafe, name = "_signal_work")]
+fn signal_work(queues: Vec<Option<String>>) {
+    if shared().is_none() {
+        return;
+    }
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        for queue in queues.iter().flatten() {
+            p.insert(bucket(queue));
+        }
+    });
+    if !REGISTERED.with(Cell::get) {
+        REGISTERED.with(|r| r.set(true));
+        pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, || {
+            REGISTERED.with(|r| r.set(false));
+            let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            if let Some(w) = shared() {
+                for b in buckets {
+                    w.counters[b].fetch_add(1, Ordering::SeqCst);
+                }
+                unsafe { pg_sys::ConditionVariableBroadcast(w.cv.get()) };
+            }
+        });
+        pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, || {
+            REGISTERED.with(|r| r.set(false));
+            PENDING.with(|p| p.borrow_mut().clear());
+        });
+    }
+}
+
+/// `jobs._work_seen(queues)`: the counters of these queues now (empty without preload).
+#[pg_extern(volatile, parallel_unsafe, name = "_work_seen")]
+fn work_seen(queues: Vec<Option<String>>) -> Vec<i64> {
+    let Some(w) = shared() else {
+        return Vec::new();
+    };
+    queues
+        .iter()
+        .flatten()
+        .map(|q| w.counters[bucket(q)].load(Ordering::SeqCst) as i64)
+        .collect()
+}
+
+/// `jobs._await_work(queues, seen, until)`: sleeps until a counter of these queues moves past
+/// `seen`, or `until` passes. Interrupted as any statement is (statement_timeout,
+/// pg_cancel_backend, shutdown).
+#[pg_extern(volatile, parallel_unsafe, name = "_await_work")]
+fn await_work(queues: Vec<Option<String>>, seen: Vec<i64>, until: TimestampWithTimeZone) {
+    let until: i64 = until.into();
+    let remaining = || {
+        let now = unsafe { pg_sys::GetCurrentTimestamp() };
+        Duration::from_micros(until.saturating_sub(now).max(0) as u64)
+    };
+    let Some(w) = shared() else {
+        // No shared memory: poll.
+        while !remaining().is_zero() {
+            let step = remaining().min(POLL);
+            unsafe {
+                pg_sys::WaitLatch(
+                    pg_sys::MyLatch,
+                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH)
+                        as i32,
+                    step.as_millis().max(1) as _,
+                    pg_sys::PG_WAIT_EXTENSION,
+                );
+                pg_sys::ResetLatch(pg_sys::MyLatch);
+            }
+            pg_sys::check_for_interrupts!();
+            if step < POLL {
+                break;
+            }
+        }
+        return;
+    };
+    let buckets: Vec<usize> = queues.iter().flatten().map(|q| bucket(q)).collect();
+    let moved = || {
+        buckets
+            .iter()
+            .zip(seen.iter())
+            .any(|(b, s)| w.counters[*b].load(Ordering::SeqCst) as i64 != *s)
+    };
+    unsafe { pg_sys::ConditionVariablePrepareToSleep(w.cv.get()) };
+    loop {
+        if moved() {
+            break;
+        }
+        let left = remaining();
+        if left.is_zero() {
+            break;
+        }
+        let timed_out = unsafe {
+            pg_sys::ConditionVariableTimedSleep(
+                w.cv.get(),
+                left.as_millis().clamp(1, i64::MAX as u128) as _,
+                pg_sys::PG_WAIT_EXTENSION,
+            )
+        };
+        if timed_out && remaining().is_zero() {
+            break;
+        }
+    }
+    unsafe { pg_sys::ConditionVariableCancelSleep() };
+}
