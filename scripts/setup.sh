@@ -23,7 +23,8 @@ step() {  # step COMMAND...: runs it with its output in the log
 }
 
 packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo pkg-config python3 python3-venv
-          golang-go golang-github-lib-pq-dev)  # the last two: the Go example worker, from Debian
+          golang-go golang-github-lib-pq-dev  # the Go example worker, from Debian
+          pgbouncer)  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -38,7 +39,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ "$(cargo pgrx --version 2>/dev/null | awk '{print $2}')" != "$PGRX_VERSION" ]; then
-  say "building and installing cargo-pgrx $PGRX_VERSION into ~/.cargo/bin (5 to 10 minutes, once)"
+  say "building and installing cargo-pgrx $PGRX_VERSION into ${CARGO_HOME:-~/.cargo}/bin (5 to 10 minutes, once)"
   step cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi
 if ! grep -q "pg15" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" 2>/dev/null; then

@@ -546,19 +546,8 @@ unsafe extern "C-unwind" fn utility_hook(
 ) {
     unsafe {
         let created = before_utility((*pstmt).utilityStmt);
-        match PREV_UTILITY {
-            Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
-            None => standard_process_utility(
-                pstmt,
-                query,
-                read_only_tree,
-                context,
-                params,
-                env,
-                dest,
-                qc,
-            ),
-        }
+        let next = PREV_UTILITY.unwrap_or(standard_process_utility);
+        next(pstmt, query, read_only_tree, context, params, env, dest, qc);
         if created {
             after_create_extension();
         }

@@ -8,6 +8,10 @@ and its sleep (why the counters are read before the look) is too narrow to hit o
 Every wait polls with a deadline; none asserts how fast anything was.
 """
 
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 
@@ -128,3 +132,76 @@ def test_wait_is_checked(dsn):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="jobs.claim: wait"):
             conn.execute("select * from jobs.claim('w', wait => '2 hours')")
         assert conn.execute("select count(*) from jobs.claim('w', wait => '0')").fetchone()[0] == 0
+
+
+# Each source of work wakes a waiting claim of its queue. `setup` leaves one job of the queue
+# not claimable before the claim waits (parked, paused, dead, delayed, or held by another
+# claim); `made`, from another connection, makes it claimable (or, for a lease, nothing does:
+# the waiter must wake by itself when it expires). The waiter must come back with the job long
+# before its 60 s deadline.
+HELD = ["select jobs.enqueue('evt', queue => 'src')", "select count(*) from jobs.claim('x', array['src'])"]
+ON_HELD = "from jobs.jobs where queue = 'src' and state = 'running'"
+SOURCES = {
+    "publish": (HELD + ["select jobs.await_event(id, claim, 'paid', 'k') " + ON_HELD],
+                "select jobs.publish('paid', '{}', key => 'k')"),
+    "requeue": (HELD + ["select jobs.fail(id, claim, 'no', retryable => false) " + ON_HELD],
+                "select jobs.requeue(id) from jobs.jobs where queue = 'src' and state = 'dead'"),
+    "promote": (["select jobs.enqueue('evt', queue => 'src', run_at => now() + interval '1 day')"],
+                "select jobs.promote(id) from jobs.jobs where queue = 'src' and state = 'delayed'"),
+    "resume_queue": (["select jobs.enqueue('evt', queue => 'src')", "select jobs.pause_queue('src')"],
+                     "select jobs.resume_queue('src')"),
+    "a retry (fail)": (HELD, "select jobs.fail(id, claim, 'again', retry_at => now() + interval '500 ms') " + ON_HELD),
+    "a snooze": (HELD, "select jobs.snooze(id, claim, now() + interval '500 ms') " + ON_HELD),
+    "an event wait's timeout": (HELD, "select jobs.await_event(id, claim, 'never', timeout => '500 ms') " + ON_HELD),
+    "a lease expiring": (["select jobs.enqueue('evt', queue => 'src')",
+                          "select count(*) from jobs.claim('x', array['src'], lease => '1 s')"], "select 1"),
+}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_every_source_of_work_wakes_a_waiting_claim(dsn, source):
+    setup, made = SOURCES[source]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in setup:
+            conn.execute(statement)
+    waiter = Waiter(dsn, "select name from jobs.claim('w', array['src'], wait => '60 s')")
+    waiter.start()
+    until_waiting(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(made)
+    waiter.join(BOUND)
+    assert not waiter.is_alive(), f"not woken by {source}"
+    assert waiter.error is None and waiter.rows == [("evt",)]
+
+
+def test_a_shutdown_during_a_wait_ends_it_and_leaves_nothing_claimed():
+    """A fast shutdown while a claim waits ends the wait at once (the claim's connection is
+    terminated), and after the restart nothing is claimed or locked."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cluster = os.path.join(root, "scripts/cluster.sh")
+    scratch = tempfile.mkdtemp(prefix="pg_jobs-shutdown.")  # the postgres user must reach it
+    os.chmod(scratch, 0o777)
+    directory = os.path.join(scratch, "data")
+    port = os.environ.get("PG_JOBS_SHUTDOWN_PORT", "54425")
+    server = subprocess.run(["bash", cluster, "start", directory, port], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    try:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute("create extension pg_jobs")
+            conn.execute("select jobs.enqueue('held', queue => 'other')")
+        waiter = Waiter(server, "select name from jobs.claim('w', array['default'], wait => '60 s')")
+        waiter.start()
+        until_waiting(server)
+        bin_dir = os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin")
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{bin_dir}/pg_ctl", "-D", directory, "-m", "fast",
+                        "-w", "-t", "30", "stop"], check=True, capture_output=True)
+        waiter.join(BOUND)
+        assert not waiter.is_alive() and waiter.error is not None
+        subprocess.run(["bash", cluster, "start", directory, port], check=True, capture_output=True)
+        with psycopg.connect(server, autocommit=True) as conn:
+            assert conn.execute("select count(*) from jobs.jobs where state = 'running'").fetchone()[0] == 0
+            assert conn.execute("select count(*) from pg_locks where locktype = 'tuple'").fetchone()[0] == 0
+            assert conn.execute("select count(*) from jobs.claim('w2', array['other'])").fetchone()[0] == 1
+    finally:
+        subprocess.run(["bash", cluster, "stop", directory], capture_output=True)
+        shutil.rmtree(scratch, ignore_errors=True)

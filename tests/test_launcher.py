@@ -13,6 +13,9 @@ import uuid
 import psycopg
 import pytest
 
+import polling
+from polling import one
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = int(os.environ.get("PG_JOBS_LAUNCHER_PORT", "54415"))
 DEADLINE = 30  # seconds; well under the launcher's 60 s look at databases without pg_jobs
@@ -40,24 +43,8 @@ def server():
         subprocess.run(["rm", "-rf", directory], check=False)
 
 
-def one(dsn, sql, args=None):
-    """The first column of the first row (None without one, or for a statement with no rows)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        cur = conn.execute(sql, args)
-        row = cur.fetchone() if cur.description else None
-        return None if row is None else row[0]
-
-
 def eventually(dsn, sql, wanted, timeout=DEADLINE):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = one(dsn, sql)
-        if got == wanted:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{sql!r} answered {got!r}, not {wanted!r}, for {timeout} s")
-        time.sleep(0.05)
-
+    polling.eventually(dsn, sql, wanted, timeout)
 
 def sweepers(dbname):
     return ("select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper' "

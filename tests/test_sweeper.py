@@ -10,26 +10,14 @@ import time
 import psycopg
 import pytest
 
+import polling
+from polling import one
+
 DEADLINE = 20  # seconds; the sweep interval is set to 100 ms, restarts take 2 s
 
 
-def one(dsn, sql, args=None):
-    """The first column of the first row; None when there is no row (no worker running)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(sql, args).fetchone()
-        return None if row is None else row[0]
-
-
 def eventually(dsn, sql, wanted, timeout=DEADLINE):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = one(dsn, sql)
-        if got == wanted:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{sql!r} answered {got!r}, not {wanted!r}, for {timeout} s")
-        time.sleep(0.05)
-
+    polling.eventually(dsn, sql, wanted, timeout)
 
 def worker_pid(dsn):
     return one(dsn, "select pid from pg_stat_activity where backend_type = 'pg_jobs sweeper'")
