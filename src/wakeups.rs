@@ -31,6 +31,8 @@ const POLL: Duration = Duration::from_millis(100);
 
 pub struct Wakeups {
     counters: [AtomicU64; BUCKETS],
+    /// Claims asleep in `_await_work` now.
+    waiting: AtomicU64,
     cv: UnsafeCell<pg_sys::ConditionVariable>,
 }
 
@@ -49,6 +51,7 @@ pub fn init() {
             unsafe { pg_sys::ConditionVariableInit(&mut cv) };
             Wakeups {
                 counters: std::array::from_fn(|_| AtomicU64::new(0)),
+                waiting: AtomicU64::new(0),
                 cv: UnsafeCell::new(cv),
             }
         }
@@ -74,11 +77,13 @@ fn bucket(queue: &str) -> usize {
 thread_local! {
     /// Buckets this transaction made work in, bumped at its commit.
     static PENDING: RefCell<BTreeSet<usize>> = const { RefCell::new(BTreeSet::new()) };
+    /// Whether this backend has registered `at_transaction_end` (once, for its life).
     static REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `jobs._signal_work(queues)`: at this transaction's commit, wakes the claims waiting on
-/// these queues.
+/// these queues. On every enqueue: a set insert, and at commit an atomic add per bucket and,
+/// only while some claim waits, one broadcast.
 #[pg_extern(volatile, parallel_unsafe, name = "_signal_work")]
 fn signal_work(queues: Vec<Option<String>>) {
     if shared().is_none() {
@@ -92,20 +97,37 @@ fn signal_work(queues: Vec<Option<String>>) {
     });
     if !REGISTERED.with(Cell::get) {
         REGISTERED.with(|r| r.set(true));
-        pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, || {
-            REGISTERED.with(|r| r.set(false));
-            let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-            if let Some(w) = shared() {
-                for b in buckets {
-                    w.counters[b].fetch_add(1, Ordering::SeqCst);
-                }
-                unsafe { pg_sys::ConditionVariableBroadcast(w.cv.get()) };
-            }
-        });
-        pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, || {
-            REGISTERED.with(|r| r.set(false));
-            PENDING.with(|p| p.borrow_mut().clear());
-        });
+        unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+    }
+}
+
+/// The end of every transaction of a backend that ever signalled: at a commit, bumps the
+/// buckets it made work in (its rows are visible by now) and wakes the waiting claims; at an
+/// abort, forgets them.
+#[pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    use pg_sys::XactEvent::*;
+    let commit = match event {
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => true,
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => false,
+        _ => return,
+    };
+    let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    if !commit || buckets.is_empty() {
+        return;
+    }
+    if let Some(w) = shared() {
+        for b in buckets {
+            w.counters[b].fetch_add(1, Ordering::SeqCst);
+        }
+        // A claim counts itself in `waiting` before it checks the counters and sleeps, so
+        // one that this load misses sees the counters moved and does not sleep.
+        if w.waiting.load(Ordering::SeqCst) > 0 {
+            unsafe { pg_sys::ConditionVariableBroadcast(w.cv.get()) };
+        }
     }
 }
 
@@ -160,6 +182,7 @@ fn await_work(queues: Vec<Option<String>>, seen: Vec<i64>, until: TimestampWithT
             .zip(seen.iter())
             .any(|(b, s)| w.counters[*b].load(Ordering::SeqCst) as i64 != *s)
     };
+    let _counted = Counted::new(w);
     unsafe { pg_sys::ConditionVariablePrepareToSleep(w.cv.get()) };
     loop {
         if moved() {
@@ -181,4 +204,43 @@ fn await_work(queues: Vec<Option<String>>, seen: Vec<i64>, until: TimestampWithT
         }
     }
     unsafe { pg_sys::ConditionVariableCancelSleep() };
+}
+
+/// Counts a claim in `waiting` for as long as it waits: taken out when its wait ends, also by
+/// an error (cancel), when the unwinding drops it, and by the exit of its process (a shutdown
+/// or `pg_terminate_backend` ends the process without unwinding).
+struct Counted(&'static Wakeups);
+
+thread_local! {
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+    static EXIT_HOOKED: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Counted {
+    fn new(w: &'static Wakeups) -> Self {
+        if !EXIT_HOOKED.with(Cell::get) {
+            EXIT_HOOKED.with(|h| h.set(true));
+            unsafe { pg_sys::before_shmem_exit(Some(uncount_at_exit), pg_sys::Datum::from(0)) };
+        }
+        w.waiting.fetch_add(1, Ordering::SeqCst);
+        COUNTED.with(|c| c.set(true));
+        Counted(w)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if COUNTED.with(|c| c.replace(false)) {
+            self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn uncount_at_exit(_code: i32, _arg: pg_sys::Datum) {
+    if COUNTED.with(|c| c.replace(false)) {
+        if let Some(w) = shared() {
+            w.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
