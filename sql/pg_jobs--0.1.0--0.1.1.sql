@@ -787,54 +787,54 @@ begin
   -- With wait: look, and while nothing is claimable sleep until a commit makes work in these
   -- queues, a job in them comes due, or the deadline passes (src/wakeups.rs); then look again.
   loop
-  if v_until is not null then
-    v_seen := jobs._work_seen(queues);  -- before the look: no commit after it is missed
-  end if;
+    if v_until is not null then
+      v_seen := jobs._work_seen(queues);  -- before the look: no commit after it is missed
+    end if;
 
-  -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
-  -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
-  -- built on every call (measured: docs/BENCHMARKS.md).
-  select array_agg(c.id), array_agg(c.name), array_agg(c.bury),
-         coalesce(bool_or(c.concurrency_key is not null), false)
-    into v_ids, v_names, v_bury, v_limited
-  from (
-    select c.id, c.name, c.bury, c.concurrency_key
-    from unnest(queues) with ordinality as q(queue, ord)
-    cross join lateral (
-      select * from (
-        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury
-        from jobs_data.jobs j
-        where j.queue = q.queue and j.state = 'ready'
-          and (v_tenants is null or j.tenant_id = any(v_tenants))
-        order by j.priority desc, j.run_at
-        limit max_jobs for update skip locked) as ready
-      union all
-      select * from (
-        select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false
-        from jobs_data.jobs j
-        where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
-          and (v_tenants is null or j.tenant_id = any(v_tenants))
-        order by j.run_at
-        limit max_jobs for update skip locked) as due
-      union all
-      select * from (
-        select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
-               jobs._lapse_buries(j.attempt, j.max_attempts)
-        from jobs_data.jobs j
-        where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
-          and j.lease_expires_at <= v_now
-          and (v_tenants is null or j.tenant_id = any(v_tenants))
-        order by j.lease_scan_at
-        limit max_jobs for update skip locked) as lapsed
-    ) as c
-    where q.ord = array_position(queues, q.queue)  -- each queue once
-      and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true
-    order by c.priority desc, c.run_at
-  ) as c;
-  exit when v_ids is not null or v_until is null or clock_timestamp() >= v_until;
-  perform jobs._await_work(queues, v_seen,
-    least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now)));
-  v_now := jobs.clock();
+    -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
+    -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
+    -- built on every call (measured: docs/BENCHMARKS.md).
+    select array_agg(c.id), array_agg(c.name), array_agg(c.bury),
+           coalesce(bool_or(c.concurrency_key is not null), false)
+      into v_ids, v_names, v_bury, v_limited
+    from (
+      select c.id, c.name, c.bury, c.concurrency_key
+      from unnest(queues) with ordinality as q(queue, ord)
+      cross join lateral (
+        select * from (
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury
+          from jobs_data.jobs j
+          where j.queue = q.queue and j.state = 'ready'
+            and (v_tenants is null or j.tenant_id = any(v_tenants))
+          order by j.priority desc, j.run_at
+          limit max_jobs for update skip locked) as ready
+        union all
+        select * from (
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false
+          from jobs_data.jobs j
+          where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
+            and (v_tenants is null or j.tenant_id = any(v_tenants))
+          order by j.run_at
+          limit max_jobs for update skip locked) as due
+        union all
+        select * from (
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
+                 jobs._lapse_buries(j.attempt, j.max_attempts)
+          from jobs_data.jobs j
+          where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
+            and j.lease_expires_at <= v_now
+            and (v_tenants is null or j.tenant_id = any(v_tenants))
+          order by j.lease_scan_at
+          limit max_jobs for update skip locked) as lapsed
+      ) as c
+      where q.ord = array_position(queues, q.queue)  -- each queue once
+        and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true
+      order by c.priority desc, c.run_at
+    ) as c;
+    exit when v_ids is not null or v_until is null or clock_timestamp() >= v_until;
+    perform jobs._await_work(queues, v_seen,
+      least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now)));
+    v_now := jobs.clock();
   end loop;
 
   if v_ids is null then
