@@ -56,16 +56,20 @@ class Db:
     def one(self, query, args=None):
         return self.sql(query, args)[0][0]
 
-    def pgbench(self, script, clients, transactions=None, seconds=None, rate=None, defines=None):
+    def pgbench(self, script, clients, transactions=None, seconds=None, rate=None, defines=None,
+                prepared=False, env=None):
         how = ["-b", script[len("builtin:"):]] if script.startswith("builtin:") else ["-f", script]
         cmd = [self.pgbench_path, "-n", "-c", str(clients), "-j", str(min(clients, 4))] + how
+        if prepared:
+            cmd += ["-M", "prepared"]
         cmd += ["-t", str(transactions)] if transactions else ["-T", str(seconds)]
         if rate:
             cmd += ["-R", str(rate)]
         for key, value in (defines or {}).items():
             cmd += ["-D", f"{key}={value}"]
         started = time.monotonic()
-        out = subprocess.run(cmd + [self.dsn], capture_output=True, text=True)
+        out = subprocess.run(cmd + [self.dsn], capture_output=True, text=True,
+                             env={**os.environ, **(env or {})})
         wall = time.monotonic() - started
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}")
@@ -387,6 +391,94 @@ def run_churn(db, args, results):
     db.sql("select pg_reload_conf()")
 
 
+# Fewer WAL flushes per job: every candidate as a driver that prepares calls it, at K = 4.
+# pg_jobs three ways: its claim waiting for its WAL flush (pg_jobs.async_claims = off, the
+# claim of before), its claim on its own not waiting (the default), and chained (each batch
+# completed and the next claimed in one call and one commit, as the example workers run).
+FLUSH_VARIANTS = [
+    ("plain SQL", "plain SQL", "prepared/plain_drain.sql", {}, {}),
+    ("pgmq 1.1.4", "pgmq 1.1.4", "prepared/pgmq_drain.sql", {}, {}),
+    ("pg_jobs, durable claims", "pg_jobs", "prepared/pgjobs_drain.sql", {},
+     {"PGOPTIONS": "-c pg_jobs.async_claims=off"}),
+    ("pg_jobs", "pg_jobs", "prepared/pgjobs_drain.sql", {}, {}),
+    ("pg_jobs, chained", "pg_jobs", "prepared/pgjobs_chained.sql", {"ids": "{}", "claims": "{}"}, {}),
+]
+
+
+def run_flushes(db, cands, args, results):
+    by_name = {c.name: c for c in cands}
+    clients = 4
+    for rep in range(args.reps):
+        batches = [1, 10, 100]
+        random.Random(100 + rep).shuffle(batches)
+        for batch in batches:
+            n = min(args.jobs, args.jobs_per_batch_job * batch)
+            order = FLUSH_VARIANTS if rep % 2 == 0 else FLUSH_VARIANTS[::-1]
+            for label, cand_name, script, defines, env in order:
+                cand = by_name[cand_name]
+                cand.fill(db, n)
+                ceil = ceiling(db, clients, args.ceiling_seconds)
+                per_client = math.ceil(n / (clients * batch)) + 2
+                run = db.pgbench(os.path.join(BENCH, script), clients, transactions=per_client,
+                                 defines={"batch": batch, **defines}, prepared=True, env=env)
+                left = cand.left(db)
+                jobs_per_s = (n - left) / run["wall"]
+                results["flushes"].append({"candidate": label, "clients": clients, "batch": batch, "jobs": n,
+                                           "left": left, "jobs_per_s": jobs_per_s, "ceiling_tps": ceil,
+                                           "rep": rep})
+                log(f"flushes rep {rep} {label:24} B={batch:3} {jobs_per_s:9.0f} jobs/s  ceiling {ceil:7.0f} tps"
+                    f"  left {left}")
+    set_completed_retention(db, None)
+    run_claim_latency(db, args, results)
+
+
+def run_claim_latency(db, args, results, claims=2000):
+    """A single autocommit claim of 1 job, prepared, its round trip: the durable claim of before
+    against the claim that does not wait for its flush, interleaved in blocks of 100."""
+    PgJobs().fill(db, 2 * claims + 10)
+    times = {"durable claims": [], "async claims": []}
+    with psycopg.connect(db.dsn, autocommit=True, prepare_threshold=0) as conn:
+        for block in range(2 * claims // 100):
+            mode = "durable claims" if block % 2 == 0 else "async claims"
+            conn.execute(f"set pg_jobs.async_claims = {'off' if mode == 'durable claims' else 'on'}")
+            for _ in range(100):
+                started = time.perf_counter()
+                conn.execute("select id, claim from jobs.claim('bench', array['bench'], 1)").fetchall()
+                times[mode].append((time.perf_counter() - started) * 1000)
+    for mode, values in times.items():
+        values.sort()
+        results["claim_latency"].append({"claims": mode, "n": len(values),
+                                         "p50_ms": values[len(values) // 2],
+                                         "p99_ms": values[int(len(values) * 0.99)]})
+        log(f"claim latency, {mode}: p50 {values[len(values) // 2]:.3f} ms, p99 {values[int(len(values) * 0.99)]:.3f} ms")
+
+
+def flushes_report(results):
+    rows = results["flushes"]
+
+    def med(label, batch):
+        values = [r["jobs_per_s"] for r in rows if r["candidate"] == label and r["batch"] == batch]
+        return statistics.median(values) if values else float("nan")
+
+    lines = ["| B | " + " | ".join(v[0] for v in FLUSH_VARIANTS) + " | chained / plain | chained / pgmq |",
+             "|---" * (len(FLUSH_VARIANTS) + 3) + "|"]
+    for batch in (1, 10, 100):
+        cells = [f"{med(v[0], batch):,.0f}" for v in FLUSH_VARIANTS]
+        lines.append(f"| {batch} | " + " | ".join(cells) + f" | {med('pg_jobs, chained', batch) / med('plain SQL', batch):.2f}x"
+                     f" | {med('pg_jobs, chained', batch) / med('pgmq 1.1.4', batch):.2f}x |")
+    lines += ["", "| claims | p50, ms | p99, ms |", "|---|---|---|"]
+    lines += [f"| {r['claims']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} |" for r in results["claim_latency"]]
+    best = {b: max(med(v, b) for v in ("pg_jobs", "pg_jobs, chained")) for b in (1, 10, 100)}
+    plain = {b: med("plain SQL", b) for b in (1, 10, 100)}
+    pgmq = med("pgmq 1.1.4", 10)
+    wanted = [(f"B=1: pg_jobs at least 1.2x plain SQL: {best[1] / plain[1]:.2f}x", best[1] >= 1.2 * plain[1]),
+              (f"B=10: pg_jobs at least 1.0x plain SQL: {best[10] / plain[10]:.2f}x", best[10] >= plain[10]),
+              (f"B=10: pg_jobs at least 1.1x pgmq: {best[10] / pgmq:.2f}x", best[10] >= 1.1 * pgmq),
+              (f"B=100: pg_jobs at least 0.8x plain SQL: {best[100] / plain[100]:.2f}x", best[100] >= 0.8 * plain[100])]
+    lines += [""] + [("met: " if ok else "MISSED: ") + text for text, ok in wanted]
+    return "\n".join(lines), sum(1 for _, ok in wanted if not ok)
+
+
 def run_cpu_bound(db, cands, args, results):
     """The same drain with synchronous_commit = off: CPU-bound, not fsync-bound."""
     db.sql("alter system set synchronous_commit = off")
@@ -558,6 +650,8 @@ def main():
     ap.add_argument("--churn-rate", type=int, default=500)
     ap.add_argument("--churn-minutes", type=int, default=5)
     ap.add_argument("--only", default="drain,cpu,enqueue,heartbeat,claim,churn,node",
+                    # and "flushes": the drains of every candidate prepared, with pg_jobs's
+                    # asynchronous and chained claims (bash bench/run.sh --only flushes)
                     help="comma-separated workloads to run (the report needs them all)")
     ap.add_argument("--command", default="bash bench/run.sh")
     ap.add_argument("--out", default="bench-results.json")
@@ -585,7 +679,8 @@ def main():
     for cand in cands:
         cand.setup(db)
     results = {"command": args.command, "machine": machine(), "args": vars(args), "drain": [], "enqueue": [],
-               "claim_backlog": [], "churn": [], "cpu_bound": [], "heartbeat": {}, "node": []}
+               "claim_backlog": [], "churn": [], "cpu_bound": [], "heartbeat": {}, "node": [],
+               "flushes": [], "claim_latency": []}
     only = set(args.only.split(","))
     steps = [("drain", lambda: run_drains(db, cands, args, results)),
              ("cpu", lambda: run_cpu_bound(db, cands, args, results)),
@@ -593,7 +688,8 @@ def main():
              ("heartbeat", lambda: run_heartbeats(db, args, results)),
              ("claim", lambda: run_claim_backlogs(db, args, results)),
              ("churn", lambda: run_churn(db, args, results)),
-             ("node", lambda: run_node_peer(db, args, results))]
+             ("node", lambda: run_node_peer(db, args, results)),
+             ("flushes", lambda: run_flushes(db, cands, args, results))]
     for name, step in steps:
         if name in only:
             step()
@@ -602,6 +698,10 @@ def main():
     out = args.out.replace(".json", "-" + suffix + ".json") if partial else args.out
     with open(out, "w") as f:  # a partial run keeps the full run's file
         json.dump(results, f, indent=1)
+    if only == {"flushes"}:  # the fewer-flushes comparison alone: its table and its targets
+        text, missed = flushes_report(results)
+        print(text)
+        sys.exit(1 if missed else 0)
     if partial:
         print(json.dumps({k: v for k, v in results.items() if v and k not in ("args",)}, indent=1))
         return

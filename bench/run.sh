@@ -7,14 +7,19 @@
 #   bash bench/run.sh --releases 15,18 [run.py's arguments, e.g. --clients 4 --reps 3]
 #       the drains of pg_jobs and of the plain queue on each release, one cluster per
 #       release, interleaved in one run (docs/bench-results-releases.json; the table is printed)
+#   bash bench/run.sh --wakeups [bench/wakeups.py's arguments, e.g. --seconds 15 --jobs 10000]
+#       what waking workers costs the application's commit, and the wake latency of a blocking
+#       claim, LISTEN and polling (docs/bench-results-wakeups.json; the tables are printed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command=(bash bench/run.sh "$@")
 
 releases=""
+wakeups=""
 case "${1:-}" in
   --pg) export PG_JOBS_PG=$2; shift 2 ;;
   --releases) releases=$2; shift 2 ;;
+  --wakeups) wakeups=1; shift ;;
 esac
 . scripts/lib.sh
 
@@ -54,7 +59,14 @@ start() {
   DSN=${DSN/dbname=postgres/dbname=bench}
 }
 
-if [ -n "$releases" ]; then
+if [ -n "$wakeups" ]; then
+  sed -i '/pg_jobs.database_name/d' "$conf"  # every database swept: a sweeper beside each case
+  start "$PG_MAJOR" "${PG_JOBS_BENCH_PORT:-54410}"
+  psql "$DSN" -X -q -c "create database bench_notify" -c "create database bench_silent"
+  PG_JOBS_PG_BIN=$PG_BIN .venv/bin/python bench/wakeups.py --dsn "$DSN" \
+    --in-transaction-dsn "${DSN/dbname=bench/dbname=bench_notify}" \
+    --silent-dsn "${DSN/dbname=bench/dbname=bench_silent}" --command "${command[*]}" "$@"
+elif [ -n "$releases" ]; then
   specs=()
   port=${PG_JOBS_BENCH_PORT:-54410}
   for n in ${releases//,/ }; do

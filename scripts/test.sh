@@ -12,8 +12,9 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example); ruff (the Python)"
+echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example); ruff (the Python); eslint (the Node.js)"
 .venv/bin/python -m ruff check tests examples bench scripts
+(cd examples/node && npx --no-install eslint .)
 cargo fmt --check
 cargo clippy --features "pg15 pg_test" --all-targets -- -D warnings
 cargo fmt --check --manifest-path examples/rust/Cargo.toml

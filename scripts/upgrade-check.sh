@@ -74,9 +74,10 @@ for script in sql/released/pg_jobs--*.sql; do
   sql "roles_$db" -c "create extension pg_jobs version '$old'" \
     -c "create role upgrade_worker_$db" -c "select jobs.grant_worker('upgrade_worker_$db')" \
     -c "alter extension pg_jobs update" -c "set role upgrade_worker_$db" \
-    -c "select jobs.enqueue('x') is not null" -c "select count(*) from jobs.claim('w')" >/dev/null ||
+    -c "select jobs.enqueue('x') is not null" -c "select count(*) from jobs.claim('w')" \
+    -c "select count(*) from jobs.complete_and_claim('{}', '{}', 'w')" >/dev/null ||
     fail "a role granted jobs.grant_worker before the upgrade from $old cannot enqueue and claim after it"
-  echo "  a worker role granted before the upgrade enqueues and claims after it"
+  echo "  a worker role granted before the upgrade enqueues, claims, and completes and claims after it"
   checked=$((checked + 1))
 done
 [ "$checked" -gt 0 ] || fail "no earlier release in sql/released/"

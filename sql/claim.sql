@@ -176,8 +176,21 @@ begin
     perform jobs._check_interval('jobs.claim: wait', claim.wait, interval '1 hour',
       'pass how long to wait for work, at most an hour (a waiting claim holds its transaction open), '
       'or NULL or 0 not to wait');
+    -- Every look of a waiting claim needs a new snapshot; one taken for the whole transaction
+    -- would sleep through every enqueue and answer nothing.
+    if current_setting('transaction_isolation') <> 'read committed' then
+      perform jobs._raise('PJ008',
+        format('jobs.claim: wait needs READ COMMITTED; this transaction is %s',
+               upper(current_setting('transaction_isolation'))),
+        'claim with wait in its own statement or a READ COMMITTED transaction, or claim '
+        'without wait (NULL or 0)');
+    end if;
     v_until := clock_timestamp() + claim.wait;
   end if;
+  -- A claim that is its transaction's only work commits without waiting for its WAL flush
+  -- (pg_jobs.async_claims, src/durability.rs): lost in a crash, its job is claimable again
+  -- and its worker fenced out.
+  perform jobs._async_if_alone('claim');
 
   -- With wait: look, and while nothing is claimable sleep until a commit makes work in these
   -- queues, a job in them comes due, or the deadline passes (src/wakeups.rs); then look again.

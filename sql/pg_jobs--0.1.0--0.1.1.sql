@@ -104,6 +104,25 @@ CREATE  FUNCTION jobs."_await_work"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'await_work_wrapper';
+-- 13. Claims and heartbeats that are their transaction's only work commit without waiting
+-- for their WAL flush (pg_jobs.async_claims, src/durability.rs).
+CREATE  FUNCTION jobs."_async_if_alone"(
+	"function" TEXT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'async_if_alone_wrapper';
+-- 11. Notifications relayed by the sweeper when preloaded (src/relay.rs).
+CREATE  FUNCTION jobs."_notify"(
+	"queue" TEXT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+CREATE  FUNCTION jobs."_relays"() RETURNS bool
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'relays_wrapper';
 -- 9. A claim from a queue never used warns, once per connection (src/unknown_queues.rs).
 CREATE  FUNCTION jobs."_warn_unknown_queues"(
 	"queues" TEXT[]
@@ -171,6 +190,15 @@ declare
   v_queue text;
 begin
   perform jobs._signal_work(p_queues);  -- the blocking claims, at commit (src/wakeups.rs)
+  if jobs._relays() then
+    -- Relayed, a notification costs this transaction nothing, and one for every queue leaves
+    -- no gap: the probe below can see a job a claim has taken but not yet committed as
+    -- ready, skip the notification, and a worker whose claim missed the new job then sleeps.
+    foreach v_queue in array p_queues loop
+      perform jobs._notify(v_queue);
+    end loop;
+    return;
+  end if;
   foreach v_queue in array p_queues loop
     -- In jobs_ready_idx order, so the probe reads one index entry, never the table.
     perform from jobs_data.jobs as j
@@ -178,7 +206,7 @@ begin
     order by j.priority desc, j.run_at
     limit 1;
     if not found then
-      perform pg_notify('pg_jobs', v_queue);
+      perform jobs._notify(v_queue);  -- relayed by the sweeper when preloaded (src/relay.rs)
     end if;
   end loop;
 end
@@ -781,8 +809,21 @@ begin
     perform jobs._check_interval('jobs.claim: wait', claim.wait, interval '1 hour',
       'pass how long to wait for work, at most an hour (a waiting claim holds its transaction open), '
       'or NULL or 0 not to wait');
+    -- Every look of a waiting claim needs a new snapshot; one taken for the whole transaction
+    -- would sleep through every enqueue and answer nothing.
+    if current_setting('transaction_isolation') <> 'read committed' then
+      perform jobs._raise('PJ008',
+        format('jobs.claim: wait needs READ COMMITTED; this transaction is %s',
+               upper(current_setting('transaction_isolation'))),
+        'claim with wait in its own statement or a READ COMMITTED transaction, or claim '
+        'without wait (NULL or 0)');
+    end if;
     v_until := clock_timestamp() + claim.wait;
   end if;
+  -- A claim that is its transaction's only work commits without waiting for its WAL flush
+  -- (pg_jobs.async_claims, src/durability.rs): lost in a crash, its job is claimable again
+  -- and its worker fenced out.
+  perform jobs._async_if_alone('claim');
 
   -- With wait: look, and while nothing is claimable sleep until a commit makes work in these
   -- queues, a job in them comes due, or the deadline passes (src/wakeups.rs); then look again.
@@ -942,6 +983,9 @@ begin
     perform jobs._check_interval('jobs.heartbeat: lease', heartbeat.lease, interval '7 days',
       'pass the lease to extend by, or NULL to extend by the lease of the claim');
   end if;
+  -- On its own, it commits without waiting for its WAL flush (pg_jobs.async_claims): a lost
+  -- heartbeat only shortens the lease (src/durability.rs).
+  perform jobs._async_if_alone('heartbeat');
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
   update jobs_data.jobs as j set
@@ -1108,6 +1152,32 @@ $$;
 comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
   'Complete a claimed batch in one statement, each job fenced on its own token; '
   'answers (id, landed) in the order given';
+
+create or replace function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id text,
+                                        queues text[] default array['default'],
+                                        max_jobs int default 1, lease interval default null,
+                                        results jsonb[] default null)
+returns setof jobs.claimed_job
+language plpgsql volatile
+as $$
+declare
+  v_lost bigint;
+begin
+  select count(*) filter (where not c.landed) into v_lost
+  from jobs.complete_many(ids, claims, results) as c;
+  if v_lost > 0 then
+    perform jobs._raise('PJ001', format('jobs.complete_and_claim: %s of the %s claims given are '
+      'no longer held (lease lapsed, claimed again, cancelled or settled)', v_lost, cardinality(ids)),
+      'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
+      'jobs.complete_many, then claim');
+  end if;
+  return query select * from jobs.claim(worker_id, queues, max_jobs, lease);
+end
+$$;
+
+comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[]) is
+  'Complete a claimed batch and claim the next in one transaction; lease_lost and nothing '
+  'changed when a claim is no longer held';
 
 create or replace function jobs.fail(id uuid, claim bigint, error text,
                           retry_at timestamptz default null, retryable boolean default true)
@@ -1916,7 +1986,8 @@ returns void
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
-                               'heartbeat', 'complete', 'complete_many', 'fail', 'snooze',
+                               'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
+                               'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event'], false) $$;
 
 comment on function jobs.grant_worker(name) is
@@ -2034,6 +2105,21 @@ begin
   if current_setting('pg_jobs_upgrade.claim_grantees') <> '' then
     execute 'grant execute on function jobs.claim(text, text[], int, interval, interval) to '
       || current_setting('pg_jobs_upgrade.claim_grantees');
+  end if;
+end
+$$;
+-- 12. Roles that may complete a batch may complete it and claim the next in one call.
+do $$
+declare
+  v_grantees text;
+begin
+  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
+  from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+  where p.oid = 'jobs.complete_many(uuid[], bigint[], jsonb[])'::regprocedure
+    and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
+  if v_grantees is not null then
+    execute 'grant execute on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, '
+      || 'interval, jsonb[]) to ' || v_grantees;
   end if;
 end
 $$;

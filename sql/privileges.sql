@@ -1,7 +1,7 @@
 -- Privileges. Nothing in jobs is granted to PUBLIC. Three capabilities, granted per role:
 --   producer  enqueue, enqueue_batch, publish
---   worker    a producer's, and claim, heartbeat, complete, complete_many, fail, snooze,
---             assert_claim, save_step, get_step, await_event
+--   worker    a producer's, and claim, heartbeat, complete, complete_many, complete_and_claim,
+--             fail, snooze, assert_claim, save_step, get_step, await_event
 --   admin     everything: every function (including the grants), every table and view
 --   monitor   select on jobs.queue_stats only (for postgres_exporter and alerts)
 -- Only admins read or write the tables. The API functions run as their owner (SECURITY
@@ -67,7 +67,8 @@ returns void
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
-                               'heartbeat', 'complete', 'complete_many', 'fail', 'snooze',
+                               'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
+                               'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event'], false) $$;
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';

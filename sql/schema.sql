@@ -199,8 +199,11 @@ $$;
 -- (jobs._signal_work); and NOTIFY on channel pg_jobs, payload the queue name, when a queue that had no ready
 -- job gets one (p_queues; p_new are the jobs that just became ready, not counted). A queue
 -- with ready jobs already has workers claiming (a worker only sleeps after a claim that
--- answered nothing), so under load no notification is sent, and each costs a commit-time
--- lock. At most one per queue per call, and PostgreSQL folds repeats within a transaction.
+-- answered nothing), so under load no notification is sent. Sent by the database's sweeper
+-- when pg_jobs is preloaded (jobs._notify, src/relay.rs), since one sent by this transaction
+-- costs its commit a database-wide lock held through the WAL flush; relayed, it is sent for
+-- every queue that got work, as it costs the transaction nothing. At most one per queue per
+-- call, and repeats within a transaction are folded.
 create function jobs._wake(p_queues text[], p_new uuid[])
 returns void
 language plpgsql volatile
@@ -209,6 +212,15 @@ declare
   v_queue text;
 begin
   perform jobs._signal_work(p_queues);  -- the blocking claims, at commit (src/wakeups.rs)
+  if jobs._relays() then
+    -- Relayed, a notification costs this transaction nothing, and one for every queue leaves
+    -- no gap: the probe below can see a job a claim has taken but not yet committed as
+    -- ready, skip the notification, and a worker whose claim missed the new job then sleeps.
+    foreach v_queue in array p_queues loop
+      perform jobs._notify(v_queue);
+    end loop;
+    return;
+  end if;
   foreach v_queue in array p_queues loop
     -- In jobs_ready_idx order, so the probe reads one index entry, never the table.
     perform from jobs_data.jobs as j
@@ -216,7 +228,7 @@ begin
     order by j.priority desc, j.run_at
     limit 1;
     if not found then
-      perform pg_notify('pg_jobs', v_queue);
+      perform jobs._notify(v_queue);  -- relayed by the sweeper when preloaded (src/relay.rs)
     end if;
   end loop;
 end

@@ -53,6 +53,9 @@ begin
     perform jobs._check_interval('jobs.heartbeat: lease', heartbeat.lease, interval '7 days',
       'pass the lease to extend by, or NULL to extend by the lease of the claim');
   end if;
+  -- On its own, it commits without waiting for its WAL flush (pg_jobs.async_claims): a lost
+  -- heartbeat only shortens the lease (src/durability.rs).
+  perform jobs._async_if_alone('heartbeat');
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
   update jobs_data.jobs as j set
@@ -231,6 +234,37 @@ $$;
 comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
   'Complete a claimed batch in one statement, each job fenced on its own token; '
   'answers (id, landed) in the order given';
+
+-- Settle and claim in one call, so in one transaction and one commit (a plain queue needs two):
+-- complete_many's fence on every job, then claim's semantics for the next batch (limits,
+-- burial of final-attempt lapses, priorities). All or nothing: a claim no longer held raises
+-- lease_lost, and nothing of the call lands, so inside the worker's own transaction (the job's
+-- writes, then this) a rollback undoes the writes with it. No wait: a transaction that wrote
+-- must not sleep holding its locks; when this answers nothing, claim with wait.
+create function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id text,
+                                        queues text[] default array['default'],
+                                        max_jobs int default 1, lease interval default null,
+                                        results jsonb[] default null)
+returns setof jobs.claimed_job
+language plpgsql volatile
+as $$
+declare
+  v_lost bigint;
+begin
+  select count(*) filter (where not c.landed) into v_lost
+  from jobs.complete_many(ids, claims, results) as c;
+  if v_lost > 0 then
+    perform jobs._raise('PJ001', format('jobs.complete_and_claim: %s of the %s claims given are '
+      'no longer held (lease lapsed, claimed again, cancelled or settled)', v_lost, cardinality(ids)),
+      'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
+      'jobs.complete_many, then claim');
+  end if;
+  return query select * from jobs.claim(worker_id, queues, max_jobs, lease);
+end
+$$;
+comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[]) is
+  'Complete a claimed batch and claim the next in one transaction; lease_lost and nothing '
+  'changed when a claim is no longer held';
 
 create function jobs.fail(id uuid, claim bigint, error text,
                           retry_at timestamptz default null, retryable boolean default true)

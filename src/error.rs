@@ -19,10 +19,12 @@ pub enum JobError {
     SerializationFailure,
     /// A role bound to tenants named another tenant (or none).
     TenantNotAllowed,
+    /// A claim asked to wait in a transaction whose snapshot would never see new work.
+    WaitNeedsReadCommitted,
 }
 
 impl JobError {
-    pub const ALL: [JobError; 10] = [
+    pub const ALL: [JobError; 11] = [
         JobError::LeaseLost,
         JobError::DuplicateJob,
         JobError::JobNotFound,
@@ -33,6 +35,7 @@ impl JobError {
         JobError::NullValueNotAllowed,
         JobError::SerializationFailure,
         JobError::TenantNotAllowed,
+        JobError::WaitNeedsReadCommitted,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -47,6 +50,7 @@ impl JobError {
             JobError::NullValueNotAllowed => "null_value_not_allowed",
             JobError::SerializationFailure => "serialization_failure",
             JobError::TenantNotAllowed => "tenant_not_allowed",
+            JobError::WaitNeedsReadCommitted => "wait_needs_read_committed",
         }
     }
 
@@ -62,6 +66,7 @@ impl JobError {
             JobError::NullValueNotAllowed => "22004",
             JobError::SerializationFailure => "40001",
             JobError::TenantNotAllowed => "PJ007",
+            JobError::WaitNeedsReadCommitted => "PJ008",
         }
     }
 
@@ -90,6 +95,9 @@ impl JobError {
             }
             JobError::TenantNotAllowed => {
                 "the role is bound to other tenants (jobs.grant_producer / grant_worker with a tenant)"
+            }
+            JobError::WaitNeedsReadCommitted => {
+                "claim with wait runs in READ COMMITTED: a REPEATABLE READ or SERIALIZABLE snapshot never sees new work"
             }
         }
     }

@@ -20,6 +20,7 @@ pub static DEAD_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(30 * 24 * 
 pub static CLOCK_OFFSET_S: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static MAX_PAYLOAD_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 pub static TENANTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static ASYNC_CLAIMS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 /// Defines the settings. The launcher's (`database_name`, `max_databases`) exist only when the
 /// library is preloaded, as the launcher does; the others are defined whenever it is loaded.
@@ -117,7 +118,24 @@ pub fn init(preloaded: bool) {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"pg_jobs.async_claims",
+        c"Whether a claim or heartbeat that is its transaction's only work commits without \
+          waiting for its WAL flush.",
+        c"After a crash or a failover, claims from the last moments before it may be handed \
+          out again; their workers are fenced out (their tokens are never issued again). Off: \
+          every claim is as durable as synchronous_commit says. Any role may set it for its \
+          own sessions: it changes only the durability of that role's own claims.",
+        &ASYNC_CLAIMS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_jobs".as_ptr()) };
+}
+
+/// pg_jobs.async_claims (src/durability.rs).
+pub fn async_claims() -> bool {
+    ASYNC_CLAIMS.get()
 }
 
 /// The one database to sweep, if `pg_jobs.database_name` names one.

@@ -10,12 +10,15 @@
 use pgrx::prelude::*;
 
 mod clock;
+mod durability;
 mod error;
 mod error_context;
 mod gucs;
 mod ids;
 mod launcher;
 mod random;
+mod relay;
+mod statement;
 mod tokens;
 mod unknown_queues;
 mod vacuum;
@@ -67,6 +70,7 @@ pub extern "C-unwind" fn _PG_init() {
     if preloaded && !unsafe { pg_sys::IsBinaryUpgrade } {
         launcher::init();
         wakeups::init();
+        relay::init();
     }
 }
 

@@ -95,6 +95,12 @@ fn signal_work(queues: Vec<Option<String>>) {
             p.insert(bucket(queue));
         }
     });
+    at_commit();
+}
+
+/// Makes sure `at_transaction_end` runs at the end of this backend's transactions (registered
+/// once, for the backend's life).
+pub fn at_commit() {
     if !REGISTERED.with(Cell::get) {
         REGISTERED.with(|r| r.set(true));
         unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
@@ -102,8 +108,10 @@ fn signal_work(queues: Vec<Option<String>>) {
 }
 
 /// The end of every transaction of a backend that ever signalled: at a commit, bumps the
-/// buckets it made work in (its rows are visible by now) and wakes the waiting claims; at an
-/// abort, forgets them.
+/// buckets it made work in (its rows are visible by now) and wakes the waiting claims, and
+/// hands its notifications to the relay (src/relay.rs); at an abort, forgets them. A prepared
+/// transaction's wake-ups are forgotten too: it commits later, from another session (the
+/// waiting claims find its jobs at their next look).
 #[pg_guard]
 unsafe extern "C-unwind" fn at_transaction_end(
     event: pg_sys::XactEvent::Type,
@@ -112,9 +120,10 @@ unsafe extern "C-unwind" fn at_transaction_end(
     use pg_sys::XactEvent::*;
     let commit = match event {
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => true,
-        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => false,
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => false,
         _ => return,
     };
+    crate::relay::end_of_transaction(commit);
     let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if !commit || buckets.is_empty() {
         return;
@@ -150,6 +159,7 @@ fn work_seen(queues: Vec<Option<String>>) -> Vec<i64> {
 #[pg_extern(volatile, parallel_unsafe, name = "_await_work")]
 fn await_work(queues: Vec<Option<String>>, seen: Vec<i64>, until: TimestampWithTimeZone) {
     let until: i64 = until.into();
+    release_xmin_if_unused();
     let remaining = || {
         let now = unsafe { pg_sys::GetCurrentTimestamp() };
         Duration::from_micros(until.saturating_sub(now).max(0) as u64)
@@ -242,5 +252,27 @@ unsafe extern "C-unwind" fn uncount_at_exit(_code: i32, _arg: pg_sys::Datum) {
         if let Some(w) = shared() {
             w.waiting.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+/// Takes this backend out of vacuum's horizon for the wait (`backend_xmin` NULL), when no
+/// snapshot it holds can be used again: the statement is `SELECT ... FROM jobs.claim(...)`
+/// alone (src/statement.rs), in its own transaction, in READ COMMITTED. Then the statement's
+/// own snapshot is read by nothing after the claim returns (it scans no table, calls nothing
+/// else), and each look of the claim after the wait takes a new snapshot, which advertises
+/// the new xmin. Anything else
+/// (a claim joined with a table, called from another function or inside BEGIN, where an open
+/// cursor or a later use of an older snapshot could read rows vacuum removed meanwhile) keeps
+/// its snapshot, and its xmin, for the wait.
+fn release_xmin_if_unused() {
+    unsafe {
+        if pg_sys::IsTransactionBlock()
+            || pg_sys::XactIsoLevel != pg_sys::XACT_READ_COMMITTED as i32
+            || !crate::statement::is_a_bare_call(c"claim")
+        {
+            return;
+        }
+        pg_sys::InvalidateCatalogSnapshot();
+        (*pg_sys::MyProc).xmin = pg_sys::InvalidTransactionId;
     }
 }

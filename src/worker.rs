@@ -16,7 +16,7 @@
 //! Autovacuum visits a database once per `autovacuum_naptime`, a minute by default, and a busy
 //! queue leaves a minute of dead row versions behind in between (docs/BENCHMARKS.md, churn).
 
-use crate::{gucs, launcher, vacuum};
+use crate::{durability, gucs, launcher, relay, vacuum};
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
 use std::ffi::CString;
@@ -48,20 +48,33 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
         exit(0)
     };
     let database = database_name();
+    relay::register();
 
     let mut last_vacuum_check = Instant::now();
+    let mut next_sweep = Instant::now();
     let mut first = true;
     loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            next_sweep = Instant::now(); // a new setting applies at once
         }
         if !launcher::current(generation) {
             break;
+        }
+        relay_notifications();
+        if Instant::now() < next_sweep {
+            // Woken to relay: sleep out the rest of the interval.
+            let left = next_sweep.saturating_duration_since(Instant::now());
+            if !BackgroundWorker::wait_latch(Some(left.max(relay::GAP))) {
+                break;
+            }
+            continue;
         }
         // Passes back to back while a task fills its batch, so a backlog drains at once but
         // no single transaction holds many rows. Under load that lasts as long as the load
         // does, so the vacuum check is made between passes too.
         loop {
+            relay_notifications();
             match BackgroundWorker::transaction(pass) {
                 Pass::NoExtension => {
                     if first {
@@ -88,6 +101,8 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
         }
         report_stats();
         vacuum_if_due(&mut last_vacuum_check);
+        next_sweep = Instant::now() + gucs::sweep_interval();
+        relay_notifications();
         if !BackgroundWorker::wait_latch(Some(gucs::sweep_interval())) {
             break;
         }
@@ -152,11 +167,46 @@ fn vacuum_if_due(last_check: &mut Instant) {
     }
     *last_check = Instant::now();
     if let Some(relid) = BackgroundWorker::transaction(vacuum_due) {
+        // A vacuum may take a while: until it ends, transactions notify for themselves.
+        relay_notifications();
+        relay::set_ready(false);
         report_activity(pg_sys::BackendState::STATE_RUNNING, VACUUMING);
         vacuum::vacuum(relid);
         report_activity(pg_sys::BackendState::STATE_IDLE, VACUUMING);
+        relay::set_ready(true);
         report_stats();
     }
+}
+
+/// Sends the notifications that committed transactions handed to this sweeper (src/relay.rs),
+/// in one transaction that does not wait for its WAL flush, then waits `relay::GAP`, so a burst
+/// of commits becomes one notification per queue.
+fn relay_notifications() {
+    let due = relay::take();
+    if due.queues.is_empty() && !due.every_queue {
+        return;
+    }
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        return; // no NOTIFY on a standby (nor any commit that would hand one over)
+    }
+    BackgroundWorker::transaction(move || {
+        let mut queues = due.queues;
+        if due.every_queue && matches!(hold_extension(), Held::Yes) {
+            let every: Vec<String> = Spi::connect(|client| {
+                client
+                    .select("select queue from jobs_data.queues", None, &[])
+                    .map(|rows| {
+                        rows.filter_map(|r| r.get::<String>(1).ok().flatten())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            });
+            queues.extend(every);
+        }
+        durability::commit_without_flush();
+        relay::send(&queues);
+    });
+    std::thread::sleep(relay::GAP);
 }
 
 /// One sweep in the current transaction.

@@ -134,6 +134,61 @@ def test_wait_is_checked(dsn):
         assert conn.execute("select count(*) from jobs.claim('w', wait => '0')").fetchone()[0] == 0
 
 
+def vacuum_leaves_dead(conn, table):
+    """VACUUM VERBOSE the table: how many of its dead rows it could not remove yet."""
+    said = []
+    conn.add_notice_handler(lambda n: said.append(n.message_primary))
+    conn.execute(f"vacuum (verbose) {table}")
+    line = next(m for m in said if "dead but not yet removable" in m)
+    return int(line.split(" are dead but not yet removable")[0].rsplit(" ", 1)[1])
+
+
+def test_a_waiting_claim_does_not_hold_back_vacuum(dsn):
+    """While `select ... from jobs.claim(..., wait => ...)` sleeps, its backend has no xmin,
+    so rows that die meanwhile are removed by a vacuum; woken, the claim looks with a new
+    snapshot and claims. Checked to fail without its guard: with release_xmin_if_unused
+    returning at once, the waiting backend's backend_xmin stayed set."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("create table churn as select g as n from generate_series(1, 100) g")
+        waiter = Waiter(dsn, "select name from jobs.claim('w', array['idle'], wait => '60 s')")
+        waiter.start()
+        until_waiting(dsn)
+        assert conn.execute("select backend_xmin from pg_stat_activity where pid = %s",
+                            (waiter.pid,)).fetchone()[0] is None
+        conn.execute("update churn set n = n + 1")
+        assert vacuum_leaves_dead(conn, "churn") == 0
+        conn.execute("select jobs.enqueue('go', queue => 'idle')")
+    waiter.join(BOUND)
+    assert waiter.error is None and waiter.rows == [("go",)]
+
+
+def test_a_waiting_claim_inside_a_transaction_keeps_its_snapshot(dsn):
+    """Inside BEGIN, a snapshot older than the wait may be used again after it (an open
+    cursor, the next statement of a REPEATABLE READ transaction): the claim keeps its xmin."""
+    waiter = Waiter(dsn, "select name from jobs.claim('w', array['idle'], wait => '2 s')", setup=["begin"])
+    waiter.start()
+    until_waiting(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("select backend_xmin from pg_stat_activity where pid = %s",
+                            (waiter.pid,)).fetchone()[0] is not None
+    waiter.join(BOUND)
+    assert waiter.error is None and waiter.rows == []
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_a_waiting_claim_needs_read_committed(dsn, level):
+    """Its snapshot would never see new work: refused, and nothing is claimed."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        job = conn.execute("select id from jobs.enqueue('ready_now', queue => 'rr')").fetchone()[0]
+        conn.execute(f"begin isolation level {level}")
+        with pytest.raises(psycopg.Error, match="wait needs READ COMMITTED") as refused:
+            conn.execute("select * from jobs.claim('w', array['rr'], wait => '1 s')")
+        assert refused.value.sqlstate == "PJ008"
+        assert "claim without wait" in refused.value.diag.message_hint
+        conn.execute("rollback")
+        assert conn.execute("select state::text, attempt from jobs.jobs where id = %s", (job,)).fetchone() == ("ready", 0)
+
+
 # Each source of work wakes a waiting claim of its queue. `setup` leaves one job of the queue
 # not claimable before the claim waits (parked, paused, dead, delayed, or held by another
 # claim); `made`, from another connection, makes it claimable (or, for a lease, nothing does:

@@ -100,13 +100,43 @@ def producer(shared):
             time.sleep(0.1)  # the same id again after a failover: deduped if it had landed
 
 
-def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice():
+def attach_standby():
+    """A streaming standby of the primary, made synchronous once it is attached (before, every
+    commit would wait for it)."""
+    sh("mkdir", "-p", SDIR)
+    sh("chown", "postgres:", SDIR)
+    sh("chmod", "700", SDIR)
+    as_pg(f"{BIN}/pg_basebackup", "-h", "127.0.0.1", "-p", str(PRIMARY), "-U", "postgres", "-D", SDIR,
+          "-X", "stream", "-R")
+    with open(f"{SDIR}/postgresql.conf", "a") as f:
+        f.write(f"port = {STANDBY}\nunix_socket_directories = '{SDIR}'\n")
+    with open(f"{SDIR}/postgresql.auto.conf", "a") as f:
+        f.write(f"primary_conninfo = 'host=127.0.0.1 port={PRIMARY} user=postgres application_name=standby1'\n")
+    as_pg(f"{BIN}/pg_ctl", "-D", SDIR, "-l", f"{SDIR}/log", "-w", "start")
+    with psycopg.connect(dsn(PRIMARY), autocommit=True) as conn:
+        conn.execute("alter system set synchronous_standby_names = 'standby1'")
+        conn.execute("select pg_reload_conf()")
+    eventually(PRIMARY, "select sync_state from pg_stat_replication where application_name = 'standby1'", "sync")
+
+
+def stop_both():
+    for d in (SDIR, PDIR):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{BIN}/pg_ctl", "-D", d, "-m", "immediate",
+                        "-w", "stop"], capture_output=True)
     sh("rm", "-rf", PDIR, SDIR)
-    conf = f"{PDIR}.conf"
-    with open(conf, "w") as f:
-        f.write("pg_jobs.sweep_interval = '100ms'\n")
-    sh("bash", os.path.join(ROOT, "scripts/cluster.sh"), "start", PDIR, str(PRIMARY), conf)
-    os.remove(conf)
+
+
+def start_primary(conf):
+    sh("rm", "-rf", PDIR, SDIR)
+    path = f"{PDIR}.conf"
+    with open(path, "w") as f:
+        f.write(conf)
+    sh("bash", os.path.join(ROOT, "scripts/cluster.sh"), "start", PDIR, str(PRIMARY), path)
+    os.remove(path)
+
+
+def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice():
+    start_primary("pg_jobs.sweep_interval = '100ms'\n")
     try:
         with psycopg.connect(dsn(PRIMARY), autocommit=True) as conn:
             conn.execute("create extension pg_jobs")
@@ -116,21 +146,7 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice(
             conn.execute("select jobs.enqueue('poison', max_attempts => 1, queue => 'side')")
             conn.execute("select count(*) from jobs.claim('doomed', array['side'], 1, '4 seconds')")
 
-        sh("mkdir", "-p", SDIR)
-        sh("chown", "postgres:", SDIR)
-        sh("chmod", "700", SDIR)
-        as_pg(f"{BIN}/pg_basebackup", "-h", "127.0.0.1", "-p", str(PRIMARY), "-U", "postgres", "-D", SDIR,
-              "-X", "stream", "-R")
-        with open(f"{SDIR}/postgresql.conf", "a") as f:
-            f.write(f"port = {STANDBY}\nunix_socket_directories = '{SDIR}'\n")
-        with open(f"{SDIR}/postgresql.auto.conf", "a") as f:
-            f.write(f"primary_conninfo = 'host=127.0.0.1 port={PRIMARY} user=postgres application_name=standby1'\n")
-        as_pg(f"{BIN}/pg_ctl", "-D", SDIR, "-l", f"{SDIR}/log", "-w", "start")
-        # Synchronous once the standby is attached (before, every commit would wait for it).
-        with psycopg.connect(dsn(PRIMARY), autocommit=True) as conn:
-            conn.execute("alter system set synchronous_standby_names = 'standby1'")
-            conn.execute("select pg_reload_conf()")
-        eventually(PRIMARY, "select sync_state from pg_stat_replication where application_name = 'standby1'", "sync")
+        attach_standby()
 
         # During recovery neither the launcher nor a sweeper runs on the standby; on the
         # primary both do (checked first, so the standby's zero is not a launcher that never
@@ -169,7 +185,43 @@ def test_failover_to_a_synchronous_standby_loses_nothing_and_runs_nothing_twice(
         # Promoted, the background worker sweeps: the lapsed final attempt is buried.
         eventually(STANDBY, "select state::text from jobs.jobs where name = 'poison'", "dead")
     finally:
-        for d in (SDIR, PDIR):
-            subprocess.run(["runuser", "-u", "postgres", "--", f"{BIN}/pg_ctl", "-D", d, "-m", "immediate",
-                            "-w", "stop"], capture_output=True)
-        sh("rm", "-rf", PDIR, SDIR)
+        stop_both()
+
+
+def test_a_claim_lost_with_the_old_primary_is_claimed_again_on_the_new_one_and_its_holder_fenced():
+    """A claim on its own commits without waiting for its WAL flush (pg_jobs.async_claims), so
+    it is not yet sent to the standby, synchronous or not, when the primary dies (its WAL
+    writer flushes every 10 s here, and nothing else writes). On the promoted standby the job is
+    claimable again, with a greater token, and every write with the lost one is refused.
+    Checked to fail with pg_jobs.async_claims = off: the claim reached the standby, and the
+    job came back running under it."""
+    start_primary("wal_writer_delay = '10s'\nautovacuum = off\npg_jobs.database_name = 'postgres'\n")
+    try:
+        with psycopg.connect(dsn(PRIMARY), autocommit=True) as conn:
+            conn.execute("create database fenced")
+        fenced = dsn(PRIMARY).replace("dbname=postgres", "dbname=fenced")
+        with psycopg.connect(fenced, autocommit=True) as conn:  # no sweeper here: nothing else writes
+            conn.execute("create extension pg_jobs")
+        attach_standby()
+        with psycopg.connect(fenced, autocommit=True) as conn:
+            job = conn.execute("select id from jobs.enqueue('failover')").fetchone()[0]  # replicated
+            lost = conn.execute("select claim from jobs.claim('old')").fetchone()[0]
+        as_pg(f"{BIN}/pg_ctl", "-D", PDIR, "-m", "immediate", "-w", "stop")
+        as_pg(f"{BIN}/pg_ctl", "-D", SDIR, "-w", "promote")
+        new = dsn(STANDBY).replace("dbname=postgres", "dbname=fenced")
+        eventually(STANDBY, "select pg_is_in_recovery()", False)
+        with psycopg.connect(new, autocommit=True) as conn:
+            assert conn.execute("select state::text, attempt from jobs.jobs where id = %s", (job,)).fetchone() == ("ready", 0)
+            again = conn.execute("select claim from jobs.claim('new')").fetchone()[0]
+            assert again > lost
+            assert conn.execute("select jobs.complete(%s, %s)", (job, lost)).fetchone()[0] is False
+            assert conn.execute("select jobs.heartbeat(%s, %s)", (job, lost)).fetchone()[0] is None
+            for sql in ("select jobs.save_step(%s, %s, 'step', '{}')", "select jobs.assert_claim(%s, %s)"):
+                try:
+                    conn.execute(sql, (job, lost))
+                    raise AssertionError(f"{sql} with the lost token was not refused")
+                except psycopg.Error as refused:
+                    assert refused.sqlstate == "PJ001"
+            assert conn.execute("select state::text, claim from jobs.jobs where id = %s", (job,)).fetchone() == ("running", again)
+    finally:
+        stop_both()

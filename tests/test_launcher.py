@@ -5,8 +5,6 @@ Each test says how it was checked to fail without its guard. Every wait polls wi
 """
 
 import os
-import subprocess
-import tempfile
 import time
 import uuid
 
@@ -14,6 +12,7 @@ import psycopg
 import pytest
 
 import polling
+from clusters import own_cluster
 from polling import one
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,26 +20,11 @@ PORT = int(os.environ.get("PG_JOBS_LAUNCHER_PORT", "54415"))
 DEADLINE = 30  # seconds; well under the launcher's 60 s look at databases without pg_jobs
 
 
-def cluster(*args):
-    out = subprocess.run(["bash", os.path.join(ROOT, "scripts/cluster.sh"), *args],
-                         check=True, capture_output=True, text=True)
-    return out.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def server():
     """A cluster with pg_jobs preloaded and every database swept, every 100 ms."""
-    directory = tempfile.mkdtemp(prefix="pg_jobs-launcher.")
-    conf = os.path.join(directory + ".conf")
-    with open(conf, "w") as f:
-        f.write("pg_jobs.sweep_interval = '100ms'\nlog_min_messages = log\n")
-    dsn = cluster("start", directory, str(PORT), conf)
-    os.remove(conf)
-    try:
-        yield {"dsn": dsn, "dir": directory}
-    finally:
-        cluster("stop", directory)
-        subprocess.run(["rm", "-rf", directory], check=False)
+    with own_cluster("pg_jobs-launcher.", PORT, "pg_jobs.sweep_interval = '100ms'\nlog_min_messages = log\n") as s:
+        yield s
 
 
 def eventually(dsn, sql, wanted, timeout=DEADLINE):

@@ -7,10 +7,12 @@
 // connection), and claims more as soon as one finishes: a slow job never holds back the others.
 // Heartbeats held jobs every lease/3 on connections of their own (database/sql replaces one
 // that broke); a heartbeat answering NULL (the claim is lost) cancels the job's context, which
-// handlers watch. Runs each handler and jobs.complete in ONE transaction (rolled back when
-// complete answers false), reports failures with jobs.fail, snoozes a job whose name has no
-// handler (no attempt used), sleeps on LISTEN pg_jobs with a polling fallback, and on SIGTERM or
-// SIGINT stops claiming, finishes what it holds, and exits 0.
+// handlers watch. Runs each handler and its completion in ONE transaction, which also claims
+// the job's successor for the same goroutine (jobs.complete_and_claim: one commit per job;
+// rolled back when it raises lease_lost), reports failures with jobs.fail, snoozes a job whose
+// name has no handler (no attempt used), and waits for work in the server (jobs.claim with
+// wait: no LISTEN connection, so it works through a transaction-pooling PgBouncer). On SIGTERM or SIGINT it
+// cancels a claim that waits, stops claiming, finishes what it holds, and exits 0.
 package main
 
 import (
@@ -76,45 +78,68 @@ type queues []string
 func (q *queues) String() string     { return strings.Join(*q, ",") }
 func (q *queues) Set(v string) error { *q = append(*q, v); return nil }
 
-// runJob runs one job's handler and jobs.complete in one transaction; a failure rolls back
-// and is reported with jobs.fail. ctx is the job's: cancelled when its claim is lost. The
-// transaction and the settles use the worker's own context, so a lost claim still rolls back
-// and reports cleanly.
-func runJob(ctx context.Context, db *sql.DB, j job) (string, error) {
+// chain names what to claim when a job completes: the worker, its queues, the lease.
+type chain struct {
+	worker string
+	qs     queues
+	lease  float64
+}
+
+// runJob runs one job's handler and its completion in one transaction; a failure rolls back
+// and is reported with jobs.fail. With a chain, the completion also claims the job's successor
+// in that transaction (jobs.complete_and_claim: one commit per job), returned as next. ctx is
+// the job's: cancelled when its claim is lost. The transaction and the settles use the worker's
+// own context, so a lost claim still rolls back and reports cleanly.
+func runJob(ctx context.Context, db *sql.DB, j job, c *chain) (outcome string, next *job, err error) {
 	handler, ok := handlers[j.Name]
 	if !ok { // not a failure: no attempt used; a worker that knows the name will run it
 		_, err := db.Exec("select jobs.snooze($1, $2, now() + interval '1 minute')", j.ID, j.Claim)
-		return "no handler for this name here; snoozed for a minute (no attempt used)", err
+		return "no handler for this name here; snoozed for a minute (no attempt used)", nil, err
 	}
 	tx, err := db.Begin()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	landed, failure := false, error(nil)
 	if result, err := handler(ctx, tx, j); err != nil {
 		failure = err
 	} else if encoded, err := json.Marshal(result); err != nil {
 		failure = err
-	} else {
+	} else if c == nil {
 		failure = tx.QueryRow("select jobs.complete($1, $2, $3)", j.ID, j.Claim, string(encoded)).Scan(&landed)
+	} else {
+		var got []job
+		got, failure = scanJobs(tx.Query(`select id, claim, name, payload, attempt, max_attempts
+			from jobs.complete_and_claim(array[$1]::uuid[], array[$2]::bigint[], $3, $4, 1,
+			                             make_interval(secs => $5), array[$6]::jsonb[])`,
+			j.ID, j.Claim, c.worker, pq.Array(c.qs), c.lease, string(encoded)))
+		var pqErr *pq.Error
+		if errors.As(failure, &pqErr) && pqErr.Code == "PJ001" {
+			failure = nil // lease_lost: the claim is no longer held
+		} else if failure == nil {
+			landed = true
+			if len(got) > 0 {
+				next = &got[0]
+			}
+		}
 	}
 	switch {
 	case failure == nil && landed:
-		return "completed", tx.Commit()
+		return "completed", next, tx.Commit()
 	case failure == nil:
-		return "lost its claim; its writes were rolled back", tx.Rollback() // undo this job's writes
+		return "lost its claim; its writes were rolled back", nil, tx.Rollback() // undo its writes
 	}
 	if err := tx.Rollback(); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	var outcome sql.NullString
-	err = db.QueryRow("select jobs.fail($1, $2, $3)", j.ID, j.Claim, failure.Error()).Scan(&outcome)
+	var failed sql.NullString
+	err = db.QueryRow("select jobs.fail($1, $2, $3)", j.ID, j.Claim, failure.Error()).Scan(&failed)
 	then := map[string]string{"retried": "retried after its backoff", "dead": "dead-lettered: out of attempts",
-		"failed": "failed: out of attempts"}[outcome.String]
-	if !outcome.Valid {
+		"failed": "failed: out of attempts"}[failed.String]
+	if !failed.Valid {
 		then = "the claim was already lost"
 	}
-	return fmt.Sprintf("failed (%s); %s", failure.Error(), then), err
+	return fmt.Sprintf("failed (%s); %s", failure.Error(), then), nil, err
 }
 
 // A held job: its claim, and how to stop its handler.
@@ -128,7 +153,7 @@ func main() {
 	dsn := flag.String("dsn", os.Getenv("PG_JOBS_DSN"), "connection string")
 	batch := flag.Int("batch", 10, "jobs per claim")
 	lease := flag.Float64("lease", 30, "lease in seconds")
-	poll := flag.Float64("poll", 5, "seconds between polls when idle")
+	poll := flag.Float64("poll", 5, "seconds a claim waits in the server for work")
 	untilEmpty := flag.Bool("until-empty", false, "exit once the queues have no live job (needs an admin role)")
 	quiet := flag.Bool("quiet", false, "do not print each job")
 	flag.Var(&qs, "queue", "queue to work (repeatable; default: default)")
@@ -151,31 +176,23 @@ func main() {
 	defer db.Close()
 
 	var stopping atomic.Bool
-	wake := make(chan struct{}, 1)
+	wake := make(chan struct{}, 1) // a job ended, or a signal
 	nudge := func() {
 		select {
 		case wake <- struct{}{}:
 		default:
 		}
 	}
-	listener := pq.NewListener(*dsn, 10*time.Millisecond, time.Minute, nil)
-	if err := listener.Listen("pg_jobs"); err != nil {
-		log.Fatal(err)
-	}
-	go func() {
-		for n := range listener.Notify {
-			for _, q := range qs {
-				if n == nil || n.Extra == q { // nil: reconnected, notifications may have been missed
-					nudge()
-				}
-			}
-		}
-	}()
+	// Claims run under claimCtx: a signal cancels the one that waits for work (lib/pq sends
+	// the server a cancel request); one that is claiming finishes, or claims nothing.
+	claimCtx, cancelClaims := context.WithCancel(ctx)
+	defer cancelClaims()
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-signals
 		stopping.Store(true)
+		cancelClaims()
 		nudge()
 	}()
 
@@ -199,8 +216,13 @@ func main() {
 			mu.Unlock()
 			for _, h := range now {
 				var until sql.NullTime
-				if err := beatDB.QueryRow("select jobs.heartbeat($1, $2)", h.j.ID, h.j.Claim).Scan(&until); err != nil {
-					break // a broken connection: database/sql makes a new one at the next beat
+				err := beatDB.QueryRow("select jobs.heartbeat($1, $2)", h.j.ID, h.j.Claim).Scan(&until)
+				if err != nil { // a broken connection: database/sql makes a new one, at once
+					logf("heartbeat connection failed (%v); reconnecting", err)
+					err = beatDB.QueryRow("select jobs.heartbeat($1, $2)", h.j.ID, h.j.Claim).Scan(&until)
+				}
+				if err != nil {
+					break // tried again at the next beat
 				}
 				if !until.Valid {
 					logf("job %s %s: the claim is lost; stopping its handler", h.j.ID[len(h.j.ID)-8:], h.j.Name)
@@ -225,23 +247,19 @@ func main() {
 				drained = true
 			}
 		}
-		var jobs []job
-		if free := *batch - inFlight; free > 0 {
-			rows, err := db.QueryContext(ctx, `select id, claim, name, payload, attempt, max_attempts
-				from jobs.claim($1, $2, $3, make_interval(secs => $4))`, workerID, pq.Array(qs), free, *lease)
-			if err != nil {
-				log.Fatal(err)
+		free := *batch - inFlight
+		if free == 0 { // full: wait for a job to end
+			<-wake
+			continue
+		}
+		// The blocking claim: when nothing is claimable it sleeps in the server until a commit
+		// makes work in our queues or a job there comes due, up to --poll seconds.
+		jobs, err := claim(claimCtx, db, workerID, qs, free, *lease, *poll)
+		if err != nil {
+			if stopping.Load() {
+				break
 			}
-			for rows.Next() {
-				var j job
-				if err := rows.Scan(&j.ID, &j.Claim, &j.Name, &j.Payload, &j.Attempt, &j.MaxAttempts); err != nil {
-					log.Fatal(err)
-				}
-				jobs = append(jobs, j)
-			}
-			if err := rows.Err(); err != nil {
-				log.Fatal(err)
-			}
+			log.Fatal(err)
 		}
 		for _, j := range jobs {
 			jobCtx, cancel := context.WithCancel(ctx)
@@ -250,25 +268,36 @@ func main() {
 			mu.Unlock()
 			inFlight++
 			running.Add(1)
-			go func(j job) {
+			go func(j job, jobCtx context.Context, cancel context.CancelFunc) {
 				defer running.Done()
-				outcome, err := runJob(jobCtx, db, j)
-				cancel()
-				mu.Lock()
-				delete(held, j.ID)
-				mu.Unlock()
-				if err != nil {
-					log.Fatal(err)
+				for { // the job, then each successor its completion claimed, until none or a signal
+					var c *chain
+					if !stopping.Load() {
+						c = &chain{workerID, qs, *lease}
+					}
+					outcome, next, err := runJob(jobCtx, db, j, c)
+					cancel()
+					mu.Lock()
+					delete(held, j.ID)
+					mu.Unlock()
+					if err != nil {
+						log.Fatal(err)
+					}
+					logf("job %s %-13s attempt %d/%d: %s", j.ID[len(j.ID)-8:], j.Name, j.Attempt, j.MaxAttempts, outcome)
+					if next == nil {
+						break
+					}
+					j = *next
+					jobCtx, cancel = context.WithCancel(ctx)
+					mu.Lock()
+					held[j.ID] = holding{j, cancel}
+					mu.Unlock()
 				}
-				logf("job %s %-13s attempt %d/%d: %s", j.ID[len(j.ID)-8:], j.Name, j.Attempt, j.MaxAttempts, outcome)
 				done <- struct{}{}
 				nudge()
-			}(j)
+			}(j, jobCtx, cancel)
 		}
-		if len(jobs) > 0 && inFlight < *batch {
-			continue // room for more: claim again at once
-		}
-		if inFlight == 0 && *untilEmpty {
+		if len(jobs) == 0 && inFlight == 0 && *untilEmpty {
 			var live int
 			err := db.QueryRowContext(ctx, `select count(*) from jobs.jobs where queue = any($1)
 				and state in ('ready', 'delayed', 'running', 'suspended')`, pq.Array(qs)).Scan(&live)
@@ -279,12 +308,30 @@ func main() {
 				break
 			}
 		}
-		// Sleep until a wake-up on our queues, a job ending, a signal, or the poll interval.
-		select {
-		case <-wake:
-		case <-time.After(time.Duration(*poll * float64(time.Second))):
-		}
 	}
 	running.Wait() // a signal: stop claiming, finish the jobs held
-	_ = listener.Close()
+}
+
+// claim takes up to max jobs, waiting up to wait seconds in the server for work.
+func claim(ctx context.Context, db *sql.DB, workerID string, qs queues, max int, lease, wait float64) ([]job, error) {
+	return scanJobs(db.QueryContext(ctx, `select id, claim, name, payload, attempt, max_attempts
+		from jobs.claim($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5))`,
+		workerID, pq.Array(qs), max, lease, wait))
+}
+
+// scanJobs reads the jobs a claim answered.
+func scanJobs(rows *sql.Rows, err error) ([]job, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var jobs []job
+	for rows.Next() {
+		var j job
+		if err := rows.Scan(&j.ID, &j.Claim, &j.Name, &j.Payload, &j.Attempt, &j.MaxAttempts); err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
 }

@@ -7,8 +7,9 @@
 // more as soon as one finishes: a slow job never holds back the others. Heartbeats held jobs
 // every lease/3 on its own connection, made again when it fails; a heartbeat answering NULL
 // (the claim is lost) aborts the job's signal, which handlers watch. Runs each handler and
-// jobs.complete in ONE transaction (rolled back when complete answers false), reports
-// failures with jobs.fail, snoozes a job whose name has no handler (no attempt used), sleeps on
+// its completion in ONE transaction, which also claims the job's successor for the same
+// connection (jobs.complete_and_claim: one commit per job; rolled back when it raises
+// lease_lost), reports failures with jobs.fail, snoozes a job whose name has no handler (no attempt used), sleeps on
 // LISTEN pg_jobs with a polling fallback, and on SIGTERM or SIGINT stops claiming, finishes
 // what it holds, and exits 0.
 'use strict';
@@ -57,7 +58,12 @@ function parseArgs(argv) {
   return args;
 }
 
-async function runJob(pool, job, log) {
+const CLAIMED = 'id, claim, name, payload, attempt, max_attempts';
+
+// One job: handler and completion in one transaction; a failure rolls back and is reported.
+// With a chain ({ workerId, queues, lease }), the completion also claims the job's successor
+// in that transaction (jobs.complete_and_claim: one commit per job), which it answers, or null.
+async function runJob(pool, job, log, chain) {
   const where = `job ${job.id.slice(-8)} ${job.name.padEnd(13)} attempt ${job.attempt}/${job.max_attempts}`;
   const client = await pool.connect();
   try {
@@ -65,20 +71,37 @@ async function runJob(pool, job, log) {
     if (!handler) { // not a failure: no attempt used; a worker that knows the name will run it
       await client.query("select jobs.snooze($1, $2, now() + interval '1 minute')", [job.id, job.claim]);
       log(`${where}: no handler for this name here; snoozed for a minute (no attempt used)`);
-      return;
+      return null;
     }
     try {
       await client.query('begin');
-      const result = await handler(client, job);
-      const { rows } = await client.query('select jobs.complete($1, $2, $3) as landed',
-        [job.id, job.claim, JSON.stringify(result)]);
-      if (rows[0].landed) {
+      const result = JSON.stringify(await handler(client, job));
+      let landed = true;
+      let next = null;
+      if (chain) {
+        try {
+          const { rows } = await client.query(
+            `select ${CLAIMED} from jobs.complete_and_claim(array[$1]::uuid[], array[$2]::bigint[], $3, $4, 1,`
+            + ' make_interval(secs => $5), array[$6]::jsonb[])',
+            [job.id, job.claim, chain.workerId, chain.queues, chain.lease, result]);
+          next = rows[0] ?? null;
+        } catch (err) {
+          if (err.code !== 'PJ001') throw err;
+          landed = false; // lease_lost: the claim is no longer held
+        }
+      } else {
+        const { rows } = await client.query('select jobs.complete($1, $2, $3) as landed',
+          [job.id, job.claim, result]);
+        landed = rows[0].landed;
+      }
+      if (landed) {
         await client.query('commit');
         log(`${where}: completed`);
-      } else {
-        await client.query('rollback'); // the claim was lost: undo this job's writes
-        log(`${where}: lost its claim; its writes were rolled back`);
+        return next;
       }
+      await client.query('rollback'); // the claim was lost: undo this job's writes
+      log(`${where}: lost its claim; its writes were rolled back`);
+      return null;
     } catch (err) {
       await client.query('rollback');
       const error = `${err.name}: ${err.message}`;
@@ -86,6 +109,7 @@ async function runJob(pool, job, log) {
       const then = { retried: 'retried after its backoff', dead: 'dead-lettered: out of attempts',
         failed: 'failed: out of attempts' }[rows[0].outcome] ?? 'the claim was already lost';
       log(`${where}: failed (${error}); ${then}`);
+      return null;
     }
   } finally {
     client.release();
@@ -96,7 +120,7 @@ async function runJob(pool, job, log) {
 // when it fails. A NULL answer: the claim is lost, and the job's signal is aborted.
 function heartbeats(dsn, intervalMs, held, log) {
   let client = null;
-  const beat = async () => {
+  const beat = async (retry = true) => {
     try {
       if (!client) {
         client = new Client({ connectionString: dsn, application_name: 'pg_jobs heartbeat' });
@@ -111,11 +135,12 @@ function heartbeats(dsn, intervalMs, held, log) {
           job.abort.abort();
         }
       }
-    } catch (err) { // made again at the next beat
+    } catch (err) { // made again, and the beat tried again, at once
       log(`heartbeat connection failed (${err.message}); reconnecting`);
       const broken = client;
       client = null;
       if (broken) broken.end().catch(() => {});
+      if (retry) await beat(false);
     }
   };
   const timer = setInterval(() => { beat(); }, intervalMs);
@@ -145,6 +170,21 @@ async function main() {
   const held = new Map(); // id -> job
   const stopBeats = heartbeats(args.dsn, (args.lease / 3) * 1000, held, log);
   const running = new Set();
+  const chain = { workerId, queues: args.queues, lease: args.lease };
+  // A job, then each successor its completion claimed, until none comes or a signal.
+  const runChain = async (first) => {
+    for (let job = first; job;) {
+      job.abort = new AbortController();
+      job.signal = job.abort.signal;
+      held.set(job.id, job);
+      const current = job;
+      try {
+        job = await runJob(pool, current, log, stopping ? null : chain);
+      } finally {
+        held.delete(current.id);
+      }
+    }
+  };
   const sleep = (ms) => new Promise((resolve) => {
     if (pending) { pending = false; resolve(); return; }
     const done = () => { clearTimeout(timer); wake = () => { pending = true; }; resolve(); };
@@ -157,14 +197,11 @@ async function main() {
     let jobs = [];
     if (free > 0) {
       ({ rows: jobs } = await conn.query(
-        'select id, claim, name, payload, attempt, max_attempts from jobs.claim($1, $2, $3, make_interval(secs => $4))',
+        `select ${CLAIMED} from jobs.claim($1, $2, $3, make_interval(secs => $4))`,
         [workerId, args.queues, free, args.lease]));
     }
     for (const job of jobs) {
-      job.abort = new AbortController();
-      job.signal = job.abort.signal;
-      held.set(job.id, job);
-      const run = runJob(pool, job, log).finally(() => { held.delete(job.id); running.delete(run); wake(); });
+      const run = runChain(job).finally(() => { running.delete(run); wake(); });
       running.add(run);
     }
     if (jobs.length > 0 && running.size < args.batch) continue; // room for more: claim again

@@ -9,15 +9,19 @@
   A connection that fails is made again. A heartbeat that answers NULL means the claim is
   lost (the lease lapsed, the job was cancelled or claimed again): the job's `stop` event is
   set, and a handler that checks it stops.
-- Runs each job's handler and jobs.complete in ONE transaction: when complete answers false
-  (the claim was lost), the transaction rolls back, so the job's writes land exactly once.
+- Runs each job's handler and its completion in ONE transaction, and claims the job's
+  successor for the same thread in that transaction too (jobs.complete_and_claim: one commit
+  per job). When the claim was lost (complete_and_claim raises lease_lost), the transaction
+  rolls back, so the job's writes land exactly once.
 - A handler that raises is reported with jobs.fail and the error text: retried with the job
   type's backoff, or dead-lettered when out of attempts.
 - A job whose name has no handler (typically: producers were deployed before workers) is
   snoozed for a minute with jobs.snooze, which uses no attempt, instead of failed.
-- Sleeps on LISTEN pg_jobs while idle, woken when its queue gets work, and polls every
-  --poll seconds anyway (for delayed jobs coming due).
-- On SIGTERM or SIGINT it stops claiming, finishes the jobs it holds, and exits 0.
+- Waits for work in the server: jobs.claim(..., wait => --poll seconds) sleeps until a commit
+  makes work in its queues or a job there comes due, so it needs no LISTEN connection and
+  works through a transaction-pooling PgBouncer.
+- On SIGTERM or SIGINT it cancels a claim that waits, stops claiming, finishes the jobs it
+  holds, and exits 0.
 """
 
 import argparse
@@ -25,7 +29,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import psycopg
@@ -111,7 +114,8 @@ class Heartbeats(threading.Thread):
 
     def run(self):
         conn = None
-        while not self.stopped.wait(self.interval):
+        retry = False  # the last beat failed and is tried again at once, one time
+        while not self.stopped.wait(0 if retry else self.interval):
             with self.lock:
                 held = list(self.held.values())
             try:
@@ -122,38 +126,65 @@ class Heartbeats(threading.Thread):
                         self.log(f"job {str(job['id'])[-8:]} {job['name']}: the claim is lost; stopping its handler")
                         job["stop"].set()
                         self.release(job)
-            except psycopg.Error as exc:  # made again at the next beat
+            except psycopg.Error as exc:  # made again, and the beat tried again, at once
                 self.log(f"heartbeat connection failed ({exc.__class__.__name__}); reconnecting")
                 if conn is not None:
                     conn.close()
                 conn = None
+                retry = not retry
+                continue
+            retry = False
         if conn is not None:
             conn.close()
 
 
-def run_job(conn, job, log):
+CLAIMED = "id, claim, name, payload, attempt, max_attempts"
+
+
+class LostClaim(Exception):
+    """The job's claim is no longer held: its transaction rolls back."""
+
+
+def run_job(conn, job, log, chain=None):
+    """Runs one job. With `chain` (its worker id, queues and lease), completes it and claims the
+    next in the same call and transaction (jobs.complete_and_claim), and answers that job, or
+    None."""
     fn = HANDLERS.get(job["name"])
     where = f"job {str(job['id'])[-8:]} {job['name']:<13} attempt {job['attempt']}/{job['max_attempts']}"
     if fn is None:  # not a failure: no attempt used; a worker that knows the name will run it
         conn.execute("select jobs.snooze(%s, %s, now() + interval '1 minute')", (job["id"], job["claim"]))
         log(f"{where}: no handler for this name here; snoozed for a minute (no attempt used)")
-        return
+        return None
+    nxt = None
     try:
         with conn.transaction():
             result = fn(conn, job)
-            landed = conn.execute("select jobs.complete(%s, %s, %s)",
-                                  (job["id"], job["claim"], Jsonb(result))).fetchone()[0]
-            if not landed:
-                raise psycopg.Rollback()  # the claim was lost: undo this job's writes
+            if chain is not None:  # raises lease_lost (PJ001) when the claim was lost
+                cur = conn.execute(
+                    f"select {CLAIMED} from jobs.complete_and_claim(%s, %s, %s, %s, 1,"
+                    " make_interval(secs => %s), %s)",
+                    ([job["id"]], [job["claim"]], chain["worker"], chain["queues"], chain["lease"],
+                     [Jsonb(result)]))
+                nxt = next((new_job(cur, row) for row in cur.fetchall()), None)
+            elif not conn.execute("select jobs.complete(%s, %s, %s)",
+                                  (job["id"], job["claim"], Jsonb(result))).fetchone()[0]:
+                raise LostClaim()
         log(f"{where}: completed")
-    except psycopg.Rollback:
-        log(f"{where}: lost its claim; its writes were rolled back")
-    except Exception as exc:  # the handler failed: retry or dead-letter it
-        error = f"{type(exc).__name__}: {exc}"
+        return nxt
+    except Exception as exc:
+        if isinstance(exc, LostClaim) or getattr(exc, "sqlstate", None) == "PJ001":
+            log(f"{where}: lost its claim; its writes were rolled back")
+            return None
+        error = f"{type(exc).__name__}: {exc}"  # the handler failed: retry or dead-letter it
         outcome = conn.execute("select jobs.fail(%s, %s, %s)", (job["id"], job["claim"], error)).fetchone()[0]
         then = {"retried": "retried after its backoff", "dead": "dead-lettered: out of attempts",
                 "failed": "failed: out of attempts", None: "the claim was already lost"}[outcome]
         log(f"{where}: failed ({error}); {then}")
+        return None
+
+
+def new_job(cur, row):
+    return dict(zip([c.name for c in cur.description], row, strict=True), stop=threading.Event())
 
 
 def main():
@@ -162,7 +193,7 @@ def main():
     ap.add_argument("--queue", action="append", dest="queues")
     ap.add_argument("--batch", type=int, default=10, help="jobs run at once")
     ap.add_argument("--lease", type=float, default=30, help="seconds")
-    ap.add_argument("--poll", type=float, default=5, help="seconds between claims when idle")
+    ap.add_argument("--poll", type=float, default=5, help="seconds a claim waits in the server for work")
     ap.add_argument("--until-empty", action="store_true", help="exit when the queues have no live job")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
@@ -171,57 +202,60 @@ def main():
     log = (lambda *a: None) if args.quiet else (lambda *a: print(" ", *a, flush=True))
 
     stopping = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopping.set())
-
     local = threading.local()  # each job thread's own connection
 
+    chain = {"worker": worker_id, "queues": queues, "lease": args.lease}
+
     def work(job):
+        """Runs a job, and the next one its completion claimed, until none comes or we stop."""
         if getattr(local, "conn", None) is None or local.conn.closed:
             local.conn = psycopg.connect(args.dsn, autocommit=True)
-        try:
-            run_job(local.conn, job, log)
-        finally:
-            beats.release(job)
+        while job is not None:
+            try:
+                nxt = run_job(local.conn, job, log, None if stopping.is_set() else chain)
+            finally:
+                beats.release(job)
+            if nxt is not None:
+                beats.hold(nxt)
+            job = nxt
 
     beats = Heartbeats(args.dsn, args.lease / 3, log)
     beats.start()
     running = set()
     with psycopg.connect(args.dsn, autocommit=True) as conn, \
-            psycopg.connect(args.dsn, autocommit=True) as listener, \
             ThreadPoolExecutor(max_workers=args.batch) as pool:
-        listener.execute("listen pg_jobs")
+
+        def on_signal(*_):
+            stopping.set()
+            conn.cancel()  # ends a claim waiting for work; one that is claiming finishes
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
         while not stopping.is_set():
             running = {f for f in running if not f.done()}
             free = args.batch - len(running)
-            jobs = []
-            if free > 0:
+            if free == 0:  # full: wait for a job to end
+                wait(running, return_when=FIRST_COMPLETED)
+                continue
+            # The blocking claim: when nothing is claimable it sleeps in the server until a
+            # commit makes work in our queues or a job there comes due, up to --poll seconds.
+            try:
                 cur = conn.execute(
-                    "select id, claim, name, payload, attempt, max_attempts"
-                    " from jobs.claim(%s, %s, %s, make_interval(secs => %s))",
-                    (worker_id, queues, free, args.lease))
-                cols = [c.name for c in cur.description]
-                jobs = [dict(zip(cols, row, strict=True), stop=threading.Event()) for row in cur.fetchall()]
-            for job in jobs:
-                beats.hold(job)
-                running.add(pool.submit(work, job))
-            if jobs and len(running) < args.batch:
-                continue  # room for more: claim again at once
-            if running:  # full, or the queue is empty for now: wait for a job to end
-                wait(running, timeout=0.2 if jobs else args.poll, return_when=FIRST_COMPLETED)
-                if jobs or len(running) >= args.batch:
-                    continue
-            if args.until_empty and not running and conn.execute(
-                    "select count(*) from jobs.jobs where queue = any(%s)"
-                    " and state in ('ready', 'delayed', 'running', 'suspended')", (queues,)).fetchone()[0] == 0:
-                break
-            # Idle: sleep until a wake-up on our queues, a signal, a job ending, or the poll.
-            deadline = time.monotonic() + args.poll
-            while not stopping.is_set() and time.monotonic() < deadline:
-                if any(n.payload in queues for n in listener.notifies(timeout=0.2, stop_after=1)):
+                    f"select {CLAIMED}"
+                    " from jobs.claim(%s, %s, %s, make_interval(secs => %s), make_interval(secs => %s))",
+                    (worker_id, queues, free, args.lease, args.poll))
+                jobs = [new_job(cur, row) for row in cur.fetchall()]
+                for job in jobs:
+                    beats.hold(job)
+                    running.add(pool.submit(work, job))
+                if args.until_empty and not jobs and not running and conn.execute(
+                        "select count(*) from jobs.jobs where queue = any(%s)"
+                        " and state in ('ready', 'delayed', 'running', 'suspended')", (queues,)).fetchone()[0] == 0:
                     break
-                if any(f.done() for f in running):
+            except psycopg.errors.QueryCanceled:  # by our signal: the claim took nothing
+                if stopping.is_set():
                     break
+                raise
         # A signal: stop claiming, and finish the jobs held (the pool waits for them).
     beats.stopped.set()
 

@@ -10,7 +10,7 @@ select jobs.enqueue('later', queue => 'q', run_at => now() + interval '1 hour') 
 select jobs.enqueue('elsewhere', queue => 'r') is not null;
 
 -- Highest priority first, then oldest run_at; a future job is not handed out.
-select name, attempt, claim >> 32 as claims, lease_expires_at > now() as leased from jobs.claim('w1', array['q'], 10);
+select name, attempt, claim > 0 as token, lease_expires_at > now() as leased from jobs.claim('w1', array['q'], 10);
 select count(*) from jobs.claim('w1', array['q'], 10);
 select name, claimed_by, state from jobs.jobs where state = 'running' order by name;
 

@@ -17,7 +17,7 @@ select jobs.cancel('00000000-0000-0000-0000-000000000000');
 
 -- requeue: finished jobs go back to ready with attempts reset and a new token.
 select jobs.requeue(:'id');
-select state, attempt, claim >> 32 as claims, finished_at from jobs.jobs where id = :'id';
+select state, attempt, claim > :claim as token_advanced, finished_at from jobs.jobs where id = :'id';
 select jobs.requeue(:'id');
 \echo :LAST_ERROR_SQLSTATE
 -- Steps are kept, or dropped from from_step on, in the same statement.

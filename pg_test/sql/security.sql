@@ -83,8 +83,9 @@ drop owned by pgj_clock;
 drop role pgj_clock;
 truncate jobs_data.jobs;
 
--- 3. Claim tokens cannot be derived from earlier ones: a counter in the high 31 bits, 32
--- random bits below. Strictly increasing per job; a refusal does not name the current token.
+-- 3. Claim tokens cannot be derived from earlier ones: the claim's millisecond (or the last
+-- token's plus one) in the high 40 bits, 23 random bits below. Strictly increasing per job; a
+-- refusal does not name the current token.
 -- Checked to fail on 0.1.1, whose tokens counted 1, 2, 3.
 create temp table tokens (n int, claim bigint);
 select (jobs.enqueue('tokened', id => '00000000-0000-0000-0000-00000000070c')).id is not null as enqueued;
@@ -100,8 +101,8 @@ begin
 end
 $$;
 select bool_and(t.claim > p.claim) as increasing,
-       bool_and((t.claim >> 32) = (p.claim >> 32) + 1) as counter_in_the_high_bits,
-       bool_and(t.claim - p.claim not in (1, 4294967296)) as not_the_last_plus_one
+       bool_and((t.claim >> 23) > (p.claim >> 23)) as high_bits_grow,
+       bool_and(t.claim - p.claim not in (1, 8388608)) as not_the_last_plus_one
 from tokens as t join tokens as p on p.n = t.n - 1;
 select claim as old from tokens where n = 19 \gset
 select jobs.assert_claim('00000000-0000-0000-0000-00000000070c', :old);

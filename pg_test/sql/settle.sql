@@ -81,7 +81,7 @@ select jobs.assert_claim('00000000-0000-0000-0000-000000000000', 1);
 \echo :LAST_ERROR_SQLSTATE
 
 -- Bad input: a clear error, and nothing changes.
-select state, attempt, claim >> 32 as claims from jobs.jobs where id = :'id';
+select state, attempt, claim = :claim as same_token from jobs.jobs where id = :'id';
 select jobs.complete(null, 1);
 \echo :LAST_ERROR_SQLSTATE
 select jobs.fail(:'id', :claim, null);
@@ -96,4 +96,4 @@ select jobs.heartbeat(null, :claim);
 \echo :LAST_ERROR_SQLSTATE
 select jobs.heartbeat(:'id', null);
 \echo :LAST_ERROR_SQLSTATE
-select state, attempt, claim >> 32 as claims from jobs.jobs where id = :'id';
+select state, attempt, claim = :claim as same_token from jobs.jobs where id = :'id';

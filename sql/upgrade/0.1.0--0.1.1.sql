@@ -92,6 +92,25 @@ CREATE  FUNCTION jobs."_await_work"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'await_work_wrapper';
+-- 13. Claims and heartbeats that are their transaction's only work commit without waiting
+-- for their WAL flush (pg_jobs.async_claims, src/durability.rs).
+CREATE  FUNCTION jobs."_async_if_alone"(
+	"function" TEXT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'async_if_alone_wrapper';
+-- 11. Notifications relayed by the sweeper when preloaded (src/relay.rs).
+CREATE  FUNCTION jobs."_notify"(
+	"queue" TEXT
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+CREATE  FUNCTION jobs."_relays"() RETURNS bool
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'relays_wrapper';
 -- 9. A claim from a queue never used warns, once per connection (src/unknown_queues.rs).
 CREATE  FUNCTION jobs."_warn_unknown_queues"(
 	"queues" TEXT[]
@@ -131,6 +150,21 @@ begin
   if current_setting('pg_jobs_upgrade.claim_grantees') <> '' then
     execute 'grant execute on function jobs.claim(text, text[], int, interval, interval) to '
       || current_setting('pg_jobs_upgrade.claim_grantees');
+  end if;
+end
+$$;
+-- 12. Roles that may complete a batch may complete it and claim the next in one call.
+do $$
+declare
+  v_grantees text;
+begin
+  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
+  from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+  where p.oid = 'jobs.complete_many(uuid[], bigint[], jsonb[])'::regprocedure
+    and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
+  if v_grantees is not null then
+    execute 'grant execute on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, '
+      || 'interval, jsonb[]) to ' || v_grantees;
   end if;
 end
 $$;

@@ -6,11 +6,13 @@
 //! Runs up to --batch jobs at once, each on a task and a connection of its own, and claims
 //! more as soon as one finishes: a slow job never holds back the others. Heartbeats held jobs
 //! every lease/3 on its own connection, made again when it fails; a heartbeat answering NULL
-//! (the claim is lost) tells the job's handler to stop. Runs each handler and jobs.complete in
-//! ONE transaction (rolled back when complete answers false), reports failures with jobs.fail,
-//! snoozes a job whose name has no handler (no attempt used), sleeps on LISTEN pg_jobs with a
-//! polling fallback, and on SIGTERM or SIGINT stops claiming, finishes what it holds, and
-//! exits 0.
+//! (the claim is lost) tells the job's handler to stop. Runs each handler and its completion in
+//! ONE transaction, which also claims the job's successor for the same task
+//! (jobs.complete_and_claim: one commit per job; rolled back when it raises lease_lost),
+//! reports failures with jobs.fail, snoozes a job whose name has no handler (no attempt used),
+//! and waits for work in the server (jobs.claim with wait: no LISTEN connection, so it works
+//! through a transaction-pooling PgBouncer). On SIGTERM or SIGINT it cancels a claim that waits, stops claiming, finishes what
+//! it holds, and exits 0.
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -18,12 +20,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Transaction};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls, Row, Transaction};
 use uuid::Uuid;
 
 struct Job {
@@ -35,6 +37,32 @@ struct Job {
     max_attempts: i32,
     /// Becomes true when the claim is lost: a long handler should stop.
     stop: watch::Receiver<bool>,
+}
+
+impl Job {
+    /// A job a claim answered (its columns in CLAIMED's order), and the sender that stops it.
+    fn from_row(r: &Row) -> (Job, watch::Sender<bool>) {
+        let (tell, stop) = watch::channel(false);
+        let job = Job {
+            id: r.get(0),
+            claim: r.get(1),
+            name: r.get(2),
+            payload: r.get(3),
+            attempt: r.get(4),
+            max_attempts: r.get(5),
+            stop,
+        };
+        (job, tell)
+    }
+}
+
+const CLAIMED: &str = "id, claim, name, payload, attempt, max_attempts";
+
+/// What to claim when a job completes: the worker, its queues, the lease.
+struct Chain {
+    worker: String,
+    queues: Vec<String>,
+    lease: f64,
 }
 
 /// The job names this worker has a handler for.
@@ -121,37 +149,25 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Connects, and drives the connection on a task of its own; notifications on a queue we
-/// work wake `wake`.
-async fn connect(
-    dsn: &str,
-    wake: Option<(Vec<String>, Arc<Notify>)>,
-) -> Result<Client, tokio_postgres::Error> {
-    let (client, mut connection) = tokio_postgres::connect(dsn, NoTls).await?;
+/// Connects, and drives the connection on a task of its own.
+async fn connect(dsn: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await?;
     tokio::spawn(async move {
-        let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(message) = messages.next().await {
-            match message {
-                Ok(AsyncMessage::Notification(n)) => {
-                    if let Some((queues, notify)) = &wake {
-                        if queues.iter().any(|q| q == n.payload()) {
-                            notify.notify_one();
-                        }
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    eprintln!("connection lost: {e}");
-                    break;
-                }
-            }
+        if let Err(e) = connection.await {
+            eprintln!("connection lost: {e}");
         }
     });
     Ok(client)
 }
 
-/// One job: handler and complete in one transaction; a failure rolls back and is reported.
-async fn run_job(client: &mut Client, job: &Job) -> Result<String, tokio_postgres::Error> {
+/// One job: handler and completion in one transaction; a failure rolls back and is reported.
+/// With a chain, the completion also claims the job's successor in that transaction
+/// (jobs.complete_and_claim: one commit per job), answered with the outcome.
+async fn run_job(
+    client: &mut Client,
+    job: &Job,
+    chain: Option<&Chain>,
+) -> Result<(String, Option<Row>), tokio_postgres::Error> {
     if !HANDLED.contains(&job.name.as_str()) {
         // Not a failure: no attempt used; a worker that knows the name will run it.
         client
@@ -160,30 +176,55 @@ async fn run_job(client: &mut Client, job: &Job) -> Result<String, tokio_postgre
                 &[&job.id, &job.claim],
             )
             .await?;
-        return Ok("no handler for this name here; snoozed for a minute (no attempt used)".into());
+        let snoozed = "no handler for this name here; snoozed for a minute (no attempt used)";
+        return Ok((snoozed.into(), None));
     }
     let tx = client.transaction().await?;
+    let mut next = None;
     let attempt = async {
         let result = handle(&tx, job).await?;
-        let landed: bool = tx
-            .query_one(
-                "select jobs.complete($1, $2, $3)",
-                &[&job.id, &job.claim, &result],
-            )
-            .await
-            .map_err(|e| e.to_string())?
-            .get(0);
-        Ok::<bool, String>(landed)
+        let Some(chain) = chain else {
+            let landed: bool = tx
+                .query_one(
+                    "select jobs.complete($1, $2, $3)",
+                    &[&job.id, &job.claim, &result],
+                )
+                .await
+                .map_err(|e| e.to_string())?
+                .get(0);
+            return Ok::<bool, String>(landed);
+        };
+        let sql = format!(
+            "select {CLAIMED} from jobs.complete_and_claim(array[$1]::uuid[], \
+             array[$2]::bigint[], $3, $4, 1, make_interval(secs => $5), array[$6]::jsonb[])"
+        );
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            &job.id,
+            &job.claim,
+            &chain.worker,
+            &chain.queues,
+            &chain.lease,
+            &result,
+        ];
+        match tx.query(&sql, &args).await {
+            Ok(rows) => {
+                next = rows.into_iter().next();
+                Ok(true)
+            }
+            // lease_lost: the claim is no longer held
+            Err(e) if e.code() == Some(&SqlState::from_code("PJ001")) => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
     }
     .await;
     match attempt {
         Ok(true) => {
             tx.commit().await?;
-            Ok("completed".into())
+            Ok(("completed".into(), next))
         }
         Ok(false) => {
             tx.rollback().await?; // the claim was lost: undo this job's writes
-            Ok("lost its claim; its writes were rolled back".into())
+            Ok(("lost its claim; its writes were rolled back".into(), None))
         }
         Err(message) => {
             tx.rollback().await?;
@@ -200,7 +241,7 @@ async fn run_job(client: &mut Client, job: &Job) -> Result<String, tokio_postgre
                 Some(_) => "failed: out of attempts",
                 None => "the claim was already lost",
             };
-            Ok(format!("failed ({message}); {then}"))
+            Ok((format!("failed ({message}); {then}"), None))
         }
     }
 }
@@ -217,7 +258,7 @@ impl Pool {
         let idle = self.idle.lock().unwrap().pop();
         match idle {
             Some(client) if !client.is_closed() => Ok(client),
-            _ => connect(&self.dsn, None).await,
+            _ => connect(&self.dsn).await,
         }
     }
 
@@ -236,10 +277,11 @@ type Held = Arc<Mutex<HashMap<Uuid, (i64, String, watch::Sender<bool>)>>>;
 async fn heartbeats(dsn: String, period: Duration, held: Held, quiet: bool) {
     let mut ticks = tokio::time::interval(period);
     let mut client: Option<Client> = None;
+    let mut retried = false; // a failed beat is tried again at once, one time
     loop {
         ticks.tick().await;
         if client.as_ref().is_none_or(Client::is_closed) {
-            client = connect(&format!("{dsn} application_name='pg_jobs heartbeat'"), None)
+            client = connect(&format!("{dsn} application_name='pg_jobs heartbeat'"))
                 .await
                 .ok();
         }
@@ -271,10 +313,16 @@ async fn heartbeats(dsn: String, period: Duration, held: Held, quiet: bool) {
                 }
                 Ok(_) => {}
                 Err(_) => {
-                    client = None; // made again at the next beat
+                    client = None; // made again, and the beat tried again, at once
+                    if !std::mem::replace(&mut retried, true) {
+                        ticks.reset_immediately();
+                    }
                     break;
                 }
             }
+        }
+        if client.is_some() {
+            retried = false;
         }
     }
 }
@@ -286,9 +334,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let wake = Arc::new(Notify::new());
     let stopping = Arc::new(AtomicBool::new(false));
 
-    let client = connect(&args.dsn, None).await?;
-    let listener = connect(&args.dsn, Some((args.queues.clone(), wake.clone()))).await?;
-    listener.batch_execute("listen pg_jobs").await?;
+    let client = connect(&args.dsn).await?;
     let pool = Pool {
         dsn: args.dsn.clone(),
         idle: Arc::default(),
@@ -297,9 +343,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
         let mut signals = signal(kind)?;
         let (stopping, wake) = (stopping.clone(), wake.clone());
+        let cancel = client.cancel_token();
         tokio::spawn(async move {
             signals.recv().await;
             stopping.store(true, Ordering::SeqCst);
+            // Ends a claim that waits for work; one that is claiming finishes.
+            let _ = cancel.cancel_query(NoTls).await;
             wake.notify_one();
         });
     }
@@ -318,39 +367,52 @@ async fn main() -> Result<(), Box<dyn Error>> {
             ended??;
         }
         let free = args.batch - running.len() as i32;
-        let mut claimed = 0;
-        if free > 0 {
-            let rows = client
-                .query(
-                    "select id, claim, name, payload, attempt, max_attempts \
-                     from jobs.claim($1, $2, $3, make_interval(secs => $4))",
-                    &[&worker_id, &args.queues, &free, &args.lease],
-                )
-                .await?;
-            claimed = rows.len();
-            for r in rows {
-                let (tell, stop) = watch::channel(false);
-                let job = Job {
-                    id: r.get(0),
-                    claim: r.get(1),
-                    name: r.get(2),
-                    payload: r.get(3),
-                    attempt: r.get(4),
-                    max_attempts: r.get(5),
-                    stop,
-                };
-                held.lock()
-                    .unwrap()
-                    .insert(job.id, (job.claim, job.name.clone(), tell));
-                let (pool, held, wake, quiet) =
-                    (pool.clone(), held.clone(), wake.clone(), args.quiet);
-                running.spawn(async move {
-                    let mut conn = pool.take().await?;
-                    let outcome = run_job(&mut conn, &job).await;
-                    pool.give_back(conn);
+        if free == 0 {
+            wake.notified().await; // full: wait for a job to end
+            continue;
+        }
+        // The blocking claim: when nothing is claimable it sleeps in the server until a commit
+        // makes work in our queues or a job there comes due, up to --poll seconds.
+        let rows = match client
+            .query(
+                &format!(
+                    "select {CLAIMED} from jobs.claim($1, $2, $3, make_interval(secs => $4), \
+                     make_interval(secs => $5))"
+                ),
+                &[&worker_id, &args.queues, &free, &args.lease, &args.poll],
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            Err(_) if stopping.load(Ordering::SeqCst) => break, // cancelled by our signal
+            Err(e) => return Err(e.into()),
+        };
+        let claimed = rows.len();
+        for r in rows {
+            let (job, tell) = Job::from_row(&r);
+            held.lock()
+                .unwrap()
+                .insert(job.id, (job.claim, job.name.clone(), tell));
+            let (pool, held, wake, stopping) =
+                (pool.clone(), held.clone(), wake.clone(), stopping.clone());
+            let chain = Chain {
+                worker: worker_id.clone(),
+                queues: args.queues.clone(),
+                lease: args.lease,
+            };
+            let quiet = args.quiet;
+            running.spawn(async move {
+                let mut conn = pool.take().await?;
+                let mut job = job;
+                // The job, then each successor its completion claimed, until none or a signal.
+                let ended = loop {
+                    let chained = (!stopping.load(Ordering::SeqCst)).then_some(&chain);
+                    let outcome = run_job(&mut conn, &job, chained).await;
                     held.lock().unwrap().remove(&job.id);
-                    wake.notify_one();
-                    let outcome = outcome?;
+                    let (outcome, next) = match outcome {
+                        Ok(done) => done,
+                        Err(e) => break Err(e),
+                    };
                     if !quiet {
                         let short = job.id.to_string();
                         println!(
@@ -361,14 +423,20 @@ async fn main() -> Result<(), Box<dyn Error>> {
                             job.max_attempts
                         );
                     }
-                    Ok(())
-                });
-            }
+                    let Some(row) = next else { break Ok(()) };
+                    let (successor, tell) = Job::from_row(&row);
+                    held.lock().unwrap().insert(
+                        successor.id,
+                        (successor.claim, successor.name.clone(), tell),
+                    );
+                    job = successor;
+                };
+                pool.give_back(conn);
+                wake.notify_one();
+                ended
+            });
         }
-        if claimed > 0 && (running.len() as i32) < args.batch {
-            continue; // room for more: claim again at once
-        }
-        if running.is_empty() && args.until_empty {
+        if claimed == 0 && running.is_empty() && args.until_empty {
             let live: i64 = client
                 .query_one(
                     "select count(*) from jobs.jobs where queue = any($1) \
@@ -380,11 +448,6 @@ async fn main() -> Result<(), Box<dyn Error>> {
             if live == 0 {
                 break;
             }
-        }
-        // Sleep until a wake-up on our queues, a job ending, a signal, or the poll interval.
-        tokio::select! {
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(Duration::from_secs_f64(args.poll)) => {}
         }
     }
     while let Some(ended) = running.join_next().await {

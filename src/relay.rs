@@ -1,0 +1,274 @@
+//! The NOTIFY relay: with `shared_preload_libraries = 'pg_jobs'`, the application's commit
+//! sends no NOTIFY.
+//!
+//! A transaction that sends `NOTIFY` takes a database-wide lock at its commit and holds it
+//! through the commit's WAL flush, so every such commit waits for the one before it (group
+//! commit is lost). `jobs._wake` notifies when a queue with no ready job gets one, which is
+//! the common case while workers keep up; with the library preloaded it calls
+//! `jobs._notify(queue)` instead, which notes the queue, and at the transaction's commit the
+//! noted queues go into a ring in shared memory and the sweeper of the database (the relay) is
+//! woken through its latch. The sweeper sends `NOTIFY pg_jobs, '<queue>'` for each, from one
+//! short transaction of its own (`synchronous_commit = off`: a notification lost in a crash
+//! wakes nobody who was not polling anyway), and at most one such transaction per `GAP`, so a
+//! burst of commits becomes one notification per queue.
+//!
+//! Falls back to the in-transaction NOTIFY of before, decided at the call: without preload,
+//! when the database has no sweeper (`pg_jobs.max_databases` reached, `pg_jobs.database_name`
+//! names another) or its sweeper is vacuuming, and for a queue name longer than a ring entry
+//! holds. A full ring loses no wake-up: the sweeper is told, and notifies every queue of its
+//! database. A sweeper that exits between a call and its commit loses that commit's
+//! notifications (workers that LISTEN poll as well); a savepoint rolled back after the call
+//! still notifies at the commit (a worker woken for nothing claims nothing).
+
+use pgrx::lwlock::PgLwLock;
+use pgrx::prelude::*;
+use pgrx::{pg_shmem_init, PGRXSharedMemory};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Queue names the ring holds between two relays (all databases).
+const RING: usize = 256;
+/// The longest queue name (in bytes) the ring holds; longer ones are notified in the
+/// transaction.
+const NAME_BYTES: usize = 200;
+/// Sweepers that relay at once: the cap of `pg_jobs.max_databases`.
+const RELAYS: usize = 128;
+/// The shortest time between two relays of one sweeper.
+pub const GAP: Duration = Duration::from_millis(5);
+
+#[derive(Copy, Clone)]
+struct Entry {
+    db: u32,
+    len: u16,
+    name: [u8; NAME_BYTES],
+}
+
+#[derive(Copy, Clone, Default)]
+struct Relay {
+    /// 0: a free slot.
+    db: u32,
+    pid: i32,
+    /// The sweeper's `MyLatch` (in shared memory, the same address in every process).
+    latch: usize,
+    /// Relaying now: false while the sweeper vacuums.
+    ready: bool,
+    /// The ring was full: notify every queue of the database.
+    overflowed: bool,
+}
+
+pub struct Ring {
+    len: usize,
+    entries: [Entry; RING],
+    relays: [Relay; RELAYS],
+}
+
+impl Default for Ring {
+    fn default() -> Self {
+        Ring {
+            len: 0,
+            entries: [Entry {
+                db: 0,
+                len: 0,
+                name: [0; NAME_BYTES],
+            }; RING],
+            relays: [Relay::default(); RELAYS],
+        }
+    }
+}
+
+unsafe impl PGRXSharedMemory for Ring {}
+
+static RELAY: PgLwLock<Ring> = unsafe { PgLwLock::new(c"pg_jobs relay") };
+static SHARED: AtomicBool = AtomicBool::new(false);
+
+/// From `_PG_init` while preloading.
+pub fn init() {
+    pg_shmem_init!(RELAY);
+    SHARED.store(true, Ordering::SeqCst);
+}
+
+fn shared() -> bool {
+    SHARED.load(Ordering::SeqCst)
+}
+
+fn this_database() -> u32 {
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+thread_local! {
+    /// Queues this transaction notifies through the relay, at its commit.
+    static PENDING: RefCell<BTreeSet<String>> = const { RefCell::new(BTreeSet::new()) };
+}
+
+/// `jobs._notify(queue)`: `NOTIFY pg_jobs, queue` at this transaction's commit, sent by the
+/// database's sweeper when it relays, else by this transaction.
+#[pg_extern(volatile, parallel_unsafe, name = "_notify")]
+fn notify(queue: &str) {
+    if queue.len() <= NAME_BYTES && relaying(this_database()) {
+        PENDING.with(|p| p.borrow_mut().insert(queue.to_owned()));
+        crate::wakeups::at_commit();
+    } else {
+        send_one(queue);
+    }
+}
+
+// async.h is not among pgrx's bindings.
+unsafe extern "C-unwind" {
+    #[link_name = "Async_Notify"]
+    fn async_notify(channel: *const std::ffi::c_char, payload: *const std::ffi::c_char);
+}
+
+/// `NOTIFY pg_jobs, queue` in the current transaction (an error is raised as PostgreSQL's).
+fn send_one(queue: &str) {
+    let payload = CString::new(queue).expect("a text has no NUL");
+    unsafe {
+        pg_sys::ffi::pg_guard_ffi_boundary(|| async_notify(c"pg_jobs".as_ptr(), payload.as_ptr()))
+    };
+}
+
+/// `jobs._relays()`: whether this database's sweeper relays notifications now, so that one
+/// costs the transaction nothing (jobs._wake then notifies for every queue it made work in, not
+/// only for a queue that had no ready job).
+#[pg_extern(volatile, parallel_unsafe, name = "_relays")]
+fn relays() -> bool {
+    relaying(this_database())
+}
+
+/// Whether the sweeper of `db` relays now.
+fn relaying(db: u32) -> bool {
+    shared() && RELAY.share().relays.iter().any(|r| r.db == db && r.ready)
+}
+
+/// The end of a transaction that called `_notify` (from src/wakeups.rs): at a commit, hands
+/// its queues to the sweeper and wakes it; at an abort, forgets them.
+pub fn end_of_transaction(commit: bool) {
+    let queues = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    if !commit || queues.is_empty() || !shared() {
+        return;
+    }
+    let db = this_database();
+    let mut ring = RELAY.exclusive();
+    let Some(at) = ring.relays.iter().position(|r| r.db == db) else {
+        return; // its sweeper is gone
+    };
+    for queue in &queues {
+        if ring.len == RING {
+            ring.relays[at].overflowed = true;
+            break;
+        }
+        let mut entry = Entry {
+            db,
+            len: queue.len() as u16,
+            name: [0; NAME_BYTES],
+        };
+        entry.name[..queue.len()].copy_from_slice(queue.as_bytes());
+        let len = ring.len;
+        ring.entries[len] = entry;
+        ring.len += 1;
+    }
+    let latch = ring.relays[at].latch as *mut pg_sys::Latch;
+    unsafe { pg_sys::SetLatch(latch) };
+}
+
+/// From the sweeper: relays for this database from now on, until it exits.
+pub fn register() {
+    if !shared() {
+        return;
+    }
+    let db = this_database();
+    {
+        let mut ring = RELAY.exclusive();
+        let Some(at) = ring
+            .relays
+            .iter()
+            .position(|r| r.db == db)
+            .or_else(|| ring.relays.iter().position(|r| r.db == 0))
+        else {
+            return;
+        };
+        ring.relays[at] = Relay {
+            db,
+            pid: unsafe { pg_sys::MyProcPid },
+            latch: unsafe { pg_sys::MyLatch } as usize,
+            ready: true,
+            overflowed: false,
+        };
+    }
+    unsafe { pg_sys::before_shmem_exit(Some(unregister), pg_sys::Datum::from(0)) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn unregister(_code: i32, _arg: pg_sys::Datum) {
+    let pid = unsafe { pg_sys::MyProcPid };
+    let mut ring = RELAY.exclusive();
+    let db = this_database();
+    for r in ring.relays.iter_mut().filter(|r| r.pid == pid) {
+        *r = Relay::default();
+    }
+    // Its database's queues wait for no one now (the database may be gone for good).
+    let mut kept = 0;
+    for i in 0..ring.len {
+        if ring.entries[i].db != db {
+            ring.entries[kept] = ring.entries[i];
+            kept += 1;
+        }
+    }
+    ring.len = kept;
+}
+
+/// From the sweeper: relays (true) or not, while it vacuums (false).
+pub fn set_ready(ready: bool) {
+    if !shared() {
+        return;
+    }
+    let pid = unsafe { pg_sys::MyProcPid };
+    for r in RELAY.exclusive().relays.iter_mut().filter(|r| r.pid == pid) {
+        r.ready = ready;
+    }
+}
+
+/// What a sweeper has to relay: the queues committed since its last relay, and whether the
+/// ring overflowed (then every queue of the database).
+#[derive(Default)]
+pub struct Due {
+    pub queues: BTreeSet<String>,
+    pub every_queue: bool,
+}
+
+/// From the sweeper: takes this database's queues out of the ring.
+pub fn take() -> Due {
+    let mut due = Due::default();
+    if !shared() {
+        return due;
+    }
+    let db = this_database();
+    let pid = unsafe { pg_sys::MyProcPid };
+    let mut ring = RELAY.exclusive();
+    let mut kept = 0;
+    for i in 0..ring.len {
+        let entry = ring.entries[i];
+        if entry.db == db {
+            let name = &entry.name[..entry.len as usize];
+            due.queues
+                .insert(String::from_utf8_lossy(name).into_owned());
+        } else {
+            ring.entries[kept] = entry;
+            kept += 1;
+        }
+    }
+    ring.len = kept;
+    for r in ring.relays.iter_mut().filter(|r| r.pid == pid) {
+        due.every_queue |= std::mem::take(&mut r.overflowed);
+    }
+    due
+}
+
+/// Sends `NOTIFY pg_jobs, queue` for each, in the current transaction.
+pub fn send(queues: &BTreeSet<String>) {
+    for queue in queues {
+        send_one(queue);
+    }
+}

@@ -1,0 +1,116 @@
+//! What the statement running is: whether it is one call of a pg_jobs function and nothing
+//! else. Two things are safe only then, because no other part of the statement can read or
+//! write anything after the call:
+//! - a waiting claim gives up its snapshot's xmin while it sleeps (src/wakeups.rs);
+//! - a claim or a heartbeat in its own transaction commits without waiting for its WAL flush
+//!   (src/durability.rs).
+
+use pgrx::prelude::*;
+use pgrx::PgList;
+use std::ffi::CStr;
+
+/// Whether the statement running is one call of `jobs.<function>(...)` and nothing else:
+/// `SELECT jobs.<function>(...)`, or `SELECT ... FROM jobs.<function>(...)` with, above the
+/// function's scan, only aggregates, sorts, limits and projections (`count(*)`, `array_agg`,
+/// `ORDER BY`, `LIMIT`). One plan that reads no table (no relation in its range table, no
+/// subplan), in which no expression but the call itself calls a volatile function (which could
+/// write, or read tables).
+pub fn is_a_bare_call(function: &CStr) -> bool {
+    unsafe {
+        let portal = pg_sys::ActivePortal;
+        if portal.is_null() {
+            return false;
+        }
+        let stmts = PgList::<pg_sys::Node>::from_pg((*portal).stmts);
+        let [stmt] = stmts.iter_ptr().collect::<Vec<_>>()[..] else {
+            return false;
+        };
+        if (*stmt).type_ != pg_sys::NodeTag::T_PlannedStmt {
+            return false;
+        }
+        let stmt = stmt as *mut pg_sys::PlannedStmt;
+        (*stmt).commandType == pg_sys::CmdType::CMD_SELECT
+            && (*stmt).relationOids.is_null()
+            && (*stmt).subplans.is_null()
+            && bare_plan((*stmt).planTree, function)
+    }
+}
+
+/// A plan node of a bare call: the call at the bottom, and above it only nodes that compute
+/// nothing volatile.
+unsafe fn bare_plan(plan: *mut pg_sys::Plan, function: &CStr) -> bool {
+    use pg_sys::NodeTag::*;
+    unsafe {
+        if plan.is_null()
+            || !(*plan).initPlan.is_null()
+            || !(*plan).righttree.is_null()
+            || volatile((*plan).qual.cast())
+        {
+            return false;
+        }
+        let targets = (*plan).targetlist;
+        match (*plan).type_ {
+            // SELECT ... FROM jobs.f(...)
+            T_FunctionScan => {
+                let scan = plan as *mut pg_sys::FunctionScan;
+                let functions = PgList::<pg_sys::RangeTblFunction>::from_pg((*scan).functions);
+                let [call] = functions.iter_ptr().collect::<Vec<_>>()[..] else {
+                    return false;
+                };
+                (*plan).lefttree.is_null()
+                    && !volatile(targets.cast())
+                    && is_call((*call).funcexpr, function)
+            }
+            // SELECT jobs.f(...)
+            T_Result if (*plan).lefttree.is_null() => {
+                let result = plan as *mut pg_sys::Result;
+                let targets = PgList::<pg_sys::TargetEntry>::from_pg(targets);
+                let [target] = targets.iter_ptr().collect::<Vec<_>>()[..] else {
+                    return false;
+                };
+                !volatile((*result).resconstantqual) && is_call((*target).expr.cast(), function)
+            }
+            T_Result => {
+                let result = plan as *mut pg_sys::Result;
+                !volatile((*result).resconstantqual)
+                    && !volatile(targets.cast())
+                    && bare_plan((*plan).lefttree, function)
+            }
+            T_Limit => {
+                let limit = plan as *mut pg_sys::Limit;
+                !volatile((*limit).limitOffset)
+                    && !volatile((*limit).limitCount)
+                    && !volatile(targets.cast())
+                    && bare_plan((*plan).lefttree, function)
+            }
+            T_Agg | T_Sort | T_IncrementalSort | T_Material => {
+                !volatile(targets.cast()) && bare_plan((*plan).lefttree, function)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether `node` is a call of `jobs.<function>` whose arguments call no volatile function.
+unsafe fn is_call(node: *mut pg_sys::Node, function: &CStr) -> bool {
+    unsafe {
+        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_FuncExpr {
+            return false;
+        }
+        let call = node as *mut pg_sys::FuncExpr;
+        if volatile((*call).args.cast()) {
+            return false;
+        }
+        let funcid = (*call).funcid;
+        let name = pg_sys::get_func_name(funcid);
+        let schema = pg_sys::get_namespace_name(pg_sys::get_func_namespace(funcid));
+        !name.is_null()
+            && !schema.is_null()
+            && CStr::from_ptr(name) == function
+            && CStr::from_ptr(schema) == c"jobs"
+    }
+}
+
+unsafe fn volatile(node: *mut pg_sys::Node) -> bool {
+    !node.is_null() && unsafe { pg_sys::contain_volatile_functions(node) }
+}
