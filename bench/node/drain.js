@@ -7,7 +7,8 @@
 //
 // graphile-worker: `concurrency` = workers; with batch > 1 its local queue fetches `batch`
 // jobs a time and completions are batched (completeJobBatchDelay 0), its nearest equivalent
-// of a batch claim. pg_jobs: `workers` loops, each jobs.claim(batch) then jobs.complete_many.
+// of a batch claim. pg_jobs: `workers` loops, each jobs.claim(batch), then
+// jobs.complete_and_claim(batch) until the queue is empty.
 'use strict';
 const { Pool } = require('pg');
 
@@ -33,14 +34,16 @@ async function drainPgJobs(args) {
   await Promise.all(Array.from({ length: args.workers }, async (_, n) => {
     const client = await pool.connect();
     try {
-      for (;;) {
-        const { rows } = await client.query("select id, claim, payload from jobs.claim($1, array['node_bench'], $2)",
-          [`node-${n}`, args.batch]);
-        if (rows.length === 0) break;
-        const { rows: landed } = await client.query(
-          'select count(*) filter (where landed)::int as n from jobs.complete_many($1, $2)',
-          [rows.map((r) => r.id), rows.map((r) => r.claim)]);
-        completed += landed[0].n;
+      // Each batch completed and the next claimed in one call and one commit, as the
+      // example workers run (all or nothing: a lost claim would raise lease_lost).
+      let { rows } = await client.query("select id, claim, payload from jobs.claim($1, array['node_bench'], $2)",
+        [`node-${n}`, args.batch]);
+      while (rows.length > 0) {
+        const ids = rows.map((r) => r.id);
+        ({ rows } = await client.query(
+          "select id, claim, payload from jobs.complete_and_claim($1, $2, $3, array['node_bench'], $4)",
+          [ids, rows.map((r) => r.claim), `node-${n}`, args.batch]));
+        completed += ids.length;
       }
     } finally {
       client.release();
