@@ -23,7 +23,6 @@ use std::cell::Cell;
 thread_local! {
     /// The statement time of the standalone call this transaction made, until its end.
     static STANDALONE_AT: Cell<Option<i64>> = const { Cell::new(None) };
-    static REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `jobs._async_if_alone(function)`: called by jobs.claim and jobs.heartbeat before they
@@ -43,33 +42,23 @@ fn async_if_alone(function: &str) {
         return;
     }
     STANDALONE_AT.with(|s| s.set(Some(unsafe { pg_sys::GetCurrentStatementStartTimestamp() })));
-    if !REGISTERED.with(|r| r.replace(true)) {
-        unsafe { pg_sys::RegisterXactCallback(Some(at_commit), std::ptr::null_mut()) };
+    crate::wakeups::call_at_transaction_end();
+}
+
+/// Before the commit (from src/wakeups.rs's transaction callback): if the transaction's only
+/// work was a standalone claim or heartbeat, `synchronous_commit = off` for this commit alone.
+pub fn before_commit() {
+    let alone_since = STANDALONE_AT.with(|s| s.take());
+    let still_alone = alone_since == Some(unsafe { pg_sys::GetCurrentStatementStartTimestamp() })
+        && !unsafe { pg_sys::IsTransactionBlock() };
+    if still_alone {
+        commit_without_flush();
     }
 }
 
-/// Before the commit of a transaction whose only work was a standalone claim or heartbeat:
-/// `synchronous_commit = off` for this commit alone. Any end forgets the call.
-#[pg_guard]
-unsafe extern "C-unwind" fn at_commit(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    use pg_sys::XactEvent::*;
-    match event {
-        XACT_EVENT_PRE_COMMIT => {
-            let alone_since = STANDALONE_AT.with(|s| s.take());
-            let still_alone = alone_since
-                == Some(unsafe { pg_sys::GetCurrentStatementStartTimestamp() })
-                && !unsafe { pg_sys::IsTransactionBlock() };
-            if still_alone {
-                commit_without_flush();
-            }
-        }
-        XACT_EVENT_COMMIT
-        | XACT_EVENT_ABORT
-        | XACT_EVENT_PREPARE
-        | XACT_EVENT_PARALLEL_COMMIT
-        | XACT_EVENT_PARALLEL_ABORT => STANDALONE_AT.with(|s| s.set(None)),
-        _ => {}
-    }
+/// At any end of a transaction (ditto): forgets its standalone call.
+pub fn end_of_transaction() {
+    STANDALONE_AT.with(|s| s.set(None));
 }
 
 /// `SET LOCAL synchronous_commit = off`: the current transaction's commit does not wait for

@@ -109,7 +109,7 @@ thread_local! {
 fn notify(queue: &str) {
     if queue.len() <= NAME_BYTES && relaying(this_database()) {
         PENDING.with(|p| p.borrow_mut().insert(queue.to_owned()));
-        crate::wakeups::at_commit();
+        crate::wakeups::call_at_transaction_end();
     } else {
         send_one(queue);
     }

@@ -95,19 +95,21 @@ fn signal_work(queues: Vec<Option<String>>) {
             p.insert(bucket(queue));
         }
     });
-    at_commit();
+    call_at_transaction_end();
 }
 
 /// Makes sure `at_transaction_end` runs at the end of this backend's transactions (registered
 /// once, for the backend's life).
-pub fn at_commit() {
+pub fn call_at_transaction_end() {
     if !REGISTERED.with(Cell::get) {
         REGISTERED.with(|r| r.set(true));
         unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
     }
 }
 
-/// The end of every transaction of a backend that ever signalled: at a commit, bumps the
+/// The one transaction callback of pg_jobs, for every transaction of a backend that ever
+/// signalled a wake-up, notified or made a standalone claim. Before a commit: the asynchronous
+/// commit of a standalone claim (src/durability.rs). At a commit, bumps the
 /// buckets it made work in (its rows are visible by now) and wakes the waiting claims, and
 /// hands its notifications to the relay (src/relay.rs); at an abort, forgets them. A prepared
 /// transaction's wake-ups are forgotten too: it commits later, from another session (the
@@ -119,10 +121,12 @@ unsafe extern "C-unwind" fn at_transaction_end(
 ) {
     use pg_sys::XactEvent::*;
     let commit = match event {
+        XACT_EVENT_PRE_COMMIT => return crate::durability::before_commit(),
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => true,
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => false,
         _ => return,
     };
+    crate::durability::end_of_transaction();
     crate::relay::end_of_transaction(commit);
     let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if !commit || buckets.is_empty() {
