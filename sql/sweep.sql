@@ -143,6 +143,10 @@ begin
   get diagnostics v_n = row_count;
   task := 'expired_events'; affected := v_n; return next;
 
+  -- Recurring schedules (sql/schedules.sql): each due slot enqueued once.
+  select count(*) into v_n from jobs.run_schedules(least(max_rows, 10000));
+  task := 'schedules_enqueued'; affected := v_n; return next;
+
   -- Retention, per pair of states (jobs._prune, which the settles also call).
   foreach v_task in array array['completed_deleted', 'dead_deleted'] loop
     select p.jobs_deleted, v_steps + p.steps_deleted into v_n, v_steps
@@ -181,7 +185,7 @@ end
 $$;
 comment on function jobs.sweep(int) is
   'One housekeeping pass, as the background worker runs it: lapsed leases, waiter timeouts, '
-  'expired events, retention. Each task handles at most max_rows rows. Answers (task, affected).';
+  'expired events, due schedules, retention. Each task handles at most max_rows rows. Answers (task, affected).';
 
 -- Whether jobs_data.jobs has as many dead row versions as autovacuum waits for before it vacuums a
 -- table (the table's autovacuum settings, else the server's), with autovacuum on for it. The

@@ -10,6 +10,7 @@
 use pgrx::prelude::*;
 
 mod clock;
+mod cron;
 mod durability;
 mod error;
 mod error_context;
@@ -54,7 +55,22 @@ extension_sql_file!("../sql/settle.sql", name = "settle", requires = ["policy"])
 extension_sql_file!("../sql/steps.sql", name = "steps", requires = ["settle"]);
 extension_sql_file!("../sql/events.sql", name = "events", requires = ["steps"]);
 extension_sql_file!("../sql/operate.sql", name = "operate", requires = ["steps"]);
-extension_sql_file!("../sql/sweep.sql", name = "sweep", requires = ["events"]);
+extension_sql_file!(
+    "../sql/schedules.sql",
+    name = "schedules",
+    requires = [
+        "operate",
+        cron::cron_problem,
+        cron::cron_next,
+        cron::cron_slots,
+        cron::cron_latest
+    ]
+);
+extension_sql_file!(
+    "../sql/sweep.sql",
+    name = "sweep",
+    requires = ["events", "schedules"]
+);
 extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["sweep"]);
 extension_sql_file!("../sql/backup.sql", name = "backup", requires = ["queues"]);
 extension_sql_file!("../sql/views.sql", name = "views", requires = ["backup"]);

@@ -108,6 +108,21 @@ def test_a_killed_worker_comes_back_and_sweeps(swept):
     eventually(swept, "select state::text from jobs.jobs", "dead")
 
 
+def test_the_worker_enqueues_a_due_schedule_slot_once(swept):
+    """With no client calling jobs.run_schedules, the background worker enqueues a schedule's
+    due slot, once however many passes follow. Checked by taking the schedules task out of
+    jobs.sweep: the job never appears."""
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("""select jobs.schedule('yearly', '0 0 1 1 *', '{"name": "new_year"}')""")
+        # The slot of this new year, as if no pass had run since it came.
+        conn.execute("update jobs.schedules set next_slot = date_trunc('year', now(), 'UTC')")
+    eventually(swept, "select count(*) from jobs.jobs where name = 'new_year'", 1)
+    wait_for_passes(swept, 3)
+    assert one(swept, "select count(*) from jobs.jobs") == 1
+    assert one(swept, "select next_slot > now() from jobs.schedules") is True
+    assert one(swept, "select last_slot = date_trunc('year', now(), 'UTC') from jobs.schedules") is True
+
+
 SWEEPERS = "select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper'"
 
 

@@ -22,6 +22,8 @@
 -- 9. A claim from a queue no job was ever enqueued to warns, once per connection.
 -- 10. jobs.claim takes a last argument, wait (a blocking claim, woken from shared memory:
 --     src/wakeups.rs); the roles that could call the 4-argument claim may call the new one.
+-- 13. Recurring schedules: jobs.schedules, jobs.schedule, jobs.unschedule, jobs.run_schedules,
+--     and a task of jobs.sweep (sql/schedules.sql, src/cron.rs).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -118,6 +120,41 @@ CREATE  FUNCTION jobs."_warn_unknown_queues"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
+-- 13. Cron expressions and their slots (src/cron.rs), then the schedules.
+CREATE  FUNCTION jobs."_cron_problem"(
+	"cron" TEXT
+) RETURNS TEXT
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'cron_problem_wrapper';
+CREATE  FUNCTION jobs."_cron_next"(
+	"cron" TEXT,
+	"zone" TEXT,
+	"after" timestamp with time zone
+) RETURNS timestamp with time zone
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+CREATE  FUNCTION jobs."_cron_slots"(
+	"cron" TEXT,
+	"zone" TEXT,
+	"after" timestamp with time zone,
+	"until" timestamp with time zone,
+	"max" INT
+) RETURNS timestamp with time zone[]
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'cron_slots_wrapper';
+CREATE  FUNCTION jobs."_cron_latest"(
+	"cron" TEXT,
+	"zone" TEXT,
+	"after" timestamp with time zone,
+	"until" timestamp with time zone
+) RETURNS timestamp with time zone
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+-- @include sql/schedules.sql
 
 -- 5.
 create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)
