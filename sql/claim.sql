@@ -139,6 +139,7 @@ declare
   v_policy_names text[];    -- each name among the candidates once, with its policy:
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
+  v_timeouts     interval[];  -- the most an attempt of it may run (NULL: no limit)
   v_until   timestamptz;      -- wait: claim by then (clock_timestamp() time)
   v_seen    bigint[];         -- wait: the wake-up counters of the queues before a look
 begin
@@ -228,6 +229,7 @@ begin
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
                  jobs._lapse_buries(j.attempt, j.max_attempts)
+                   or jobs._timed_out(j.lease_expires_at, j.deadline)
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
             and j.lease_expires_at <= v_now
@@ -252,8 +254,8 @@ begin
   -- The policy of each name once per call, not per job: a lookup per row cost more than the
   -- rest of the claim's statement 1 at a batch of 10 (docs/BENCHMARKS.md).
   select array_agg(p.name), array_agg(coalesce(claim.lease, p.lease)), array_agg(p.dead_letter),
-         v_limited or coalesce(bool_or(p.concurrency is not null), false)
-    into v_policy_names, v_leases, v_dead_letter, v_limited
+         array_agg(p.timeout), v_limited or coalesce(bool_or(p.concurrency is not null), false)
+    into v_policy_names, v_leases, v_dead_letter, v_timeouts, v_limited
   from (select distinct n.name from unnest(v_names) as n(name)) as d
   cross join lateral jobs._policy(d.name) as p;
   if v_limited then
@@ -266,35 +268,54 @@ begin
 
   -- No join to the candidates: each row says what it is. A candidate still running is a lapsed
   -- lease (the ready and due scans find no running job, and the rows stay locked since
-  -- statement 1), and one on its final attempt is buried, by a statement of its own that runs
-  -- only when there is one. A join of the table to the arrays had its generic plan rescan the
-  -- array for every row (max_jobs^2 comparisons).
+  -- statement 1). One on its final attempt is buried, and one whose attempt timed out is
+  -- settled as a failed attempt (retried after the backoff, or buried on the final attempt),
+  -- by a statement of its own that runs only when there is one. A join of the table to the
+  -- arrays had its generic plan rescan the array for every row (max_jobs^2 comparisons).
   if true = any(v_bury[1:max_jobs]) then
     update jobs_data.jobs as j set
-      state = jobs._final_state(v_dead_letter[array_position(v_policy_names, j.name)]),
-      lease = null, lease_expires_at = null, lease_scan_at = null, finished_at = v_now,
-      last_error = jobs._lapse_error(j.attempt, j.max_attempts), updated_at = v_now
-    where j.id = any(v_ids[1:max_jobs])
-      and j.state = 'running' and jobs._lapse_buries(j.attempt, j.max_attempts);
+      state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                   then 'delayed'
+                   else jobs._final_state(v_dead_letter[array_position(v_policy_names, j.name)]) end,
+      run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                    then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
+                                  from jobs._policy(j.name) as p)
+                    else j.run_at end,
+      finished_at = case when j.attempt >= j.max_attempts then v_now end,
+      last_error = case when jobs._timed_out(j.lease_expires_at, j.deadline)
+                        then jobs._timeout_error(
+                               coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                               j.attempt, j.max_attempts)
+                        else jobs._lapse_error(j.attempt, j.max_attempts) end,
+      lease = null, lease_expires_at = null, lease_scan_at = null, updated_at = v_now
+    where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+      and (jobs._lapse_buries(j.attempt, j.max_attempts)
+           or jobs._timed_out(j.lease_expires_at, j.deadline));
   end if;
 
   return query
+  -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline.
   with moved as (
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
-      lease_expires_at = v_now + v_leases[array_position(v_policy_names, j.name)],
-      lease_scan_at = v_now + v_leases[array_position(v_policy_names, j.name)],
+      deadline = v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+      lease_expires_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
+                               v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
+      lease_scan_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
+                            v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
       claimed_by = worker_id, finished_at = null,
       last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,
       updated_at = v_now
     where j.id = any(v_ids[1:max_jobs])
-      and j.state in ('ready', 'delayed', 'suspended', 'running')  -- not the ones just buried
+      -- not the ones just buried, nor a timed-out one just put off until its backoff
+      and j.state in ('ready', 'delayed', 'suspended', 'running')
+      and (j.state <> 'delayed' or j.run_at <= v_now)
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
-         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline
   from moved as m
   order by m.priority desc, m.run_at;
 end

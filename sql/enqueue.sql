@@ -56,6 +56,9 @@ begin atomic
       'pass tenant_id => one of its tenants, or bind it to this one: jobs.grant_producer(role, tenant => ...)']
     when not isfinite(s.run_at) then array['22023', 'run_at must be a finite time, got ' || s.run_at,
       'pass NULL to run now, or a time such as now() + interval ''1 hour''']
+    when s.timeout <= interval '0' or s.timeout > interval '7 days' then array['22023',
+      'timeout must be more than 0 and at most 7 days, got ' || s.timeout,
+      'pass the most one attempt may run, e.g. ''5 minutes'', or NULL for the job type''s']
     when s.on_conflict is null or s.on_conflict not in ('return', 'error') then array[
       case when s.on_conflict is null then '22004' else '22023' end,
       'on_conflict must be ''return'' or ''error'', got ' || coalesce(quote_literal(s.on_conflict), 'NULL'),
@@ -134,11 +137,11 @@ as $$
 begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
-                              enqueued_at, created_at, updated_at)
+                              enqueued_at, created_at, updated_at, timeout)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now then 'delayed' else 'ready' end::jobs.job_state,
          s.priority, coalesce(s.run_at, p_now), coalesce(s.max_attempts, p.max_attempts),
-         s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now
+         s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p;
 end
@@ -220,12 +223,12 @@ begin
     for v_ins in
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
-                                  enqueued_at, created_at, updated_at)
+                                  enqueued_at, created_at, updated_at, timeout)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
              s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
              s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
-             v_now, v_now, v_now
+             v_now, v_now, v_now, s.timeout
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -318,7 +321,7 @@ create function jobs.enqueue(
 language plpgsql volatile
 as $$
 declare
-  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -377,7 +380,7 @@ begin
     cross join lateral jsonb_object_keys(e.spec) as k(key)
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
-                        'id', 'run_id')
+                        'id', 'run_id', 'timeout')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -390,13 +393,15 @@ begin
     v_specs := array(
       select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
-                 r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id)::jobs.job_spec
+                 r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
+                 r.timeout)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
     perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
-      'run_at is a timestamp, priority and max_attempts integers, id and run_id UUIDs');
+      'run_at is a timestamp, priority and max_attempts integers, id and run_id UUIDs, '
+      'timeout an interval');
   end;
 
   return query select * from jobs._enqueue(v_specs, 'jobs.enqueue_batch');

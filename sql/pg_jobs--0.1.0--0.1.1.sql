@@ -26,6 +26,8 @@
 --     src/wakeups.rs); the roles that could call the 4-argument claim may call the new one.
 -- 13. Recurring schedules: jobs.schedules, jobs.schedule, jobs.unschedule, jobs.run_schedules,
 --     and a task of jobs.sweep (sql/schedules.sql, src/cron.rs).
+-- 14. Run-time limits: jobs.job_types.timeout, timeout in enqueue specs, the attempt's deadline
+--     in jobs.jobs and in what claim answers.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -132,6 +134,15 @@ CREATE  FUNCTION jobs."_warn_unknown_queues"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
+-- 14.
+alter table jobs_data.jobs add column timeout interval, add column deadline timestamptz;
+alter table jobs_data.job_types add column timeout interval
+  check (timeout > interval '0' and timeout <= interval '7 days');
+alter type jobs.claimed_job add attribute deadline timestamptz;
+alter type jobs.job_spec add attribute timeout interval;
+comment on table jobs_data.job_types is
+  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout';
+
 -- 13. Cron expressions and their slots (src/cron.rs), then the schedules.
 CREATE  FUNCTION jobs."_cron_problem"(
 	"cron" TEXT
@@ -225,13 +236,13 @@ begin
   end if;
   select k into v_key from jsonb_object_keys(new.job) as k
   where k not in ('name', 'payload', 'queue', 'priority', 'max_attempts', 'tenant_id',
-                  'concurrency_key')
+                  'concurrency_key', 'timeout')
   order by k limit 1;
   if v_key is not null then
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
-      'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id and '
-      'concurrency_key; each slot sets run_at and idempotency_key');
+      'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
+      'concurrency_key and timeout; each slot sets run_at and idempotency_key');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -242,10 +253,10 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
-      sqlerrm), 'priority and max_attempts are integers, the others text');
+      sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');
   end;
   if v_problem is not null then
     perform jobs._raise(v_problem[1], format('%s: job: %s', v_what, v_problem[2]), v_problem[3]);
@@ -505,7 +516,8 @@ begin atomic
          coalesce(t.jitter, 0.1),
          coalesce(t.dead_letter, true),
          coalesce(t.lease, interval '30 seconds'),
-         t.concurrency
+         t.concurrency,
+         t.timeout
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;
@@ -534,6 +546,22 @@ returns boolean
 language sql immutable parallel safe
 begin atomic
   select p_attempt >= p_max_attempts;
+end;
+
+create or replace function jobs._timed_out(p_lease_expires_at timestamptz, p_deadline timestamptz)
+returns boolean
+language sql immutable parallel safe
+begin atomic
+  select coalesce(p_lease_expires_at >= p_deadline, false);
+end;
+
+create or replace function jobs._timeout_error(p_timeout interval, p_attempt int, p_max_attempts int)
+returns text
+language sql stable parallel safe
+begin atomic
+  select format('timed out%s on attempt %s of %s: ', ' after ' || p_timeout, p_attempt, p_max_attempts)
+    || case when p_attempt >= p_max_attempts then 'no attempt is left'
+            else 'retried after the backoff' end;
 end;
 
 create or replace function jobs._lapse_error(p_attempt int, p_max_attempts int)
@@ -588,6 +616,9 @@ begin atomic
       'pass tenant_id => one of its tenants, or bind it to this one: jobs.grant_producer(role, tenant => ...)']
     when not isfinite(s.run_at) then array['22023', 'run_at must be a finite time, got ' || s.run_at,
       'pass NULL to run now, or a time such as now() + interval ''1 hour''']
+    when s.timeout <= interval '0' or s.timeout > interval '7 days' then array['22023',
+      'timeout must be more than 0 and at most 7 days, got ' || s.timeout,
+      'pass the most one attempt may run, e.g. ''5 minutes'', or NULL for the job type''s']
     when s.on_conflict is null or s.on_conflict not in ('return', 'error') then array[
       case when s.on_conflict is null then '22004' else '22023' end,
       'on_conflict must be ''return'' or ''error'', got ' || coalesce(quote_literal(s.on_conflict), 'NULL'),
@@ -655,11 +686,11 @@ as $$
 begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
-                              enqueued_at, created_at, updated_at)
+                              enqueued_at, created_at, updated_at, timeout)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now then 'delayed' else 'ready' end::jobs.job_state,
          s.priority, coalesce(s.run_at, p_now), coalesce(s.max_attempts, p.max_attempts),
-         s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now
+         s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p;
 end
@@ -740,12 +771,12 @@ begin
     for v_ins in
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
-                                  enqueued_at, created_at, updated_at)
+                                  enqueued_at, created_at, updated_at, timeout)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
              s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
              s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
-             v_now, v_now, v_now
+             v_now, v_now, v_now, s.timeout
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -834,7 +865,7 @@ create or replace function jobs.enqueue(
 language plpgsql volatile
 as $$
 declare
-  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -894,7 +925,7 @@ begin
     cross join lateral jsonb_object_keys(e.spec) as k(key)
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
-                        'id', 'run_id')
+                        'id', 'run_id', 'timeout')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -907,13 +938,15 @@ begin
     v_specs := array(
       select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
-                 r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id)::jobs.job_spec
+                 r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
+                 r.timeout)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
     perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
-      'run_at is a timestamp, priority and max_attempts integers, id and run_id UUIDs');
+      'run_at is a timestamp, priority and max_attempts integers, id and run_id UUIDs, '
+      'timeout an interval');
   end;
 
   return query select * from jobs._enqueue(v_specs, 'jobs.enqueue_batch');
@@ -1027,6 +1060,7 @@ declare
   v_policy_names text[];    -- each name among the candidates once, with its policy:
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
+  v_timeouts     interval[];  -- the most an attempt of it may run (NULL: no limit)
   v_until   timestamptz;      -- wait: claim by then (clock_timestamp() time)
   v_seen    bigint[];         -- wait: the wake-up counters of the queues before a look
 begin
@@ -1116,6 +1150,7 @@ begin
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
                  jobs._lapse_buries(j.attempt, j.max_attempts)
+                   or jobs._timed_out(j.lease_expires_at, j.deadline)
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
             and j.lease_expires_at <= v_now
@@ -1140,8 +1175,8 @@ begin
   -- The policy of each name once per call, not per job: a lookup per row cost more than the
   -- rest of the claim's statement 1 at a batch of 10 (docs/BENCHMARKS.md).
   select array_agg(p.name), array_agg(coalesce(claim.lease, p.lease)), array_agg(p.dead_letter),
-         v_limited or coalesce(bool_or(p.concurrency is not null), false)
-    into v_policy_names, v_leases, v_dead_letter, v_limited
+         array_agg(p.timeout), v_limited or coalesce(bool_or(p.concurrency is not null), false)
+    into v_policy_names, v_leases, v_dead_letter, v_timeouts, v_limited
   from (select distinct n.name from unnest(v_names) as n(name)) as d
   cross join lateral jobs._policy(d.name) as p;
   if v_limited then
@@ -1154,35 +1189,54 @@ begin
 
   -- No join to the candidates: each row says what it is. A candidate still running is a lapsed
   -- lease (the ready and due scans find no running job, and the rows stay locked since
-  -- statement 1), and one on its final attempt is buried, by a statement of its own that runs
-  -- only when there is one. A join of the table to the arrays had its generic plan rescan the
-  -- array for every row (max_jobs^2 comparisons).
+  -- statement 1). One on its final attempt is buried, and one whose attempt timed out is
+  -- settled as a failed attempt (retried after the backoff, or buried on the final attempt),
+  -- by a statement of its own that runs only when there is one. A join of the table to the
+  -- arrays had its generic plan rescan the array for every row (max_jobs^2 comparisons).
   if true = any(v_bury[1:max_jobs]) then
     update jobs_data.jobs as j set
-      state = jobs._final_state(v_dead_letter[array_position(v_policy_names, j.name)]),
-      lease = null, lease_expires_at = null, lease_scan_at = null, finished_at = v_now,
-      last_error = jobs._lapse_error(j.attempt, j.max_attempts), updated_at = v_now
-    where j.id = any(v_ids[1:max_jobs])
-      and j.state = 'running' and jobs._lapse_buries(j.attempt, j.max_attempts);
+      state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                   then 'delayed'
+                   else jobs._final_state(v_dead_letter[array_position(v_policy_names, j.name)]) end,
+      run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                    then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
+                                  from jobs._policy(j.name) as p)
+                    else j.run_at end,
+      finished_at = case when j.attempt >= j.max_attempts then v_now end,
+      last_error = case when jobs._timed_out(j.lease_expires_at, j.deadline)
+                        then jobs._timeout_error(
+                               coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                               j.attempt, j.max_attempts)
+                        else jobs._lapse_error(j.attempt, j.max_attempts) end,
+      lease = null, lease_expires_at = null, lease_scan_at = null, updated_at = v_now
+    where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+      and (jobs._lapse_buries(j.attempt, j.max_attempts)
+           or jobs._timed_out(j.lease_expires_at, j.deadline));
   end if;
 
   return query
+  -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline.
   with moved as (
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
-      lease_expires_at = v_now + v_leases[array_position(v_policy_names, j.name)],
-      lease_scan_at = v_now + v_leases[array_position(v_policy_names, j.name)],
+      deadline = v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+      lease_expires_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
+                               v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
+      lease_scan_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
+                            v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
       claimed_by = worker_id, finished_at = null,
       last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,
       updated_at = v_now
     where j.id = any(v_ids[1:max_jobs])
-      and j.state in ('ready', 'delayed', 'suspended', 'running')  -- not the ones just buried
+      -- not the ones just buried, nor a timed-out one just put off until its backoff
+      and j.state in ('ready', 'delayed', 'suspended', 'running')
+      and (j.state <> 'delayed' or j.run_at <= v_now)
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
-         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline
   from moved as m
   order by m.priority desc, m.run_at;
 end
@@ -1243,12 +1297,13 @@ begin
   perform jobs._async_if_alone('heartbeat');
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
+  -- Never past the attempt's deadline (a timeout): the answer is the capped expiry.
   update jobs_data.jobs as j set
     lease = coalesce(heartbeat.lease, j.lease),
-    lease_expires_at = v_now + coalesce(heartbeat.lease, j.lease),
+    lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline),
     lease_scan_at = case
       when j.lease_scan_at > v_now and j.lease_scan_at <= v_now + coalesce(heartbeat.lease, j.lease)
-      then j.lease_scan_at else v_now + coalesce(heartbeat.lease, j.lease) end
+      then j.lease_scan_at else least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline) end
   where j.id = heartbeat.id and j.claim = heartbeat.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.lease_expires_at into v_expires;
@@ -1967,13 +2022,13 @@ begin
   end if;
   select k into v_key from jsonb_object_keys(new.job) as k
   where k not in ('name', 'payload', 'queue', 'priority', 'max_attempts', 'tenant_id',
-                  'concurrency_key')
+                  'concurrency_key', 'timeout')
   order by k limit 1;
   if v_key is not null then
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
-      'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id and '
-      'concurrency_key; each slot sets run_at and idempotency_key');
+      'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
+      'concurrency_key and timeout; each slot sets run_at and idempotency_key');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -1984,10 +2039,10 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
-      sqlerrm), 'priority and max_attempts are integers, the others text');
+      sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');
   end;
   if v_problem is not null then
     perform jobs._raise(v_problem[1], format('%s: job: %s', v_what, v_problem[2]), v_problem[3]);
@@ -2205,12 +2260,25 @@ begin
   -- Each task picks its rows by physical address (ctid) in a locking subselect and then
   -- changes exactly those: a TID scan whatever the table's statistics say, and no second
   -- lookup through the primary key. The rows are locked, so their addresses cannot change.
+  -- A lease that ran out at the attempt's deadline is a timeout: a failed attempt, retried
+  -- after the job type's backoff (or buried on the final attempt). Any other lapse runs again
+  -- at once (or is buried on the final attempt).
   update jobs_data.jobs as j set
-    state = case when jobs._lapse_buries(j.attempt, j.max_attempts)
+    state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                 then 'delayed'
+                 when jobs._lapse_buries(j.attempt, j.max_attempts)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
                  else 'ready' end,
+    run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                  then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
+                                from jobs._policy(j.name) as p)
+                  else j.run_at end,
     lease_expires_at = null,
-    last_error = jobs._lapse_error(j.attempt, j.max_attempts),
+    last_error = case when jobs._timed_out(j.lease_expires_at, j.deadline)
+                      then jobs._timeout_error(
+                             coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)),
+                             j.attempt, j.max_attempts)
+                      else jobs._lapse_error(j.attempt, j.max_attempts) end,
     finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts) then v_now end,
     updated_at = v_now
   where j.ctid = any(array(

@@ -17,7 +17,8 @@ begin atomic
          coalesce(t.jitter, 0.1),
          coalesce(t.dead_letter, true),
          coalesce(t.lease, interval '30 seconds'),
-         t.concurrency
+         t.concurrency,
+         t.timeout
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;
@@ -56,6 +57,25 @@ returns boolean
 language sql immutable parallel safe
 begin atomic
   select p_attempt >= p_max_attempts;
+end;
+
+-- Whether a running job's lease ran out at its deadline (jobs.job_types.timeout): its attempt
+-- timed out, a failed attempt, not a lapse. Claim and heartbeat never extend a lease past the
+-- deadline, so a lease that reached it is one the timeout ended.
+create function jobs._timed_out(p_lease_expires_at timestamptz, p_deadline timestamptz)
+returns boolean
+language sql immutable parallel safe
+begin atomic
+  select coalesce(p_lease_expires_at >= p_deadline, false);
+end;
+
+create function jobs._timeout_error(p_timeout interval, p_attempt int, p_max_attempts int)
+returns text
+language sql stable parallel safe
+begin atomic
+  select format('timed out%s on attempt %s of %s: ', ' after ' || p_timeout, p_attempt, p_max_attempts)
+    || case when p_attempt >= p_max_attempts then 'no attempt is left'
+            else 'retried after the backoff' end;
 end;
 
 create function jobs._lapse_error(p_attempt int, p_max_attempts int)

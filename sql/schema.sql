@@ -48,10 +48,11 @@ create table jobs_data.job_types (
   jitter       float8 not null default 0.1 check (jitter >= 0 and jitter <= 1),
   dead_letter  boolean not null default true,
   lease        interval check (lease > interval '0' and lease <= interval '7 days'),
-  concurrency  int check (concurrency >= 1)
+  concurrency  int check (concurrency >= 1),
+  timeout      interval check (timeout > interval '0' and timeout <= interval '7 days')
 );
 comment on table jobs_data.job_types is
-  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency';
+  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout';
 
 create table jobs_data.queues (
   queue  text primary key check (length(queue) between 1 and 128),
@@ -87,7 +88,9 @@ create table jobs_data.jobs (
   enqueued_at      timestamptz not null,
   created_at       timestamptz not null,
   updated_at       timestamptz not null,
-  finished_at      timestamptz
+  finished_at      timestamptz,
+  timeout          interval,      -- the most one attempt may run; NULL: the job type's
+  deadline         timestamptz    -- the running attempt's end (claim time + timeout), if any
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -153,7 +156,8 @@ create type jobs.claimed_job as (
   tenant_id        text,
   priority         int,
   enqueued_at      timestamptz,
-  last_error       text
+  last_error       text,
+  deadline         timestamptz   -- when this attempt times out (jobs.job_types.timeout); NULL: never
 );
 
 -- What enqueue answers: a composite, so its column names cannot clash with the arguments.
@@ -172,7 +176,8 @@ create type jobs.job_spec as (
   concurrency_key text,
   on_conflict     text,
   id              uuid,
-  run_id          uuid
+  run_id          uuid,
+  timeout         interval
 );
 
 -- The one source of time for every lease, run_at, backoff and retention decision is

@@ -58,12 +58,13 @@ begin
   perform jobs._async_if_alone('heartbeat');
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
+  -- Never past the attempt's deadline (a timeout): the answer is the capped expiry.
   update jobs_data.jobs as j set
     lease = coalesce(heartbeat.lease, j.lease),
-    lease_expires_at = v_now + coalesce(heartbeat.lease, j.lease),
+    lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline),
     lease_scan_at = case
       when j.lease_scan_at > v_now and j.lease_scan_at <= v_now + coalesce(heartbeat.lease, j.lease)
-      then j.lease_scan_at else v_now + coalesce(heartbeat.lease, j.lease) end
+      then j.lease_scan_at else least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline) end
   where j.id = heartbeat.id and j.claim = heartbeat.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.lease_expires_at into v_expires;

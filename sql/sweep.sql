@@ -111,12 +111,25 @@ begin
   -- Each task picks its rows by physical address (ctid) in a locking subselect and then
   -- changes exactly those: a TID scan whatever the table's statistics say, and no second
   -- lookup through the primary key. The rows are locked, so their addresses cannot change.
+  -- A lease that ran out at the attempt's deadline is a timeout: a failed attempt, retried
+  -- after the job type's backoff (or buried on the final attempt). Any other lapse runs again
+  -- at once (or is buried on the final attempt).
   update jobs_data.jobs as j set
-    state = case when jobs._lapse_buries(j.attempt, j.max_attempts)
+    state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                 then 'delayed'
+                 when jobs._lapse_buries(j.attempt, j.max_attempts)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
                  else 'ready' end,
+    run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                  then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
+                                from jobs._policy(j.name) as p)
+                  else j.run_at end,
     lease_expires_at = null,
-    last_error = jobs._lapse_error(j.attempt, j.max_attempts),
+    last_error = case when jobs._timed_out(j.lease_expires_at, j.deadline)
+                      then jobs._timeout_error(
+                             coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)),
+                             j.attempt, j.max_attempts)
+                      else jobs._lapse_error(j.attempt, j.max_attempts) end,
     finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts) then v_now end,
     updated_at = v_now
   where j.ctid = any(array(

@@ -62,8 +62,9 @@ def hold(dsn):
                 from jobs.claim('beat', array['bench'], 1000, '1 hour')""")
 
 
-def main():
-    base = sys.argv[1]
+def run_ab(base, make_old, reps=4):
+    """Single enqueues, heartbeats and a drain at B = 10 in ab_new (this build) and ab_old
+    (this build changed by make_old(dsn)), the order alternating; prints the medians."""
     dbs = {"new": base + " dbname=ab_new", "old": base + " dbname=ab_old"}
     for label, dsn in dbs.items():
         sql(base, f"drop database if exists ab_{label}")
@@ -71,7 +72,7 @@ def main():
         sql(dsn, "create extension pg_jobs")
     make_old(dbs["old"])
     results = {}
-    for rep in range(4):
+    for rep in range(reps):
         for label in ("new", "old") if rep % 2 == 0 else ("old", "new"):
             dsn = dbs[label]
             sql(dsn, "truncate jobs_data.jobs")
@@ -88,4 +89,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_ab(sys.argv[1], make_old)

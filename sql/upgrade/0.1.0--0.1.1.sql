@@ -24,6 +24,8 @@
 --     src/wakeups.rs); the roles that could call the 4-argument claim may call the new one.
 -- 13. Recurring schedules: jobs.schedules, jobs.schedule, jobs.unschedule, jobs.run_schedules,
 --     and a task of jobs.sweep (sql/schedules.sql, src/cron.rs).
+-- 14. Run-time limits: jobs.job_types.timeout, timeout in enqueue specs, the attempt's deadline
+--     in jobs.jobs and in what claim answers.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -120,6 +122,15 @@ CREATE  FUNCTION jobs."_warn_unknown_queues"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
+-- 14.
+alter table jobs_data.jobs add column timeout interval, add column deadline timestamptz;
+alter table jobs_data.job_types add column timeout interval
+  check (timeout > interval '0' and timeout <= interval '7 days');
+alter type jobs.claimed_job add attribute deadline timestamptz;
+alter type jobs.job_spec add attribute timeout interval;
+comment on table jobs_data.job_types is
+  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout';
+
 -- 13. Cron expressions and their slots (src/cron.rs), then the schedules.
 CREATE  FUNCTION jobs."_cron_problem"(
 	"cron" TEXT
