@@ -28,36 +28,75 @@
 -- Lock order: job rows (skipping locked ones), then the lock slots of limits.
 
 
--- The candidates (in claim order) that fit their limits: jobs_data.job_types.concurrency (running
--- jobs of a name, fleet-wide) and concurrency_key (one running job per key). Buried candidates
--- always pass: burying is not running. Called by jobs.claim with the candidate rows locked.
+-- The candidates (in claim order) that fit their limits, at most p_max of them:
+-- jobs_data.job_types.concurrency (running jobs of a name, fleet-wide), concurrency_key (one
+-- running job per key), and rate_limit per rate_period (jobs of a name started in any window
+-- of that length, or of a name and key with rate_limit_per_key). Buried candidates always pass:
+-- burying is neither running nor starting. Called by jobs.claim with the candidate rows locked.
+--
+-- The starts of rate-limited jobs are rows of jobs_data.rate_starts, written here for the
+-- candidates kept, at a time taken after the limits' locks: every claimer under the same lock
+-- wrote earlier times, so at each start the window ending then holds at most rate_limit
+-- starts, and so does every window. Rows older than their name's window are deleted here and
+-- by the sweep.
+--
+-- p_wait: wait for the limits' locks (the first look of a claim). A later look (past
+-- held-back candidates) already holds some, so it takes only those free now, and holds back
+-- the candidates under a lock it did not get: claimers never wait on each other in a cycle.
+-- p_kept, p_kept_bury: what earlier looks of the same claim kept, which counts as running.
 create function jobs._within_limits(p_ids uuid[], p_names text[], p_bury boolean[],
-                                    p_now timestamptz)
+                                    p_now timestamptz, p_max int, p_wait boolean,
+                                    p_kept uuid[], p_kept_bury boolean[])
 returns table (ids uuid[], names text[], bury boolean[])
 language plpgsql volatile
 as $$
+declare
+  v_slots  int[];
+  v_locked int[];
+  v_at     timestamptz;
 begin
-  -- Serialise the claimers of each limited name and key until they commit, so the count
-  -- below sees every claim made under the same limit. In slot order: one lock order for all.
-  perform from jobs_data.lock_slots as s
-  where s.slot = any(array(
-          select hashtext(x.lock_key) & 1023
-          from jobs_data.jobs as j
-          left join jobs_data.job_types as t on t.name = j.name
-          cross join lateral (values ('name:' || j.name, t.concurrency is not null),
-                                     ('key:' || j.concurrency_key, j.concurrency_key is not null))
-                     as x(lock_key, limited)
-          where j.id = any(p_ids) and x.limited))
-  order by s.slot
-  for no key update;
+  -- Serialise the claimers of each limited name and key until they commit, so the counts
+  -- below see every claim made under the same limit. In slot order: one lock order for all.
+  v_slots := array(
+    select distinct hashtext(x.lock_key) & 1023
+    from jobs_data.jobs as j
+    left join jobs_data.job_types as t on t.name = j.name
+    cross join lateral (values ('name:' || j.name, t.concurrency is not null or t.rate_limit is not null),
+                               ('key:' || j.concurrency_key, j.concurrency_key is not null))
+               as x(lock_key, limited)
+    where j.id = any(p_ids) and x.limited
+    order by 1);
+  if p_wait then
+    perform from jobs_data.lock_slots as s where s.slot = any(v_slots)
+    order by s.slot for no key update;
+    v_locked := v_slots;
+  else
+    v_locked := array(select s.slot from jobs_data.lock_slots as s where s.slot = any(v_slots)
+                      order by s.slot for no key update skip locked);
+  end if;
+  v_at := jobs.clock();
+
+  -- Starts that left their window count no more.
+  if exists (select from jobs_data.job_types as t where t.name = any(p_names) and t.rate_limit is not null) then
+    delete from jobs_data.rate_starts as r
+    using jobs_data.job_types as t
+    where t.name = any(p_names) and t.rate_limit is not null
+      and r.name = t.name and r.started_at <= v_at - t.rate_period;
+  end if;
 
   -- A new statement, so a new snapshot: it sees the claims committed under those locks.
   return query
   with c as (  -- a lookup per candidate, not a join (see the UPDATE in jobs.claim)
-    select u.id, u.name, u.bury, u.ord,
-           (select j.concurrency_key from jobs_data.jobs as j where j.id = u.id) as concurrency_key,
-           (select t.concurrency from jobs_data.job_types as t where t.name = u.name) as concurrency
+    select u.id, u.name, u.bury, u.ord, k.concurrency_key, t.concurrency, t.rate_limit,
+           t.rate_period, coalesce(t.rate_limit_per_key, false) as per_key,
+           (t.concurrency is null and t.rate_limit is null
+              or hashtext('name:' || u.name) & 1023 = any(v_locked))
+           and (k.concurrency_key is null
+                or hashtext('key:' || k.concurrency_key) & 1023 = any(v_locked)) as locked
     from unnest(p_ids, p_names, p_bury) with ordinality as u(id, name, bury, ord)
+    cross join lateral (select j.concurrency_key from jobs_data.jobs as j where j.id = u.id) as k
+    left join lateral (select t.concurrency, t.rate_limit, t.rate_period, t.rate_limit_per_key
+                       from jobs_data.job_types as t where t.name = u.name) as t on true
   ),
   -- The jobs running now under a candidate's name or key. No candidate is among them: a
   -- lapsed one's lease ended by p_now (jobs.claim found it so and holds its row), and the
@@ -69,32 +108,63 @@ begin
       and r.lease_expires_at > p_now
       and (r.name in (select c.name from c where c.concurrency is not null)
            or r.concurrency_key in (select c.concurrency_key from c))
+    union all
+    select r.name, r.concurrency_key
+    from unnest(p_kept, p_kept_bury) as k(id, bury)
+    join jobs_data.jobs as r on r.id = k.id
+    where not k.bury
   ),
   held_per_name as (
     select h.name, count(*) as n from held as h group by h.name
   ),
+  -- The starts in each rate-limited name's window, per name and key.
+  started as (
+    select r.name, r.key, count(*) as n
+    from jobs_data.rate_starts as r
+    join jobs_data.job_types as t on t.name = r.name
+    where r.name in (select c.name from c where c.rate_limit is not null)
+      and r.started_at > v_at - t.rate_period
+    group by r.name, r.key
+  ),
   ranked as (
     select c.*,
            row_number() over (partition by c.name order by c.ord) as nth_of_name,
-           row_number() over (partition by c.concurrency_key order by c.ord) as nth_of_key
+           row_number() over (partition by c.concurrency_key order by c.ord) as nth_of_key,
+           row_number() over (partition by c.name, c.concurrency_key order by c.ord) as nth_of_name_key
     from c where not c.bury
   ),
   fits as (
-    select c.id, c.name, c.bury, c.ord from c where c.bury
+    select c.id, c.name, c.bury, c.ord, null::text as start_key, false as starts
+    from c where c.bury
     union all
     -- A join and a hashed IN: a count or an EXISTS per candidate read all of held for each.
-    select r.id, r.name, r.bury, r.ord
+    select r.id, r.name, r.bury, r.ord, case when r.per_key then r.concurrency_key end,
+           r.rate_limit is not null
     from ranked as r
     left join held_per_name as hn on hn.name = r.name
-    where (r.concurrency is null or r.nth_of_name + coalesce(hn.n, 0) <= r.concurrency)
+    where r.locked
+      and (r.concurrency is null or r.nth_of_name + coalesce(hn.n, 0) <= r.concurrency)
       and (r.concurrency_key is null
            or (r.nth_of_key = 1
                and not (r.concurrency_key in (select h.concurrency_key from held as h
                                               where h.concurrency_key is not null))))
+      and (r.rate_limit is null
+           or case when r.per_key
+                then r.nth_of_name_key + coalesce((select s.n from started as s where s.name = r.name
+                                                    and s.key is not distinct from r.concurrency_key), 0)
+                else r.nth_of_name + coalesce((select sum(s.n) from started as s where s.name = r.name), 0)
+              end <= r.rate_limit)
+  ),
+  kept as (
+    select * from fits as f order by f.ord limit p_max
+  ),
+  logged as (
+    insert into jobs_data.rate_starts (name, key, started_at)
+    select k.name, k.start_key, v_at from kept as k where k.starts
   )
-  select array_agg(f.id order by f.ord), array_agg(f.name order by f.ord),
-         array_agg(f.bury order by f.ord)
-  from fits as f;
+  select array_agg(k.id order by k.ord), array_agg(k.name order by k.ord),
+         array_agg(k.bury order by k.ord)
+  from kept as k;
 end
 $$;
 
@@ -142,6 +212,15 @@ declare
   v_timeouts     interval[];  -- the most an attempt of it may run (NULL: no limit)
   v_until   timestamptz;      -- wait: claim by then (clock_timestamp() time)
   v_seen    bigint[];         -- wait: the wake-up counters of the queues before a look
+  v_limit   int;              -- limits: candidates per queue and kind in a later look
+  v_skip    uuid[];           -- limits: candidates of earlier looks, held back or kept
+  k_ids     uuid[];           -- limits: the candidates kept so far, and their policies
+  k_names   text[];
+  k_bury    boolean[];
+  k_policy_names text[];
+  k_leases       interval[];
+  k_dead_letter  boolean[];
+  k_timeouts     interval[];
 begin
   -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
   -- chain inside names the cause.
@@ -195,6 +274,9 @@ begin
 
   -- With wait: look, and while nothing is claimable sleep until a commit makes work in these
   -- queues, a job in them comes due, or the deadline passes (src/wakeups.rs); then look again.
+  -- With limits: keep the candidates that fit, and while the batch is short because some were
+  -- held back, look past them (no head-of-line blocking), up to 1,000 candidates in all.
+  <<look>>
   loop
     if v_until is not null then
       v_seen := jobs._work_seen(queues);  -- before the look: no commit after it is missed
@@ -216,7 +298,7 @@ begin
           where j.queue = q.queue and j.state = 'ready'
             and (v_tenants is null or j.tenant_id = any(v_tenants))
           order by j.priority desc, j.run_at
-          limit max_jobs for update skip locked) as ready
+          limit coalesce(v_limit, max_jobs) for update skip locked) as ready
         union all
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false
@@ -224,7 +306,7 @@ begin
           where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
             and (v_tenants is null or j.tenant_id = any(v_tenants))
           order by j.run_at
-          limit max_jobs for update skip locked) as due
+          limit coalesce(v_limit, max_jobs) for update skip locked) as due
         union all
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
@@ -235,35 +317,63 @@ begin
             and j.lease_expires_at <= v_now
             and (v_tenants is null or j.tenant_id = any(v_tenants))
           order by j.lease_scan_at
-          limit max_jobs for update skip locked) as lapsed
+          limit coalesce(v_limit, max_jobs) for update skip locked) as lapsed
       ) as c
       where q.ord = array_position(queues, q.queue)  -- each queue once
         and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true
       order by c.priority desc, c.run_at
     ) as c;
-    exit when v_ids is not null or v_until is null or clock_timestamp() >= v_until;
-    perform jobs._await_work(queues, v_seen,
-      least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now)));
-    v_now := jobs.clock();
+    if v_skip is not null then
+      -- A later look: its scan ran past the candidates of the earlier ones (which it locked,
+      -- so they came back), and goes on from there. Nothing more: the batch is what was kept.
+      select array_agg(u.id order by u.o), array_agg(u.name order by u.o), array_agg(u.bury order by u.o)
+        into v_ids, v_names, v_bury
+      from unnest(v_ids, v_names, v_bury) with ordinality as u(id, name, bury, o)
+      where u.id <> all(v_skip);
+      if v_ids is null then
+        v_ids := k_ids; v_names := k_names; v_bury := k_bury; v_policy_names := k_policy_names;
+        v_leases := k_leases; v_dead_letter := k_dead_letter; v_timeouts := k_timeouts;
+        exit look;
+      end if;
+    elsif v_ids is null then
+      exit look when v_until is null or clock_timestamp() >= v_until;
+      perform jobs._await_work(queues, v_seen,
+        least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now)));
+      v_now := jobs.clock();
+      continue look;
+    end if;
+
+    -- The policy of each name once per look, not per job: a lookup per row cost more than the
+    -- rest of the claim's statement 1 at a batch of 10 (docs/BENCHMARKS.md).
+    select array_agg(p.name), array_agg(coalesce(claim.lease, p.lease)), array_agg(p.dead_letter),
+           array_agg(p.timeout),
+           v_limited or coalesce(bool_or(p.concurrency is not null or p.rate_limit is not null), false)
+      into v_policy_names, v_leases, v_dead_letter, v_timeouts, v_limited
+    from (select distinct n.name from unnest(v_names) as n(name)) as d
+    cross join lateral jobs._policy(d.name) as p;
+    exit look when not (v_limited or v_skip is not null);  -- (a later look shares the batch)
+
+    -- Limits: the candidates that fit (the first look waits for the limits' locks; a later
+    -- one skips a limit another claimer holds, and the candidates under it with it).
+    select k_ids || l.ids, k_names || l.names, k_bury || l.bury into k_ids, k_names, k_bury
+    from jobs._within_limits(v_ids, v_names, v_bury, v_now,
+                             max_jobs - coalesce(cardinality(k_ids), 0), v_skip is null,
+                             k_ids, k_bury) as l;
+    v_skip := coalesce(v_skip, '{}') || v_ids;
+    k_policy_names := k_policy_names || v_policy_names; k_leases := k_leases || v_leases;
+    k_dead_letter := k_dead_letter || v_dead_letter; k_timeouts := k_timeouts || v_timeouts;
+    if coalesce(cardinality(k_ids), 0) >= max_jobs or cardinality(v_skip) >= 1000
+       or coalesce(cardinality(k_ids), 0) = cardinality(v_skip) then  -- none held back
+      v_ids := k_ids; v_names := k_names; v_bury := k_bury; v_policy_names := k_policy_names;
+      v_leases := k_leases; v_dead_letter := k_dead_letter; v_timeouts := k_timeouts;
+      exit look;
+    end if;
+    v_limit := cardinality(v_skip) + greatest(max_jobs, 100);
   end loop;
 
   if v_ids is null then
     perform jobs._warn_unknown_queues(queues);  -- once per connection, for a queue never used
     return;
-  end if;
-  -- The policy of each name once per call, not per job: a lookup per row cost more than the
-  -- rest of the claim's statement 1 at a batch of 10 (docs/BENCHMARKS.md).
-  select array_agg(p.name), array_agg(coalesce(claim.lease, p.lease)), array_agg(p.dead_letter),
-         array_agg(p.timeout), v_limited or coalesce(bool_or(p.concurrency is not null), false)
-    into v_policy_names, v_leases, v_dead_letter, v_timeouts, v_limited
-  from (select distinct n.name from unnest(v_names) as n(name)) as d
-  cross join lateral jobs._policy(d.name) as p;
-  if v_limited then
-    select l.ids, l.names, l.bury into v_ids, v_names, v_bury
-    from jobs._within_limits(v_ids, v_names, v_bury, v_now) as l;
-    if v_ids is null then
-      return;
-    end if;
   end if;
 
   -- No join to the candidates: each row says what it is. A candidate still running is a lapsed

@@ -18,7 +18,10 @@ begin atomic
          coalesce(t.dead_letter, true),
          coalesce(t.lease, interval '30 seconds'),
          t.concurrency,
-         t.timeout
+         t.timeout,
+         t.rate_limit,
+         t.rate_period,
+         coalesce(t.rate_limit_per_key, false)
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;

@@ -49,10 +49,25 @@ create table jobs_data.job_types (
   dead_letter  boolean not null default true,
   lease        interval check (lease > interval '0' and lease <= interval '7 days'),
   concurrency  int check (concurrency >= 1),
-  timeout      interval check (timeout > interval '0' and timeout <= interval '7 days')
+  timeout      interval check (timeout > interval '0' and timeout <= interval '7 days'),
+  rate_limit   int check (rate_limit >= 1),
+  rate_period  interval check (rate_period > interval '0' and rate_period <= interval '1 day'),
+  rate_limit_per_key boolean not null default false,
+  constraint job_types_rate_needs_period check ((rate_limit is null) = (rate_period is null))
 );
 comment on table jobs_data.job_types is
-  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout';
+  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
+
+-- The starts of rate-limited jobs (jobs_data.job_types.rate_limit) in their window: one row
+-- per start, written by the claim (jobs._within_limits), deleted once older than the window.
+create table jobs_data.rate_starts (
+  name       text not null,
+  key        text,              -- the concurrency_key, with rate_limit_per_key
+  started_at timestamptz not null
+);
+create index rate_starts_idx on jobs_data.rate_starts (name, started_at);
+comment on table jobs_data.rate_starts is
+  'Starts of rate-limited jobs within their job type''s rate_period (jobs_data.job_types.rate_limit)';
 
 create table jobs_data.queues (
   queue  text primary key check (length(queue) between 1 and 128),

@@ -156,6 +156,17 @@ begin
   get diagnostics v_n = row_count;
   task := 'expired_events'; affected := v_n; return next;
 
+  -- Starts of rate-limited jobs that left their window (the claims delete those of the names
+  -- they claim; these are of names not claimed since, or no longer limited).
+  delete from jobs_data.rate_starts as r
+  where r.ctid = any(array(
+      select x.ctid from jobs_data.rate_starts as x
+      left join jobs_data.job_types as t on t.name = x.name
+      where t.rate_limit is null or x.started_at <= v_now - t.rate_period
+      limit max_rows for update of x skip locked));
+  get diagnostics v_n = row_count;
+  task := 'rate_starts_deleted'; affected := v_n; return next;
+
   -- Recurring schedules (sql/schedules.sql): each due slot enqueued once.
   select count(*) into v_n from jobs.run_schedules(least(max_rows, 10000));
   task := 'schedules_enqueued'; affected := v_n; return next;
@@ -198,7 +209,7 @@ end
 $$;
 comment on function jobs.sweep(int) is
   'One housekeeping pass, as the background worker runs it: lapsed leases, waiter timeouts, '
-  'expired events, due schedules, retention. Each task handles at most max_rows rows. Answers (task, affected).';
+  'expired events, due schedules, old rate-limit starts, retention. Each task handles at most max_rows rows. Answers (task, affected).';
 
 -- Whether jobs_data.jobs has as many dead row versions as autovacuum waits for before it vacuums a
 -- table (the table's autovacuum settings, else the server's), with autovacuum on for it. The

@@ -37,11 +37,18 @@ def make_old(dsn):
         without = re.sub(r"\n\s*perform jobs\._async_if_alone\('\w+'\);", "", ddl)
         assert without != ddl, f"{fn} no longer calls jobs._async_if_alone"
         sql(dsn, without)
-    old = subprocess.run(["git", "-C", ROOT, "show", "d3a083a:sql/schema.sql"], capture_output=True, text=True,
+    body_from(dsn, "jobs._wake(text[], uuid[])", "d3a083a", "sql/schema.sql")
+
+
+def body_from(dsn, fn, commit, path):
+    """Gives the installed PL/pgSQL function fn the body it had at commit (in path), keeping
+    its settings (SECURITY DEFINER, search_path, plan_cache_mode), which CREATE OR REPLACE of
+    the old text would drop."""
+    old = subprocess.run(["git", "-C", ROOT, "show", f"{commit}:{path}"], capture_output=True, text=True,
                          check=True).stdout
-    start = old.index("create function jobs._wake")
+    start = old.index(f"create function {fn[:fn.index('(')]}(")
     body = old[old.index("as $$", start) + len("as $$"):old.index("$$;", start)]
-    ddl = sql(dsn, "select pg_get_functiondef('jobs._wake(text[], uuid[])'::regprocedure)")[0][0]
+    ddl = sql(dsn, "select pg_get_functiondef(%s::regprocedure)", (fn,))[0][0]
     sql(dsn, ddl[:ddl.index("AS $function$") + len("AS $function$")] + body + "$function$")
 
 

@@ -1,13 +1,14 @@
 -- One line per table of pg_jobs: its row count and a digest of its rows, and the step
 -- sequence's position. An upgrade and a dump and restore must leave every line as it was.
--- Columns added since 0.1.0 are left out of the digests; they are NULL in every row an upgrade
--- carries over (the last lines check that).
+-- Columns added since 0.1.0 are left out of the digests; they are NULL (or false) in every row
+-- an upgrade carries over (the last line checks the jobs').
 select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'deadline'])::text as r from jobs.jobs t) as t;
 select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.steps t;
 select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.events t;
 select 'job_types ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
-from (select (to_jsonb(t) - 'timeout')::text as r from jobs.job_types t) as t;
+from (select (to_jsonb(t) - array['timeout', 'rate_limit', 'rate_period', 'rate_limit_per_key'])::text as r
+      from jobs.job_types t) as t;
 select 'queues ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.queues t
   where queue <> 'default';
 -- (the sequence moved from jobs to jobs_data in 0.1.1)

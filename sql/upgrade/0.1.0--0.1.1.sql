@@ -26,6 +26,8 @@
 --     and a task of jobs.sweep (sql/schedules.sql, src/cron.rs).
 -- 14. Run-time limits: jobs.job_types.timeout, timeout in enqueue specs, the attempt's deadline
 --     in jobs.jobs and in what claim answers.
+-- 15. Rate limits: jobs.job_types.rate_limit, rate_period and rate_limit_per_key, the starts in
+--     jobs_data.rate_starts; jobs._within_limits takes the batch's room and whether to wait.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -128,8 +130,21 @@ alter table jobs_data.job_types add column timeout interval
   check (timeout > interval '0' and timeout <= interval '7 days');
 alter type jobs.claimed_job add attribute deadline timestamptz;
 alter type jobs.job_spec add attribute timeout interval;
+-- 15.
+alter table jobs_data.job_types add column rate_limit int check (rate_limit >= 1),
+  add column rate_period interval check (rate_period > interval '0' and rate_period <= interval '1 day'),
+  add column rate_limit_per_key boolean not null default false,
+  add constraint job_types_rate_needs_period check ((rate_limit is null) = (rate_period is null));
 comment on table jobs_data.job_types is
-  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout';
+  'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
+create table jobs_data.rate_starts (
+  name       text not null,
+  key        text,              -- the concurrency_key, with rate_limit_per_key
+  started_at timestamptz not null
+);
+create index rate_starts_idx on jobs_data.rate_starts (name, started_at);
+comment on table jobs_data.rate_starts is
+  'Starts of rate-limited jobs within their job type''s rate_period (jobs_data.job_types.rate_limit)';
 
 -- 13. Cron expressions and their slots (src/cron.rs), then the schedules.
 CREATE  FUNCTION jobs."_cron_problem"(
