@@ -1,7 +1,7 @@
 """A/B of what rate limits and the look past held-back candidates added to jobs.claim, for
 jobs with no limit: ab_new (this build) against ab_old (the same build with jobs.claim's body
 of 2f2891e, which stopped at the first look). The same measurements as
-bench/ab/claim_check_cost.py: CPU-bound, 4 clients, 6 repetitions, the order alternating.
+bench/ab/claim_check_cost.py: CPU-bound, 4 clients, 8 repetitions, the order alternating.
 
     python bench/ab/limits_cost.py "host=127.0.0.1 port=PORT user=postgres"
 """
@@ -16,4 +16,4 @@ def make_old(dsn):
 
 
 if __name__ == "__main__":
-    run_ab(sys.argv[1], make_old, reps=6)
+    run_ab(sys.argv[1], make_old, reps=8)
