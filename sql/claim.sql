@@ -206,6 +206,7 @@ declare
   v_names   text[];
   v_bury    boolean[];
   v_limited boolean;
+  v_lapsed  boolean;          -- a candidate is a lapsed lease: its attempt goes to jobs.attempts
   v_policy_names text[];    -- each name among the candidates once, with its policy:
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
@@ -286,14 +287,14 @@ begin
     -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
     -- built on every call (measured: docs/BENCHMARKS.md).
     select array_agg(c.id), array_agg(c.name), array_agg(c.bury),
-           coalesce(bool_or(c.concurrency_key is not null), false)
-      into v_ids, v_names, v_bury, v_limited
+           coalesce(bool_or(c.concurrency_key is not null), false), bool_or(c.lapsed)
+      into v_ids, v_names, v_bury, v_limited, v_lapsed
     from (
-      select c.id, c.name, c.bury, c.concurrency_key
+      select c.id, c.name, c.bury, c.concurrency_key, c.lapsed
       from unnest(queues) with ordinality as q(queue, ord)
       cross join lateral (
         select * from (
-          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury, false as lapsed
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'ready'
             and (v_tenants is null or j.tenant_id = any(v_tenants))
@@ -301,7 +302,7 @@ begin
           limit coalesce(v_limit, max_jobs) for update skip locked) as ready
         union all
         select * from (
-          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
           from jobs_data.jobs j
           where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
             and (v_tenants is null or j.tenant_id = any(v_tenants))
@@ -311,7 +312,7 @@ begin
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
                  jobs._lapse_buries(j.attempt, j.max_attempts)
-                   or jobs._timed_out(j.lease_expires_at, j.deadline)
+                   or jobs._timed_out(j.lease_expires_at, j.deadline), true
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
             and j.lease_expires_at <= v_now
@@ -333,6 +334,7 @@ begin
       if v_ids is null then
         v_ids := k_ids; v_names := k_names; v_bury := k_bury; v_policy_names := k_policy_names;
         v_leases := k_leases; v_dead_letter := k_dead_letter; v_timeouts := k_timeouts;
+        v_lapsed := true;  -- (some look may have had one)
         exit look;
       end if;
     elsif v_ids is null then
@@ -366,6 +368,7 @@ begin
        or coalesce(cardinality(k_ids), 0) = cardinality(v_skip) then  -- none held back
       v_ids := k_ids; v_names := k_names; v_bury := k_bury; v_policy_names := k_policy_names;
       v_leases := k_leases; v_dead_letter := k_dead_letter; v_timeouts := k_timeouts;
+      v_lapsed := true;  -- (some look may have had one)
       exit look;
     end if;
     v_limit := cardinality(v_skip) + greatest(max_jobs, 100);
@@ -383,6 +386,15 @@ begin
   -- by a statement of its own that runs only when there is one. A join of the table to the
   -- arrays had its generic plan rescan the array for every row (max_jobs^2 comparisons).
   if true = any(v_bury[1:max_jobs]) then
+    -- The attempts as they were (a data-modifying statement's parts share one snapshot), for
+    -- their rows in jobs.attempts.
+    with ended as (
+      select j.id, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
+             jobs._timed_out(j.lease_expires_at, j.deadline) as timed_out
+      from jobs_data.jobs as j
+      where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+    ),
+    settled as (
     update jobs_data.jobs as j set
       state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                    then 'delayed'
@@ -400,12 +412,27 @@ begin
       lease = null, lease_expires_at = null, lease_scan_at = null, updated_at = v_now
     where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
       and (jobs._lapse_buries(j.attempt, j.max_attempts)
-           or jobs._timed_out(j.lease_expires_at, j.deadline));
+           or jobs._timed_out(j.lease_expires_at, j.deadline))
+    returning j.id, j.last_error
+    )
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
+           case when e.timed_out then 'timed_out' else 'buried' end, s.last_error
+    from ended as e join settled as s on s.id = e.id;
   end if;
 
   return query
-  -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline.
-  with moved as (
+  -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline. A lapsed
+  -- lease claimed again ends its attempt: its row in jobs.attempts, from the row as it was
+  -- (read only when the candidates had one: v_lapsed gates the scan).
+  with lapsed as (
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now, 'lease_lapsed',
+           jobs._lapse_error(j.attempt, j.max_attempts)
+    from jobs_data.jobs as j
+    where v_lapsed and j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+  ),
+  moved as (
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
@@ -414,7 +441,7 @@ begin
                                v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
       lease_scan_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
                             v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
-      claimed_by = worker_id, finished_at = null,
+      claimed_by = worker_id, claimed_at = v_now, finished_at = null,
       last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,
       updated_at = v_now

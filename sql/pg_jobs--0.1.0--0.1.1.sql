@@ -30,6 +30,7 @@
 --     in jobs.jobs and in what claim answers.
 -- 15. Rate limits: jobs.job_types.rate_limit, rate_period and rate_limit_per_key, the starts in
 --     jobs_data.rate_starts; jobs._within_limits takes the batch's room and whether to wait.
+-- 16. Attempt history: jobs.attempts, and when each attempt was claimed (jobs.jobs.claimed_at).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -40,6 +41,20 @@ alter table jobs.steps set schema jobs_data;
 alter table jobs.events set schema jobs_data;
 alter table jobs.job_types set schema jobs_data;
 alter table jobs.queues set schema jobs_data;
+-- 16. (before the backups' list of tables)
+create table jobs_data.attempts (
+  job_id      uuid not null,
+  attempt     int not null,
+  worker      text,            -- claimed_by of the attempt
+  claimed_at  timestamptz,
+  finished_at timestamptz not null,
+  outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
+  error       text
+);
+-- Not unique: a requeued job counts its attempts from 1 again.
+create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
+comment on table jobs_data.attempts is
+  'One row per attempt that did not complete: failed, timed out, lease lapsed or buried';
 -- 3. (the tables under their new names)
 select pg_catalog.pg_extension_config_dump('jobs_data.jobs', '');
 
@@ -50,6 +65,8 @@ select pg_catalog.pg_extension_config_dump('jobs_data.steps_seq_seq', '');
 select pg_catalog.pg_extension_config_dump('jobs_data.events', '');
 
 select pg_catalog.pg_extension_config_dump('jobs_data.job_types', '');
+
+select pg_catalog.pg_extension_config_dump('jobs_data.attempts', '');
 
 select pg_catalog.pg_extension_config_dump('jobs_data.queues', $$where queue <> 'default'$$);
 
@@ -138,6 +155,7 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
 -- 14.
 alter table jobs_data.jobs add column timeout interval, add column deadline timestamptz;
+alter table jobs_data.jobs add column claimed_at timestamptz;  -- 16.
 alter table jobs_data.job_types add column timeout interval
   check (timeout > interval '0' and timeout <= interval '7 days');
 alter type jobs.claimed_job add attribute deadline timestamptz;
@@ -1132,6 +1150,7 @@ declare
   v_names   text[];
   v_bury    boolean[];
   v_limited boolean;
+  v_lapsed  boolean;          -- a candidate is a lapsed lease: its attempt goes to jobs.attempts
   v_policy_names text[];    -- each name among the candidates once, with its policy:
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
@@ -1212,14 +1231,14 @@ begin
     -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
     -- built on every call (measured: docs/BENCHMARKS.md).
     select array_agg(c.id), array_agg(c.name), array_agg(c.bury),
-           coalesce(bool_or(c.concurrency_key is not null), false)
-      into v_ids, v_names, v_bury, v_limited
+           coalesce(bool_or(c.concurrency_key is not null), false), bool_or(c.lapsed)
+      into v_ids, v_names, v_bury, v_limited, v_lapsed
     from (
-      select c.id, c.name, c.bury, c.concurrency_key
+      select c.id, c.name, c.bury, c.concurrency_key, c.lapsed
       from unnest(queues) with ordinality as q(queue, ord)
       cross join lateral (
         select * from (
-          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury, false as lapsed
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'ready'
             and (v_tenants is null or j.tenant_id = any(v_tenants))
@@ -1227,7 +1246,7 @@ begin
           limit coalesce(v_limit, max_jobs) for update skip locked) as ready
         union all
         select * from (
-          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
           from jobs_data.jobs j
           where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
             and (v_tenants is null or j.tenant_id = any(v_tenants))
@@ -1237,7 +1256,7 @@ begin
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
                  jobs._lapse_buries(j.attempt, j.max_attempts)
-                   or jobs._timed_out(j.lease_expires_at, j.deadline)
+                   or jobs._timed_out(j.lease_expires_at, j.deadline), true
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
             and j.lease_expires_at <= v_now
@@ -1259,6 +1278,7 @@ begin
       if v_ids is null then
         v_ids := k_ids; v_names := k_names; v_bury := k_bury; v_policy_names := k_policy_names;
         v_leases := k_leases; v_dead_letter := k_dead_letter; v_timeouts := k_timeouts;
+        v_lapsed := true;  -- (some look may have had one)
         exit look;
       end if;
     elsif v_ids is null then
@@ -1292,6 +1312,7 @@ begin
        or coalesce(cardinality(k_ids), 0) = cardinality(v_skip) then  -- none held back
       v_ids := k_ids; v_names := k_names; v_bury := k_bury; v_policy_names := k_policy_names;
       v_leases := k_leases; v_dead_letter := k_dead_letter; v_timeouts := k_timeouts;
+      v_lapsed := true;  -- (some look may have had one)
       exit look;
     end if;
     v_limit := cardinality(v_skip) + greatest(max_jobs, 100);
@@ -1309,6 +1330,15 @@ begin
   -- by a statement of its own that runs only when there is one. A join of the table to the
   -- arrays had its generic plan rescan the array for every row (max_jobs^2 comparisons).
   if true = any(v_bury[1:max_jobs]) then
+    -- The attempts as they were (a data-modifying statement's parts share one snapshot), for
+    -- their rows in jobs.attempts.
+    with ended as (
+      select j.id, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
+             jobs._timed_out(j.lease_expires_at, j.deadline) as timed_out
+      from jobs_data.jobs as j
+      where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+    ),
+    settled as (
     update jobs_data.jobs as j set
       state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                    then 'delayed'
@@ -1326,12 +1356,27 @@ begin
       lease = null, lease_expires_at = null, lease_scan_at = null, updated_at = v_now
     where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
       and (jobs._lapse_buries(j.attempt, j.max_attempts)
-           or jobs._timed_out(j.lease_expires_at, j.deadline));
+           or jobs._timed_out(j.lease_expires_at, j.deadline))
+    returning j.id, j.last_error
+    )
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
+           case when e.timed_out then 'timed_out' else 'buried' end, s.last_error
+    from ended as e join settled as s on s.id = e.id;
   end if;
 
   return query
-  -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline.
-  with moved as (
+  -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline. A lapsed
+  -- lease claimed again ends its attempt: its row in jobs.attempts, from the row as it was
+  -- (read only when the candidates had one: v_lapsed gates the scan).
+  with lapsed as (
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now, 'lease_lapsed',
+           jobs._lapse_error(j.attempt, j.max_attempts)
+    from jobs_data.jobs as j
+    where v_lapsed and j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+  ),
+  moved as (
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
@@ -1340,7 +1385,7 @@ begin
                                v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
       lease_scan_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
                             v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
-      claimed_by = worker_id, finished_at = null,
+      claimed_by = worker_id, claimed_at = v_now, finished_at = null,
       last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,
       updated_at = v_now
@@ -1450,19 +1495,23 @@ returns boolean
 language plpgsql volatile
 as $$
 declare
-  v_now timestamptz := jobs.clock();
-  v_run uuid;
+  v_now   timestamptz := jobs.clock();
+  v_run   uuid;
+  v_tried boolean;
 begin
   perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
   if jobs._keeps_no_completed() then
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
-    returning j.run_id into v_run;
+    returning j.run_id, j.last_error is not null into v_run, v_tried;
     if not found then
       return false;
     end if;
     perform jobs._drop_orphan_steps(array[v_run]);
+    if v_tried then  -- only a job that failed an attempt has any
+      delete from jobs_data.attempts as a where a.job_id = complete.id;
+    end if;
     return true;
   end if;
   update jobs_data.jobs as j set
@@ -1492,6 +1541,7 @@ declare
   v_now    timestamptz := jobs.clock();
   v_landed uuid[];
   v_runs   uuid[];
+  v_tried  uuid[];   -- deleted jobs that failed an attempt: their rows in jobs.attempts go too
   v_sorted uuid[];   -- ids sorted, and results in that order: see the update below
   v_results jsonb[];
 begin
@@ -1531,12 +1581,16 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      returning j.id, j.run_id
+      returning j.id, j.run_id, j.last_error is not null as tried
     )
-    select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}')
-      into v_landed, v_runs
+    select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}'),
+           array_agg(g.id) filter (where g.tried)
+      into v_landed, v_runs, v_tried
     from gone as g;
     perform jobs._drop_orphan_steps(v_runs);
+    if v_tried is not null then  -- only jobs that failed an attempt have any
+      delete from jobs_data.attempts as a where a.job_id = any(v_tried);
+    end if;
   else
     if results is not null then
       -- An id given twice gets the result given with its highest claim: the only one that
@@ -1625,6 +1679,8 @@ begin
   perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
     'pass when to retry, or NULL for the job type''s backoff');
 
+  -- The failed attempt's row in jobs.attempts, in the same statement.
+  with settled as (
   update jobs_data.jobs as j set
     state = case when r.retry then 'delayed' else jobs._final_state(p.dead_letter) end,
     run_at = case when r.retry
@@ -1640,7 +1696,14 @@ begin
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.state, j.queue into v_state, v_queue;
+  returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue
+  ),
+  noted as (
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now, 'failed', left(fail.error, 10000)
+    from settled as s
+  )
+  select s.state, s.queue into v_state, v_queue from settled as s;
 
   if v_state = 'delayed' then
     perform jobs._signal_work(array[v_queue]);  -- its retry comes due: the blocking claims
@@ -2333,7 +2396,11 @@ begin
     with gone as (
       delete from jobs_data.jobs as j
       where j.ctid = any(v_ctids) and j.run_id <> all(v_busy)
-      returning j.run_id
+      returning j.id, j.run_id, j.last_error is not null as tried
+    ),
+    tried as (  -- their attempts (only a job that failed one has any)
+      delete from jobs_data.attempts as a
+      where a.job_id = any(array(select g.id from gone as g where g.tried))
     )
     select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
     v_runs := v_runs || v_part;
@@ -2377,7 +2444,16 @@ begin
   -- lookup through the primary key. The rows are locked, so their addresses cannot change.
   -- A lease that ran out at the attempt's deadline is a timeout: a failed attempt, retried
   -- after the job type's backoff (or buried on the final attempt). Any other lapse runs again
-  -- at once (or is buried on the final attempt).
+  -- at once (or is buried on the final attempt). Each ended attempt gets its row in
+  -- jobs.attempts, from the row as it was (the parts of one statement share its snapshot).
+  with ended as (
+    select l.ctid, l.id, l.attempt, l.max_attempts, l.claimed_by, l.claimed_at,
+           jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out
+    from jobs_data.jobs as l
+    where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
+    order by l.lease_scan_at limit max_rows for update skip locked
+  ),
+  settled as (
   update jobs_data.jobs as j set
     state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                  then 'delayed'
@@ -2396,12 +2472,19 @@ begin
                       else jobs._lapse_error(j.attempt, j.max_attempts) end,
     finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts) then v_now end,
     updated_at = v_now
-  where j.ctid = any(array(
-      select l.ctid from jobs_data.jobs as l
-      where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
-      order by l.lease_scan_at limit max_rows for update skip locked))
-    and j.state = 'running';
-  get diagnostics v_n = row_count;
+  where j.ctid = any(array(select e.ctid from ended as e))
+    and j.state = 'running'
+  returning j.id, j.last_error
+  ),
+  noted as (
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
+           case when e.timed_out then 'timed_out'
+                when e.attempt >= e.max_attempts then 'buried' else 'lease_lapsed' end,
+           s.last_error
+    from ended as e join settled as s on s.id = e.id
+  )
+  select count(*) into v_n from settled;
   task := 'lapsed_leases'; affected := v_n; return next;
 
   update jobs_data.jobs as j set state = 'ready', updated_at = v_now
@@ -2585,6 +2668,11 @@ create or replace view jobs.job_types as select * from jobs_data.job_types;
 
 comment on view jobs.job_types is
   'Policy per job name (the table jobs_data.job_types): retries, backoff, dead-lettering, lease, concurrency';
+
+create or replace view jobs.attempts as select * from jobs_data.attempts;
+
+comment on view jobs.attempts is
+  'Attempts that did not complete (the table jobs_data.attempts): failed, timed out, lease lapsed, buried';
 
 create or replace view jobs.queues as select * from jobs_data.queues;
 

@@ -58,6 +58,23 @@ create table jobs_data.job_types (
 comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
 
+-- Attempt history: one row per attempt that did not complete (failed, timed out, its lease
+-- lapsed, or buried on the final attempt), written by the statement that settles it and deleted
+-- with its job. An attempt that completes writes nothing here. last_error keeps the latest.
+create table jobs_data.attempts (
+  job_id      uuid not null,
+  attempt     int not null,
+  worker      text,            -- claimed_by of the attempt
+  claimed_at  timestamptz,
+  finished_at timestamptz not null,
+  outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
+  error       text
+);
+-- Not unique: a requeued job counts its attempts from 1 again.
+create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
+comment on table jobs_data.attempts is
+  'One row per attempt that did not complete: failed, timed out, lease lapsed or buried';
+
 -- The starts of rate-limited jobs (jobs_data.job_types.rate_limit) in their window: one row
 -- per start, written by the claim (jobs._within_limits), deleted once older than the window.
 create table jobs_data.rate_starts (
@@ -105,7 +122,8 @@ create table jobs_data.jobs (
   updated_at       timestamptz not null,
   finished_at      timestamptz,
   timeout          interval,      -- the most one attempt may run; NULL: the job type's
-  deadline         timestamptz    -- the running attempt's end (claim time + timeout), if any
+  deadline         timestamptz,   -- the running attempt's end (claim time + timeout), if any
+  claimed_at       timestamptz    -- when the current (or last) attempt was claimed
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,

@@ -110,19 +110,23 @@ returns boolean
 language plpgsql volatile
 as $$
 declare
-  v_now timestamptz := jobs.clock();
-  v_run uuid;
+  v_now   timestamptz := jobs.clock();
+  v_run   uuid;
+  v_tried boolean;
 begin
   perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
   if jobs._keeps_no_completed() then
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
-    returning j.run_id into v_run;
+    returning j.run_id, j.last_error is not null into v_run, v_tried;
     if not found then
       return false;
     end if;
     perform jobs._drop_orphan_steps(array[v_run]);
+    if v_tried then  -- only a job that failed an attempt has any
+      delete from jobs_data.attempts as a where a.job_id = complete.id;
+    end if;
     return true;
   end if;
   update jobs_data.jobs as j set
@@ -151,6 +155,7 @@ declare
   v_now    timestamptz := jobs.clock();
   v_landed uuid[];
   v_runs   uuid[];
+  v_tried  uuid[];   -- deleted jobs that failed an attempt: their rows in jobs.attempts go too
   v_sorted uuid[];   -- ids sorted, and results in that order: see the update below
   v_results jsonb[];
 begin
@@ -190,12 +195,16 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      returning j.id, j.run_id
+      returning j.id, j.run_id, j.last_error is not null as tried
     )
-    select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}')
-      into v_landed, v_runs
+    select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}'),
+           array_agg(g.id) filter (where g.tried)
+      into v_landed, v_runs, v_tried
     from gone as g;
     perform jobs._drop_orphan_steps(v_runs);
+    if v_tried is not null then  -- only jobs that failed an attempt have any
+      delete from jobs_data.attempts as a where a.job_id = any(v_tried);
+    end if;
   else
     if results is not null then
       -- An id given twice gets the result given with its highest claim: the only one that
@@ -288,6 +297,8 @@ begin
   perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
     'pass when to retry, or NULL for the job type''s backoff');
 
+  -- The failed attempt's row in jobs.attempts, in the same statement.
+  with settled as (
   update jobs_data.jobs as j set
     state = case when r.retry then 'delayed' else jobs._final_state(p.dead_letter) end,
     run_at = case when r.retry
@@ -303,7 +314,14 @@ begin
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.state, j.queue into v_state, v_queue;
+  returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue
+  ),
+  noted as (
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now, 'failed', left(fail.error, 10000)
+    from settled as s
+  )
+  select s.state, s.queue into v_state, v_queue from settled as s;
 
   if v_state = 'delayed' then
     perform jobs._signal_work(array[v_queue]);  -- its retry comes due: the blocking claims

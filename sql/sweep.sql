@@ -69,7 +69,11 @@ begin
     with gone as (
       delete from jobs_data.jobs as j
       where j.ctid = any(v_ctids) and j.run_id <> all(v_busy)
-      returning j.run_id
+      returning j.id, j.run_id, j.last_error is not null as tried
+    ),
+    tried as (  -- their attempts (only a job that failed one has any)
+      delete from jobs_data.attempts as a
+      where a.job_id = any(array(select g.id from gone as g where g.tried))
     )
     select coalesce(array_agg(distinct g.run_id), '{}'), count(*) into v_part, v_n from gone as g;
     v_runs := v_runs || v_part;
@@ -113,7 +117,16 @@ begin
   -- lookup through the primary key. The rows are locked, so their addresses cannot change.
   -- A lease that ran out at the attempt's deadline is a timeout: a failed attempt, retried
   -- after the job type's backoff (or buried on the final attempt). Any other lapse runs again
-  -- at once (or is buried on the final attempt).
+  -- at once (or is buried on the final attempt). Each ended attempt gets its row in
+  -- jobs.attempts, from the row as it was (the parts of one statement share its snapshot).
+  with ended as (
+    select l.ctid, l.id, l.attempt, l.max_attempts, l.claimed_by, l.claimed_at,
+           jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out
+    from jobs_data.jobs as l
+    where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
+    order by l.lease_scan_at limit max_rows for update skip locked
+  ),
+  settled as (
   update jobs_data.jobs as j set
     state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                  then 'delayed'
@@ -132,12 +145,19 @@ begin
                       else jobs._lapse_error(j.attempt, j.max_attempts) end,
     finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts) then v_now end,
     updated_at = v_now
-  where j.ctid = any(array(
-      select l.ctid from jobs_data.jobs as l
-      where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
-      order by l.lease_scan_at limit max_rows for update skip locked))
-    and j.state = 'running';
-  get diagnostics v_n = row_count;
+  where j.ctid = any(array(select e.ctid from ended as e))
+    and j.state = 'running'
+  returning j.id, j.last_error
+  ),
+  noted as (
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
+           case when e.timed_out then 'timed_out'
+                when e.attempt >= e.max_attempts then 'buried' else 'lease_lapsed' end,
+           s.last_error
+    from ended as e join settled as s on s.id = e.id
+  )
+  select count(*) into v_n from settled;
   task := 'lapsed_leases'; affected := v_n; return next;
 
   update jobs_data.jobs as j set state = 'ready', updated_at = v_now

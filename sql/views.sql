@@ -16,5 +16,8 @@ comment on view jobs.events is 'Published events (the table jobs_data.events); a
 create view jobs.job_types as select * from jobs_data.job_types;
 comment on view jobs.job_types is
   'Policy per job name (the table jobs_data.job_types): retries, backoff, dead-lettering, lease, concurrency';
+create view jobs.attempts as select * from jobs_data.attempts;
+comment on view jobs.attempts is
+  'Attempts that did not complete (the table jobs_data.attempts): failed, timed out, lease lapsed, buried';
 create view jobs.queues as select * from jobs_data.queues;
 comment on view jobs.queues is 'Every queue ever used and whether it is paused (the table jobs_data.queues)';

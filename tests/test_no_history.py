@@ -183,3 +183,20 @@ def test_a_completion_that_waits_on_a_cancel_deletes_nothing(db):
     finally:
         for conn in (operator, worker, watcher):
             conn.close()
+
+
+def test_a_completion_that_keeps_no_history_deletes_the_jobs_attempts(db):
+    """The rows of jobs.attempts go with their job when completing deletes it, by complete and
+    by complete_many. Checked by taking the attempts' delete out of jobs.complete: one row
+    stays behind."""
+    with connect(db) as conn:
+        conn.execute("select jobs.enqueue_batch('[{\"name\": \"a\"}, {\"name\": \"b\"}, {\"name\": \"c\"}]')")
+        for job_id, claim in conn.execute("select id, claim from jobs.claim('w', max_jobs => 3)").fetchall():
+            assert conn.execute("select jobs.fail(%s, %s, 'once', retry_at => now())", (job_id, claim)).fetchone()[0] == "retried"
+        assert conn.execute("select count(*) from jobs.attempts").fetchone()[0] == 3
+        held = conn.execute("select id, claim from jobs.claim('w', max_jobs => 3) order by name").fetchall()
+        assert conn.execute("select jobs.complete(%s, %s)", held[0]).fetchone()[0] is True
+        assert conn.execute("select count(*) from jobs.complete_many(%s, %s) where landed",
+                            ([h[0] for h in held[1:]], [h[1] for h in held[1:]])).fetchone()[0] == 2
+        assert counts(conn)[0] == 0
+        assert conn.execute("select count(*) from jobs.attempts").fetchone()[0] == 0

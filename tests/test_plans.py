@@ -218,7 +218,10 @@ def test_a_claim_and_a_settle_of_1000_read_each_job_once(dsn, case):
     for plan in plans:
         print(f"\n-- a batch of 1000, {case}\n" + plan)
         rows = rows_processed(plan)
-        assert rows < 20 * 1000, f"{rows} rows for a batch of 1000:\n{plan}"  # 1000^2 if rescanned
+        # A rescan of an array for every row is 1000^2; the limits check passes over its batch
+        # in some 30 plan nodes (the candidates, the running jobs, a sort per window, the
+        # rate-limit starts), each a few thousand rows at most.
+        assert rows < 40 * 1000, f"{rows} rows for a batch of 1000:\n{plan}"
 
 
 def hold_and_settle(conn):

@@ -28,6 +28,7 @@
 --     in jobs.jobs and in what claim answers.
 -- 15. Rate limits: jobs.job_types.rate_limit, rate_period and rate_limit_per_key, the starts in
 --     jobs_data.rate_starts; jobs._within_limits takes the batch's room and whether to wait.
+-- 16. Attempt history: jobs.attempts, and when each attempt was claimed (jobs.jobs.claimed_at).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -38,6 +39,20 @@ alter table jobs.steps set schema jobs_data;
 alter table jobs.events set schema jobs_data;
 alter table jobs.job_types set schema jobs_data;
 alter table jobs.queues set schema jobs_data;
+-- 16. (before the backups' list of tables)
+create table jobs_data.attempts (
+  job_id      uuid not null,
+  attempt     int not null,
+  worker      text,            -- claimed_by of the attempt
+  claimed_at  timestamptz,
+  finished_at timestamptz not null,
+  outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
+  error       text
+);
+-- Not unique: a requeued job counts its attempts from 1 again.
+create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
+comment on table jobs_data.attempts is
+  'One row per attempt that did not complete: failed, timed out, lease lapsed or buried';
 -- 3. (the tables under their new names)
 -- @include sql/backup.sql
 
@@ -126,6 +141,7 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
 -- 14.
 alter table jobs_data.jobs add column timeout interval, add column deadline timestamptz;
+alter table jobs_data.jobs add column claimed_at timestamptz;  -- 16.
 alter table jobs_data.job_types add column timeout interval
   check (timeout > interval '0' and timeout <= interval '7 days');
 alter type jobs.claimed_job add attribute deadline timestamptz;
