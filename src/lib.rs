@@ -35,6 +35,11 @@ extension_sql_file!(
     requires = ["schema"]
 );
 extension_sql_file!(
+    "../sql/records.sql",
+    name = "records",
+    requires = ["schema"]
+);
+extension_sql_file!(
     "../sql/policy.sql",
     name = "policy",
     requires = [
@@ -72,7 +77,11 @@ extension_sql_file!(
     requires = ["events", "schedules"]
 );
 extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["sweep"]);
-extension_sql_file!("../sql/backup.sql", name = "backup", requires = ["queues"]);
+extension_sql_file!(
+    "../sql/backup.sql",
+    name = "backup",
+    requires = ["queues", "records"]
+);
 extension_sql_file!("../sql/views.sql", name = "views", requires = ["backup"]);
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 

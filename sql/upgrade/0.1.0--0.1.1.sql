@@ -39,20 +39,8 @@ alter table jobs.steps set schema jobs_data;
 alter table jobs.events set schema jobs_data;
 alter table jobs.job_types set schema jobs_data;
 alter table jobs.queues set schema jobs_data;
--- 16. (before the backups' list of tables)
-create table jobs_data.attempts (
-  job_id      uuid not null,
-  attempt     int not null,
-  worker      text,            -- claimed_by of the attempt
-  claimed_at  timestamptz,
-  finished_at timestamptz not null,
-  outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
-  error       text
-);
--- Not unique: a requeued job counts its attempts from 1 again.
-create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
-comment on table jobs_data.attempts is
-  'One row per attempt that did not complete: failed, timed out, lease lapsed or buried';
+-- 15. and 16. (before the backups' list of tables)
+-- @include sql/records.sql
 -- 3. (the tables under their new names)
 -- @include sql/backup.sql
 
@@ -153,14 +141,6 @@ alter table jobs_data.job_types add column rate_limit int check (rate_limit >= 1
   add constraint job_types_rate_needs_period check ((rate_limit is null) = (rate_period is null));
 comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
-create table jobs_data.rate_starts (
-  name       text not null,
-  key        text,              -- the concurrency_key, with rate_limit_per_key
-  started_at timestamptz not null
-);
-create index rate_starts_idx on jobs_data.rate_starts (name, started_at);
-comment on table jobs_data.rate_starts is
-  'Starts of rate-limited jobs within their job type''s rate_period (jobs_data.job_types.rate_limit)';
 
 -- 13. Cron expressions and their slots (src/cron.rs), then the schedules.
 CREATE  FUNCTION jobs."_cron_problem"(
