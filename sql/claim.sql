@@ -413,7 +413,8 @@ begin
     where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
       and (jobs._lapse_buries(j.attempt, j.max_attempts)
            or jobs._timed_out(j.lease_expires_at, j.deadline))
-    returning j.id, j.last_error
+    returning j.id, j.last_error,
+              jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
     )
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
     select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
@@ -431,6 +432,7 @@ begin
            jobs._lapse_error(j.attempt, j.max_attempts)
     from jobs_data.jobs as j
     where v_lapsed and j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+    returning jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
   ),
   moved as (
     update jobs_data.jobs as j set

@@ -40,7 +40,8 @@ returns boolean
 language plpgsql volatile
 as $$
 declare
-  v_now timestamptz := jobs.clock();
+  v_now     timestamptz := jobs.clock();
+  v_counted boolean;
 begin
   if cancel.id is null then
     perform jobs._raise('22004', 'jobs.cancel: id must not be NULL', 'pass the id of the job to cancel');
@@ -48,8 +49,12 @@ begin
   update jobs_data.jobs as j set
     state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
     wait_event = null, wait_key = null, wait_until = null,
-    finished_at = v_now, updated_at = v_now
-  where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended');
+    finished_at = v_now,
+    -- A running job's holder is told on pg_jobs_cancel (src/outcomes.rs), from the row as
+    -- this update takes it.
+    updated_at = jobs._cancelling(j.id, j.state = 'running', v_now)
+  where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended')
+  returning jobs._outcome(j.queue, 'cancelled') into v_counted;
   if not found then
     perform jobs._refuse('jobs.cancel', cancel.id, 'PJ005',
       'only live jobs (ready, delayed, running, suspended) can be cancelled',

@@ -31,6 +31,8 @@
 -- 15. Rate limits: jobs.job_types.rate_limit, rate_period and rate_limit_per_key, the starts in
 --     jobs_data.rate_starts; jobs._within_limits takes the batch's room and whether to wait.
 -- 16. Attempt history: jobs.attempts, and when each attempt was claimed (jobs.jobs.claimed_at).
+-- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
+--     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -179,6 +181,38 @@ alter table jobs_data.job_types add column rate_limit int check (rate_limit >= 1
   add constraint job_types_rate_needs_period check ((rate_limit is null) = (rate_period is null));
 comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
+
+-- 17.
+CREATE  FUNCTION jobs."_outcome"(
+	"queue" TEXT,
+	"outcome" TEXT,
+	"id" uuid DEFAULT NULL
+) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'outcome_wrapper';
+CREATE  FUNCTION jobs."_cancelling"(
+	"id" uuid,
+	"was_running" bool,
+	"value" timestamp with time zone
+) RETURNS timestamp with time zone
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'cancelling_wrapper';
+CREATE  FUNCTION jobs."_outcome_stats"() RETURNS TABLE (
+	"queue" TEXT,
+	"completed" bigint,
+	"retried" bigint,
+	"dead" bigint,
+	"failed" bigint,
+	"cancelled" bigint,
+	"timed_out" bigint,
+	"lease_lapsed" bigint,
+	"since" timestamp with time zone
+)
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'outcome_stats_wrapper';
 
 -- 13. Cron expressions and their slots (src/cron.rs), then the schedules.
 CREATE  FUNCTION jobs."_cron_problem"(
@@ -614,6 +648,15 @@ begin atomic
     else format('lease lapsed on attempt %s of %s: the worker holding it stopped settling, '
                 'so the job runs again', p_attempt, p_max_attempts)
   end;
+end;
+
+create or replace function jobs._outcome_ended(p_queue text, p_id uuid, p_state jobs.job_state, p_timed_out boolean)
+returns boolean
+language sql volatile
+begin atomic
+  select jobs._outcome(p_queue, case when p_timed_out then 'timed_out' else 'lease_lapsed' end)
+    and (p_state = 'ready'
+         or jobs._outcome(p_queue, case when p_state = 'delayed' then 'retried' else p_state::text end, p_id));
 end;
 
 create or replace function jobs._spec_problem(s jobs.job_spec)
@@ -1361,7 +1404,8 @@ begin
     where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
       and (jobs._lapse_buries(j.attempt, j.max_attempts)
            or jobs._timed_out(j.lease_expires_at, j.deadline))
-    returning j.id, j.last_error
+    returning j.id, j.last_error,
+              jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
     )
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
     select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
@@ -1379,6 +1423,7 @@ begin
            jobs._lapse_error(j.attempt, j.max_attempts)
     from jobs_data.jobs as j
     where v_lapsed and j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+    returning jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
   ),
   moved as (
     update jobs_data.jobs as j set
@@ -1502,13 +1547,15 @@ declare
   v_now   timestamptz := jobs.clock();
   v_run   uuid;
   v_tried boolean;
+  v_counted boolean;
 begin
   perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
   if jobs._keeps_no_completed() then
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
-    returning j.run_id, j.last_error is not null into v_run, v_tried;
+    returning j.run_id, j.last_error is not null, jobs._outcome(j.queue, 'completed')
+      into v_run, v_tried, v_counted;
     if not found then
       return false;
     end if;
@@ -1522,7 +1569,8 @@ begin
     state = 'completed', result = complete.result, lease_expires_at = null,
     finished_at = v_now, updated_at = v_now
   where j.id = complete.id and j.claim = complete.claim
-    and j.state = 'running' and j.lease_expires_at > jobs.clock();
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning jobs._outcome(j.queue, 'completed') into v_counted;
   if not found then
     return false;
   end if;
@@ -1585,7 +1633,8 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      returning j.id, j.run_id, j.last_error is not null as tried
+      returning j.id, j.run_id, j.last_error is not null as tried,
+                jobs._outcome(j.queue, 'completed') as counted
     )
     select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}'),
            array_agg(g.id) filter (where g.tried)
@@ -1610,7 +1659,7 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      returning j.id
+      returning j.id, jobs._outcome(j.queue, 'completed') as counted
     )
     select coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
     if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
@@ -1700,7 +1749,9 @@ begin
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue
+  returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue,
+            jobs._outcome(j.queue, case when j.state = 'delayed' then 'retried' else j.state::text end,
+                          j.id) as counted
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
@@ -2061,7 +2112,8 @@ returns boolean
 language plpgsql volatile
 as $$
 declare
-  v_now timestamptz := jobs.clock();
+  v_now     timestamptz := jobs.clock();
+  v_counted boolean;
 begin
   if cancel.id is null then
     perform jobs._raise('22004', 'jobs.cancel: id must not be NULL', 'pass the id of the job to cancel');
@@ -2069,8 +2121,12 @@ begin
   update jobs_data.jobs as j set
     state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
     wait_event = null, wait_key = null, wait_until = null,
-    finished_at = v_now, updated_at = v_now
-  where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended');
+    finished_at = v_now,
+    -- A running job's holder is told on pg_jobs_cancel (src/outcomes.rs), from the row as
+    -- this update takes it.
+    updated_at = jobs._cancelling(j.id, j.state = 'running', v_now)
+  where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended')
+  returning jobs._outcome(j.queue, 'cancelled') into v_counted;
   if not found then
     perform jobs._refuse('jobs.cancel', cancel.id, 'PJ005',
       'only live jobs (ready, delayed, running, suspended) can be cancelled',
@@ -2478,7 +2534,8 @@ begin
     updated_at = v_now
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
-  returning j.id, j.last_error
+  returning j.id, j.last_error,
+            jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
@@ -2620,6 +2677,15 @@ from jobs_data.queues as q;
 
 comment on view jobs.queue_stats is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited';
+
+create or replace view jobs.outcome_stats as
+select s.queue, s.completed, s.retried, s.dead, s.failed, s.cancelled, s.timed_out,
+       s.lease_lapsed, s.since
+from jobs._outcome_stats() as s;
+
+comment on view jobs.outcome_stats is
+  'Per queue, counters since the server started: completed, retried, dead, failed, cancelled, '
+  'timed out and lease-lapsed (needs shared_preload_libraries; no rows without)';
 
 create or replace function jobs._set_paused(p_fn text, p_queue text, p_paused boolean)
 returns void
@@ -2791,13 +2857,13 @@ returns void
 language plpgsql volatile
 as $$
 begin
-  perform jobs._grant('jobs.grant_monitor', role, array['clock', '_oldest_ready'], false);
-  execute format('grant select on jobs.queue_stats to %I', role);
+  perform jobs._grant('jobs.grant_monitor', role, array['clock', '_oldest_ready', '_outcome_stats'], false);
+  execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
 end
 $$;
 
 comment on function jobs.grant_monitor(name) is
-  'Let a role read jobs.queue_stats, and nothing else (for postgres_exporter and alerts)';
+  'Let a role read jobs.queue_stats and jobs.outcome_stats, and nothing else (for postgres_exporter and alerts)';
 
 do $$
 declare
@@ -2861,5 +2927,37 @@ begin
     execute 'grant execute on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, '
       || 'interval, jsonb[]) to ' || v_grantees;
   end if;
+end
+$$;
+-- 17. Monitors may read the outcome counters.
+do $$
+declare
+  v_grantees text;
+begin
+  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
+  from pg_catalog.pg_class as c, pg_catalog.aclexplode(c.relacl) as a
+  where c.oid = 'jobs.queue_stats'::regclass
+    and a.privilege_type = 'SELECT' and a.grantee <> c.relowner and a.grantee <> 0;
+  if v_grantees is not null then
+    execute 'grant select on jobs.outcome_stats to ' || v_grantees;
+    execute 'grant execute on function jobs._outcome_stats() to ' || v_grantees;
+  end if;
+end
+$$;
+-- 13., 16. and 17. Admins may use the new tables, views and functions.
+do $$
+declare
+  v_role text;
+begin
+  for v_role in
+    select distinct quote_ident(a.grantee::regrole::text)
+    from pg_catalog.pg_class as c, pg_catalog.aclexplode(c.relacl) as a
+    where c.oid = 'jobs.jobs'::regclass
+      and a.privilege_type = 'DELETE' and a.grantee <> c.relowner and a.grantee <> 0
+  loop
+    execute 'grant select, insert, update, delete on all tables in schema jobs, jobs_data to ' || v_role;
+    execute 'grant usage, select on all sequences in schema jobs_data to ' || v_role;
+    execute 'grant execute on all functions in schema jobs to ' || v_role;
+  end loop;
 end
 $$;

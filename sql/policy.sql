@@ -93,5 +93,19 @@ begin atomic
   end;
 end;
 
+-- The outcomes of an attempt that ended without its worker settling it (a lapsed lease or a
+-- timeout), for jobs.outcome_stats and pg_jobs_dead (jobs._outcome, src/outcomes.rs), from the
+-- RETURNING list of the statement that settles it: timed_out or lease_lapsed, and what
+-- followed: retried after a timeout, dead or failed on the final attempt (a lapse with attempts
+-- left, now ready, runs again).
+create function jobs._outcome_ended(p_queue text, p_id uuid, p_state jobs.job_state, p_timed_out boolean)
+returns boolean
+language sql volatile
+begin atomic
+  select jobs._outcome(p_queue, case when p_timed_out then 'timed_out' else 'lease_lapsed' end)
+    and (p_state = 'ready'
+         or jobs._outcome(p_queue, case when p_state = 'delayed' then 'retried' else p_state::text end, p_id));
+end;
+
 -- How long finished jobs are kept: jobs._retention(setting, default) (src/clock.rs) reads
 -- pg_jobs.completed_retention or pg_jobs.dead_retention.

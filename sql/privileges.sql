@@ -3,7 +3,8 @@
 --   worker    a producer's, and claim, heartbeat, complete, complete_many, complete_and_claim,
 --             fail, snooze, assert_claim, save_step, get_step, await_event
 --   admin     everything: every function (including the grants), every table and view
---   monitor   select on jobs.queue_stats only (for postgres_exporter and alerts)
+--   monitor   select on jobs.queue_stats and jobs.outcome_stats only (for postgres_exporter
+--             and alerts)
 -- Only admins read or write the tables. The API functions run as their owner (SECURITY
 -- DEFINER) so producers and workers need no table privileges, and each pins search_path to
 -- pg_catalog, pg_temp, so no schema a caller puts first can shadow a function, operator or type
@@ -135,12 +136,12 @@ returns void
 language plpgsql volatile
 as $$
 begin
-  perform jobs._grant('jobs.grant_monitor', role, array['clock', '_oldest_ready'], false);
-  execute format('grant select on jobs.queue_stats to %I', role);
+  perform jobs._grant('jobs.grant_monitor', role, array['clock', '_oldest_ready', '_outcome_stats'], false);
+  execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
 end
 $$;
 comment on function jobs.grant_monitor(name) is
-  'Let a role read jobs.queue_stats, and nothing else (for postgres_exporter and alerts)';
+  'Let a role read jobs.queue_stats and jobs.outcome_stats, and nothing else (for postgres_exporter and alerts)';
 
 do $$
 declare

@@ -1,4 +1,4 @@
--- Queues for DBAs: jobs.queue_stats, jobs.pause_queue, jobs.resume_queue.
+-- Queues for DBAs: jobs.queue_stats, jobs.outcome_stats, jobs.pause_queue, jobs.resume_queue.
 --
 -- jobs_data.queues lists every queue ever used (enqueue adds new ones). queue_stats reads one
 -- partial index per live state, so its live counts never read finished history; each column
@@ -42,6 +42,21 @@ select q.queue,
 from jobs_data.queues as q;
 comment on view jobs.queue_stats is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited';
+
+-- What happened to the jobs of each queue since counting started (the server's start, or its
+-- restart after a crash): counters, never gauges, kept in shared memory by the commits that
+-- settle jobs (src/outcomes.rs), so they do not depend on retention and no settle writes a
+-- row for them. completed, retried (a failed or timed-out attempt with attempts left), dead,
+-- failed, cancelled count jobs by what happened to them; timed_out and lease_lapsed count
+-- attempts by how they ended (a timed-out attempt counts in retried, dead or failed as well).
+-- Needs shared_preload_libraries = 'pg_jobs'; without it the view has no rows.
+create view jobs.outcome_stats as
+select s.queue, s.completed, s.retried, s.dead, s.failed, s.cancelled, s.timed_out,
+       s.lease_lapsed, s.since
+from jobs._outcome_stats() as s;
+comment on view jobs.outcome_stats is
+  'Per queue, counters since the server started: completed, retried, dead, failed, cancelled, '
+  'timed out and lease-lapsed (needs shared_preload_libraries; no rows without)';
 
 create function jobs._set_paused(p_fn text, p_queue text, p_paused boolean)
 returns void

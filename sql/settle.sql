@@ -113,13 +113,15 @@ declare
   v_now   timestamptz := jobs.clock();
   v_run   uuid;
   v_tried boolean;
+  v_counted boolean;
 begin
   perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
   if jobs._keeps_no_completed() then
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
-    returning j.run_id, j.last_error is not null into v_run, v_tried;
+    returning j.run_id, j.last_error is not null, jobs._outcome(j.queue, 'completed')
+      into v_run, v_tried, v_counted;
     if not found then
       return false;
     end if;
@@ -133,7 +135,8 @@ begin
     state = 'completed', result = complete.result, lease_expires_at = null,
     finished_at = v_now, updated_at = v_now
   where j.id = complete.id and j.claim = complete.claim
-    and j.state = 'running' and j.lease_expires_at > jobs.clock();
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning jobs._outcome(j.queue, 'completed') into v_counted;
   if not found then
     return false;
   end if;
@@ -195,7 +198,8 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      returning j.id, j.run_id, j.last_error is not null as tried
+      returning j.id, j.run_id, j.last_error is not null as tried,
+                jobs._outcome(j.queue, 'completed') as counted
     )
     select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}'),
            array_agg(g.id) filter (where g.tried)
@@ -220,7 +224,7 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      returning j.id
+      returning j.id, jobs._outcome(j.queue, 'completed') as counted
     )
     select coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
     if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
@@ -314,7 +318,9 @@ begin
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue
+  returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue,
+            jobs._outcome(j.queue, case when j.state = 'delayed' then 'retried' else j.state::text end,
+                          j.id) as counted
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)

@@ -147,7 +147,8 @@ begin
     updated_at = v_now
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
-  returning j.id, j.last_error
+  returning j.id, j.last_error,
+            jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)

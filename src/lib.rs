@@ -17,6 +17,7 @@ mod error_context;
 mod gucs;
 mod ids;
 mod launcher;
+mod outcomes;
 mod random;
 mod relay;
 mod statement;
@@ -47,7 +48,8 @@ extension_sql_file!(
         clock::clock,
         clock::retention,
         gucs::max_payload_size,
-        gucs::tenants
+        gucs::tenants,
+        outcomes::outcome
     ]
 );
 extension_sql_file!(
@@ -76,7 +78,11 @@ extension_sql_file!(
     name = "sweep",
     requires = ["events", "schedules"]
 );
-extension_sql_file!("../sql/queues.sql", name = "queues", requires = ["sweep"]);
+extension_sql_file!(
+    "../sql/queues.sql",
+    name = "queues",
+    requires = ["sweep", outcomes::outcome_stats]
+);
 extension_sql_file!(
     "../sql/backup.sql",
     name = "backup",
@@ -96,6 +102,7 @@ pub extern "C-unwind" fn _PG_init() {
         launcher::init();
         wakeups::init();
         relay::init();
+        outcomes::init();
     }
 }
 

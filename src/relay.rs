@@ -19,13 +19,18 @@
 //! database. A sweeper that exits between a call and its commit loses that commit's
 //! notifications (workers that LISTEN poll as well); a savepoint rolled back after the call
 //! still notifies at the commit (a worker woken for nothing claims nothing).
+//!
+//! The ring also carries the signals of src/outcomes.rs (`pg_jobs_cancel`, `pg_jobs_dead`),
+//! handed over after the commit; the relay merges the deaths of a queue into one signal. A
+//! full ring loses them, and the relay then says so (`*`, a null queue).
 
+use crate::outcomes::Signal;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory};
 use std::cell::RefCell;
-use std::collections::BTreeSet;
-use std::ffi::CString;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -42,8 +47,40 @@ pub const GAP: Duration = Duration::from_millis(5);
 #[derive(Copy, Clone)]
 struct Entry {
     db: u32,
+    kind: Kind,
     len: u16,
+    /// A queue's name (a wake-up, a death).
     name: [u8; NAME_BYTES],
+    /// A job's id (a cancel; the one death of a transaction).
+    id: [u8; 16],
+    /// Jobs that died.
+    count: u32,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Kind {
+    Wake,
+    Cancelled,
+    Dead,
+}
+
+impl Entry {
+    fn new(db: u32, kind: Kind, name: &str) -> Entry {
+        let mut entry = Entry {
+            db,
+            kind,
+            len: name.len() as u16,
+            name: [0; NAME_BYTES],
+            id: [0; 16],
+            count: 0,
+        };
+        entry.name[..name.len()].copy_from_slice(name.as_bytes());
+        entry
+    }
+
+    fn name(&self) -> String {
+        String::from_utf8_lossy(&self.name[..self.len as usize]).into_owned()
+    }
 }
 
 #[derive(Copy, Clone, Default)]
@@ -57,6 +94,8 @@ struct Relay {
     ready: bool,
     /// The ring was full: notify every queue of the database.
     overflowed: bool,
+    /// The ring was full: signals were lost.
+    lost_signals: bool,
 }
 
 pub struct Ring {
@@ -69,11 +108,7 @@ impl Default for Ring {
     fn default() -> Self {
         Ring {
             len: 0,
-            entries: [Entry {
-                db: 0,
-                len: 0,
-                name: [0; NAME_BYTES],
-            }; RING],
+            entries: [Entry::new(0, Kind::Wake, ""); RING],
             relays: [Relay::default(); RELAYS],
         }
     }
@@ -123,10 +158,7 @@ unsafe extern "C-unwind" {
 
 /// `NOTIFY pg_jobs, queue` in the current transaction (an error is raised as PostgreSQL's).
 fn send_one(queue: &str) {
-    let payload = CString::new(queue).expect("a text has no NUL");
-    unsafe {
-        pg_sys::ffi::pg_guard_ffi_boundary(|| async_notify(c"pg_jobs".as_ptr(), payload.as_ptr()))
-    };
+    notify_now(c"pg_jobs", queue);
 }
 
 /// `jobs._relays()`: whether this database's sweeper relays notifications now, so that one
@@ -159,14 +191,8 @@ pub fn end_of_transaction(commit: bool) {
             ring.relays[at].overflowed = true;
             break;
         }
-        let mut entry = Entry {
-            db,
-            len: queue.len() as u16,
-            name: [0; NAME_BYTES],
-        };
-        entry.name[..queue.len()].copy_from_slice(queue.as_bytes());
         let len = ring.len;
-        ring.entries[len] = entry;
+        ring.entries[len] = Entry::new(db, Kind::Wake, queue);
         ring.len += 1;
     }
     let latch = ring.relays[at].latch as *mut pg_sys::Latch;
@@ -195,6 +221,7 @@ pub fn register() {
             latch: unsafe { pg_sys::MyLatch } as usize,
             ready: true,
             overflowed: false,
+            lost_signals: false,
         };
     }
     unsafe { pg_sys::before_shmem_exit(Some(unregister), pg_sys::Datum::from(0)) };
@@ -231,14 +258,17 @@ pub fn set_ready(ready: bool) {
 }
 
 /// What a sweeper has to relay: the queues committed since its last relay, and whether the
-/// ring overflowed (then every queue of the database).
+/// ring overflowed (then every queue of the database); the signals (src/outcomes.rs), the
+/// deaths of a queue in one, and whether some were lost to a full ring.
 #[derive(Default)]
 pub struct Due {
     pub queues: BTreeSet<String>,
     pub every_queue: bool,
+    pub signals: BTreeSet<Signal>,
+    pub lost_signals: bool,
 }
 
-/// From the sweeper: takes this database's queues out of the ring.
+/// From the sweeper: takes this database's queues and signals out of the ring.
 pub fn take() -> Due {
     let mut due = Due::default();
     if !shared() {
@@ -246,22 +276,40 @@ pub fn take() -> Due {
     }
     let db = this_database();
     let pid = unsafe { pg_sys::MyProcPid };
+    let mut dead: BTreeMap<String, (u32, [u8; 16])> = BTreeMap::new();
     let mut ring = RELAY.exclusive();
     let mut kept = 0;
     for i in 0..ring.len {
         let entry = ring.entries[i];
-        if entry.db == db {
-            let name = &entry.name[..entry.len as usize];
-            due.queues
-                .insert(String::from_utf8_lossy(name).into_owned());
-        } else {
+        if entry.db != db {
             ring.entries[kept] = entry;
             kept += 1;
+            continue;
+        }
+        match entry.kind {
+            Kind::Wake => {
+                due.queues.insert(entry.name());
+            }
+            Kind::Cancelled => {
+                due.signals
+                    .insert(Signal::Cancelled(pgrx::Uuid::from_bytes(entry.id)));
+            }
+            Kind::Dead => dead.entry(entry.name()).or_insert((0, entry.id)).0 += entry.count,
         }
     }
     ring.len = kept;
     for r in ring.relays.iter_mut().filter(|r| r.pid == pid) {
         due.every_queue |= std::mem::take(&mut r.overflowed);
+        due.lost_signals |= std::mem::take(&mut r.lost_signals);
+    }
+    drop(ring);
+    // The deaths of a queue since the last relay, in one signal.
+    for (queue, (count, id)) in dead {
+        due.signals.insert(Signal::Dead {
+            queue,
+            count,
+            id: Some(pgrx::Uuid::from_bytes(id)),
+        });
     }
     due
 }
@@ -271,4 +319,75 @@ pub fn send(queues: &BTreeSet<String>) {
     for queue in queues {
         send_one(queue);
     }
+}
+
+/// Sends the signals, in the current transaction; when some were lost, `*` on
+/// `pg_jobs_cancel` (every worker checks what it holds) and `{"queue": null, "count": null}`
+/// on `pg_jobs_dead` (look at the table).
+pub fn send_signals(signals: &BTreeSet<Signal>, lost: bool) {
+    for signal in signals {
+        notify_now(signal.channel(), &signal.payload());
+    }
+    if lost {
+        notify_now(c"pg_jobs_cancel", "*");
+        notify_now(c"pg_jobs_dead", r#"{"queue": null, "count": null}"#);
+    }
+}
+
+/// Whether this database's sweeper relays the signals of a transaction committing now.
+pub fn relays_signals() -> bool {
+    relaying(this_database())
+}
+
+/// Whether a ring entry holds the signal.
+pub fn carries(signal: &Signal) -> bool {
+    match signal {
+        Signal::Cancelled(_) => true,
+        Signal::Dead { queue, .. } => queue.len() <= NAME_BYTES,
+    }
+}
+
+/// `NOTIFY channel, payload` in the current transaction (an error is raised as PostgreSQL's).
+pub fn notify_now(channel: &CStr, payload: &str) {
+    let payload = CString::new(payload).expect("a text has no NUL");
+    unsafe {
+        pg_sys::ffi::pg_guard_ffi_boundary(|| async_notify(channel.as_ptr(), payload.as_ptr()))
+    };
+}
+
+/// After a commit (src/outcomes.rs): hands its signals to the sweeper and wakes it. A full
+/// ring loses them, and the sweeper says so (`send_signals`).
+pub fn hand_over(signals: &[Signal]) {
+    if signals.is_empty() || !shared() {
+        return;
+    }
+    let db = this_database();
+    let mut ring = RELAY.exclusive();
+    let Some(at) = ring.relays.iter().position(|r| r.db == db) else {
+        return; // its sweeper is gone
+    };
+    for signal in signals {
+        if ring.len == RING {
+            ring.relays[at].lost_signals = true;
+            break;
+        }
+        let entry = match signal {
+            Signal::Cancelled(id) => {
+                let mut entry = Entry::new(db, Kind::Cancelled, "");
+                entry.id = **id;
+                entry
+            }
+            Signal::Dead { queue, count, id } => {
+                let mut entry = Entry::new(db, Kind::Dead, queue);
+                entry.count = *count;
+                entry.id = id.map(|id| *id).unwrap_or_default();
+                entry
+            }
+        };
+        let len = ring.len;
+        ring.entries[len] = entry;
+        ring.len += 1;
+    }
+    let latch = ring.relays[at].latch as *mut pg_sys::Latch;
+    unsafe { pg_sys::SetLatch(latch) };
 }

@@ -121,13 +121,17 @@ unsafe extern "C-unwind" fn at_transaction_end(
 ) {
     use pg_sys::XactEvent::*;
     let commit = match event {
-        XACT_EVENT_PRE_COMMIT => return crate::durability::before_commit(),
+        XACT_EVENT_PRE_COMMIT => {
+            crate::outcomes::before_commit();
+            return crate::durability::before_commit();
+        }
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => true,
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => false,
         _ => return,
     };
     crate::durability::end_of_transaction();
     crate::relay::end_of_transaction(commit);
+    crate::outcomes::end_of_transaction(commit);
     let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if !commit || buckets.is_empty() {
         return;

@@ -183,7 +183,7 @@ fn vacuum_if_due(last_check: &mut Instant) {
 /// of commits becomes one notification per queue.
 fn relay_notifications() {
     let due = relay::take();
-    if due.queues.is_empty() && !due.every_queue {
+    if due.queues.is_empty() && !due.every_queue && due.signals.is_empty() && !due.lost_signals {
         return;
     }
     if unsafe { pg_sys::RecoveryInProgress() } {
@@ -205,6 +205,7 @@ fn relay_notifications() {
         }
         durability::commit_without_flush();
         relay::send(&queues);
+        relay::send_signals(&due.signals, due.lost_signals);
     });
     std::thread::sleep(relay::GAP);
 }

@@ -233,3 +233,29 @@ def test_a_cancelled_jobs_handler_is_stopped(example_db, kind):
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+@pytest.mark.parametrize("kind", FIXED)
+def test_a_cancelled_jobs_handler_stops_at_the_signal_not_the_next_heartbeat(example_db, kind):
+    """Under a 60 s lease the next heartbeat is 20 s away; a 60 s job is cancelled while it
+    runs, and its worker, told on pg_jobs_cancel, beats it at once, gets NULL and stops the
+    handler: a SIGTERM a second later exits at once (the worker holds nothing). Checked to
+    fail without its guard: with the LISTEN taken out of the workers, the SIGTERM waited for
+    the handler (the 10 s bound below passed)."""
+    with psycopg.connect(example_db, autocommit=True) as conn:
+        job_id = conn.execute("""select id from jobs.enqueue('sleep', '{"seconds": 60}')""").fetchone()[0]
+    worker = start(kind, example_db, "--lease", "60", "--poll", "0.1")
+    try:
+        wait_for(example_db, f"select state::text from jobs.jobs where id = '{job_id}'", "running")
+        time.sleep(0.5)  # its LISTEN connection, made at its start, is listening
+        with psycopg.connect(example_db, autocommit=True) as conn:
+            assert conn.execute("select jobs.cancel(%s)", (job_id,)).fetchone()[0]
+        time.sleep(1)
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=10)
+        assert worker.returncode == 0, err
+        with psycopg.connect(example_db) as conn:
+            assert conn.execute("select count(*) from example_log").fetchone()[0] == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()

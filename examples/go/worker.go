@@ -7,7 +7,8 @@
 // connection), and claims more as soon as one finishes: a slow job never holds back the others.
 // Heartbeats held jobs every lease/3 on connections of their own (database/sql replaces one
 // that broke); a heartbeat answering NULL (the claim is lost) cancels the job's context, which
-// handlers watch. Runs each handler and its completion in ONE transaction, which also claims
+// handlers watch, and a job named on pg_jobs_cancel (a LISTEN connection of its own) is
+// heartbeaten at once, so a cancelled job's handler stops within moments. Runs each handler and its completion in ONE transaction, which also claims
 // the job's successor for the same goroutine (jobs.complete_and_claim: one commit per job;
 // rolled back when it raises lease_lost), reports failures with jobs.fail, snoozes a job whose
 // name has no handler (no attempt used), and waits for work in the server (jobs.claim with
@@ -206,6 +207,26 @@ func main() {
 	held := map[string]holding{}
 	beats := time.NewTicker(time.Duration(*lease / 3 * float64(time.Second)))
 	defer beats.Stop()
+	beat := func(hs []holding) {
+		for _, h := range hs {
+			var until sql.NullTime
+			err := beatDB.QueryRow("select jobs.heartbeat($1, $2)", h.j.ID, h.j.Claim).Scan(&until)
+			if err != nil { // a broken connection: database/sql makes a new one, at once
+				logf("heartbeat connection failed (%v); reconnecting", err)
+				err = beatDB.QueryRow("select jobs.heartbeat($1, $2)", h.j.ID, h.j.Claim).Scan(&until)
+			}
+			if err != nil {
+				break // tried again at the next beat
+			}
+			if !until.Valid {
+				logf("job %s %s: the claim is lost; stopping its handler", h.j.ID[len(h.j.ID)-8:], h.j.Name)
+				mu.Lock()
+				delete(held, h.j.ID)
+				mu.Unlock()
+				h.cancel()
+			}
+		}
+	}
 	go func() {
 		for range beats.C {
 			mu.Lock()
@@ -214,24 +235,31 @@ func main() {
 				now = append(now, h)
 			}
 			mu.Unlock()
-			for _, h := range now {
-				var until sql.NullTime
-				err := beatDB.QueryRow("select jobs.heartbeat($1, $2)", h.j.ID, h.j.Claim).Scan(&until)
-				if err != nil { // a broken connection: database/sql makes a new one, at once
-					logf("heartbeat connection failed (%v); reconnecting", err)
-					err = beatDB.QueryRow("select jobs.heartbeat($1, $2)", h.j.ID, h.j.Claim).Scan(&until)
-				}
-				if err != nil {
-					break // tried again at the next beat
-				}
-				if !until.Valid {
-					logf("job %s %s: the claim is lost; stopping its handler", h.j.ID[len(h.j.ID)-8:], h.j.Name)
-					mu.Lock()
-					delete(held, h.j.ID)
-					mu.Unlock()
-					h.cancel()
+			beat(now)
+		}
+	}()
+	// A held job named on pg_jobs_cancel (cancelled while it runs) is heartbeaten at once, so
+	// its handler stops within moments. A notification is a hint only (any role that can
+	// connect may NOTIFY): the heartbeat's answer decides. "*": every held job.
+	cancels := pq.NewListener(*dsn, 100*time.Millisecond, 10*time.Second, nil)
+	defer cancels.Close()
+	if err := cancels.Listen("pg_jobs_cancel"); err != nil {
+		log.Fatal(err)
+	}
+	go func() {
+		for n := range cancels.Notify {
+			if n == nil {
+				continue // the listener reconnected
+			}
+			mu.Lock()
+			named := []holding{}
+			for id, h := range held {
+				if n.Extra == "*" || n.Extra == id {
+					named = append(named, h)
 				}
 			}
+			mu.Unlock()
+			beat(named)
 		}
 	}()
 

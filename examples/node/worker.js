@@ -6,7 +6,9 @@
 // Runs up to --batch jobs at once, each on a connection of its own from a pool, and claims
 // more as soon as one finishes: a slow job never holds back the others. Heartbeats held jobs
 // every lease/3 on its own connection, made again when it fails; a heartbeat answering NULL
-// (the claim is lost) aborts the job's signal, which handlers watch. Runs each handler and
+// (the claim is lost) aborts the job's signal, which handlers watch; a job named on
+// pg_jobs_cancel (cancelled while running) is heartbeaten at once, so its handler stops within
+// moments, not at the next beat. Runs each handler and
 // its completion in ONE transaction, which also claims the job's successor for the same
 // connection (jobs.complete_and_claim: one commit per job; rolled back when it raises
 // lease_lost), reports failures with jobs.fail, snoozes a job whose name has no handler (no attempt used), sleeps on
@@ -117,17 +119,19 @@ async function runJob(pool, job, log, chain) {
 }
 
 // Extends the lease of every held job every interval, on a connection of its own, made again
-// when it fails. A NULL answer: the claim is lost, and the job's signal is aborted.
+// when it fails. A NULL answer: the claim is lost, and the job's signal is aborted. check(id)
+// beats one job at once: for a signal on pg_jobs_cancel, which is a hint only (any role that
+// can connect may NOTIFY), so the heartbeat's answer decides.
 function heartbeats(dsn, intervalMs, held, log) {
   let client = null;
-  const beat = async (retry = true) => {
+  const beat = async (jobs, retry = true) => {
     try {
       if (!client) {
         client = new Client({ connectionString: dsn, application_name: 'pg_jobs heartbeat' });
         client.on('error', () => { client = null; });
         await client.connect();
       }
-      for (const job of [...held.values()]) {
+      for (const job of jobs) {
         const { rows } = await client.query('select jobs.heartbeat($1, $2) as until', [job.id, job.claim]);
         if (rows[0].until === null) {
           log(`job ${job.id.slice(-8)} ${job.name}: the claim is lost; stopping its handler`);
@@ -140,11 +144,17 @@ function heartbeats(dsn, intervalMs, held, log) {
       const broken = client;
       client = null;
       if (broken) broken.end().catch(() => {});
-      if (retry) await beat(false);
+      if (retry) await beat(jobs, false);
     }
   };
-  const timer = setInterval(() => { beat(); }, intervalMs);
-  return async () => { clearInterval(timer); if (client) await client.end().catch(() => {}); };
+  const timer = setInterval(() => { beat([...held.values()]); }, intervalMs);
+  return {
+    check: (id) => {
+      const jobs = id === '*' ? [...held.values()] : [held.get(id)].filter(Boolean);
+      if (jobs.length > 0) beat(jobs);
+    },
+    stop: async () => { clearInterval(timer); if (client) await client.end().catch(() => {}); },
+  };
 }
 
 async function main() {
@@ -164,11 +174,16 @@ async function main() {
   let pending = false;
   let wake = () => { pending = true; };
   for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => { stopping = true; wake(); });
-  listener.on('notification', (n) => { if (args.queues.includes(n.payload)) wake(); });
-  await listener.query('listen pg_jobs');
-
   const held = new Map(); // id -> job
-  const stopBeats = heartbeats(args.dsn, (args.lease / 3) * 1000, held, log);
+  const beats = heartbeats(args.dsn, (args.lease / 3) * 1000, held, log);
+  // pg_jobs: work in a queue; pg_jobs_cancel: a running job was cancelled (maybe ours).
+  listener.on('notification', (n) => {
+    if (n.channel === 'pg_jobs_cancel') beats.check(n.payload);
+    else if (args.queues.includes(n.payload)) wake();
+  });
+  await listener.query('listen pg_jobs');
+  await listener.query('listen pg_jobs_cancel');
+
   const running = new Set();
   const chain = { workerId, queues: args.queues, lease: args.lease };
   // A job, then each successor its completion claimed, until none comes or a signal.
@@ -216,7 +231,7 @@ async function main() {
     await sleep(args.poll * 1000);
   }
   await Promise.all(running); // a signal: stop claiming, finish the jobs held
-  await stopBeats();
+  await beats.stop();
   await Promise.all([conn.end(), listener.end(), pool.end()]);
 }
 

@@ -8,7 +8,10 @@
 - Heartbeats every held job from a thread of its own, on its own connection, every lease/3.
   A connection that fails is made again. A heartbeat that answers NULL means the claim is
   lost (the lease lapsed, the job was cancelled or claimed again): the job's `stop` event is
-  set, and a handler that checks it stops.
+  set, and a handler that checks it stops. The same connection listens on pg_jobs_cancel: a
+  held job cancelled while it runs is heartbeaten at once, so its handler stops within moments
+  (not at the next beat; through a transaction-pooling PgBouncer no notification comes, and
+  the next beat tells).
 - Runs each job's handler and its completion in ONE transaction, and claims the job's
   successor for the same thread in that transaction too (jobs.complete_and_claim: one commit
   per job). When the claim was lost (complete_and_claim raises lease_lost), the transaction
@@ -29,6 +32,8 @@ import os
 import signal
 import socket
 import threading
+import time
+import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import psycopg
@@ -95,7 +100,10 @@ def charge_card(conn, job):
 
 class Heartbeats(threading.Thread):
     """Extends the lease of every held job every interval seconds, on its own connection,
-    made again when it fails. A NULL answer (the claim is lost) sets the job's stop event."""
+    made again when it fails. A NULL answer (the claim is lost) sets the job's stop event.
+    Between beats it listens on pg_jobs_cancel: a held job named there (cancelled while it
+    runs) is beaten at once, so its handler stops within moments. A notification is a hint
+    only (any role that can connect may NOTIFY); the heartbeat's answer decides."""
 
     def __init__(self, dsn, interval, log):
         super().__init__(daemon=True)
@@ -112,28 +120,50 @@ class Heartbeats(threading.Thread):
         with self.lock:
             self.held.pop(job["id"], None)
 
+    def beat(self, conn, jobs):
+        for job in jobs:
+            if conn.execute("select jobs.heartbeat(%s, %s)", (job["id"], job["claim"])).fetchone()[0] is None:
+                self.log(f"job {str(job['id'])[-8:]} {job['name']}: the claim is lost; stopping its handler")
+                job["stop"].set()
+                self.release(job)
+
+    def named(self, payload):
+        """The held jobs a pg_jobs_cancel payload names: one id, or '*' (every one)."""
+        with self.lock:
+            if payload == "*":
+                return list(self.held.values())
+            try:
+                job = self.held.get(uuid.UUID(payload))
+            except ValueError:
+                return []
+            return [job] if job else []
+
     def run(self):
         conn = None
         retry = False  # the last beat failed and is tried again at once, one time
-        while not self.stopped.wait(0 if retry else self.interval):
-            with self.lock:
-                held = list(self.held.values())
+        due = time.monotonic() + self.interval  # the next beat of every held job
+        while not self.stopped.is_set():
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(self.dsn, autocommit=True, application_name="pg_jobs heartbeat")
-                for job in held:
-                    if conn.execute("select jobs.heartbeat(%s, %s)", (job["id"], job["claim"])).fetchone()[0] is None:
-                        self.log(f"job {str(job['id'])[-8:]} {job['name']}: the claim is lost; stopping its handler")
-                        job["stop"].set()
-                        self.release(job)
+                    conn.execute("listen pg_jobs_cancel")
+                if retry or time.monotonic() >= due:
+                    with self.lock:
+                        held = list(self.held.values())
+                    self.beat(conn, held)
+                    due = time.monotonic() + self.interval
+                retry = False
+                # Short waits, so that a stop is seen soon.
+                wait_s = min(0.2, max(0.0, due - time.monotonic()))
+                # (taken first: the connection is busy while notifies() runs)
+                for note in list(conn.notifies(timeout=wait_s, stop_after=1)):
+                    self.beat(conn, self.named(note.payload))
             except psycopg.Error as exc:  # made again, and the beat tried again, at once
                 self.log(f"heartbeat connection failed ({exc.__class__.__name__}); reconnecting")
                 if conn is not None:
                     conn.close()
                 conn = None
                 retry = not retry
-                continue
-            retry = False
         if conn is not None:
             conn.close()
 

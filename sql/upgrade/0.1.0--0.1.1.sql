@@ -29,6 +29,8 @@
 -- 15. Rate limits: jobs.job_types.rate_limit, rate_period and rate_limit_per_key, the starts in
 --     jobs_data.rate_starts; jobs._within_limits takes the batch's room and whether to wait.
 -- 16. Attempt history: jobs.attempts, and when each attempt was claimed (jobs.jobs.claimed_at).
+-- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
+--     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -142,6 +144,38 @@ alter table jobs_data.job_types add column rate_limit int check (rate_limit >= 1
 comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
 
+-- 17.
+CREATE  FUNCTION jobs."_outcome"(
+	"queue" TEXT,
+	"outcome" TEXT,
+	"id" uuid DEFAULT NULL
+) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'outcome_wrapper';
+CREATE  FUNCTION jobs."_cancelling"(
+	"id" uuid,
+	"was_running" bool,
+	"value" timestamp with time zone
+) RETURNS timestamp with time zone
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'cancelling_wrapper';
+CREATE  FUNCTION jobs."_outcome_stats"() RETURNS TABLE (
+	"queue" TEXT,
+	"completed" bigint,
+	"retried" bigint,
+	"dead" bigint,
+	"failed" bigint,
+	"cancelled" bigint,
+	"timed_out" bigint,
+	"lease_lapsed" bigint,
+	"since" timestamp with time zone
+)
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'outcome_stats_wrapper';
+
 -- 13. Cron expressions and their slots (src/cron.rs), then the schedules.
 CREATE  FUNCTION jobs."_cron_problem"(
 	"cron" TEXT
@@ -225,5 +259,37 @@ begin
     execute 'grant execute on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, '
       || 'interval, jsonb[]) to ' || v_grantees;
   end if;
+end
+$$;
+-- 17. Monitors may read the outcome counters.
+do $$
+declare
+  v_grantees text;
+begin
+  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
+  from pg_catalog.pg_class as c, pg_catalog.aclexplode(c.relacl) as a
+  where c.oid = 'jobs.queue_stats'::regclass
+    and a.privilege_type = 'SELECT' and a.grantee <> c.relowner and a.grantee <> 0;
+  if v_grantees is not null then
+    execute 'grant select on jobs.outcome_stats to ' || v_grantees;
+    execute 'grant execute on function jobs._outcome_stats() to ' || v_grantees;
+  end if;
+end
+$$;
+-- 13., 16. and 17. Admins may use the new tables, views and functions.
+do $$
+declare
+  v_role text;
+begin
+  for v_role in
+    select distinct quote_ident(a.grantee::regrole::text)
+    from pg_catalog.pg_class as c, pg_catalog.aclexplode(c.relacl) as a
+    where c.oid = 'jobs.jobs'::regclass
+      and a.privilege_type = 'DELETE' and a.grantee <> c.relowner and a.grantee <> 0
+  loop
+    execute 'grant select, insert, update, delete on all tables in schema jobs, jobs_data to ' || v_role;
+    execute 'grant usage, select on all sequences in schema jobs_data to ' || v_role;
+    execute 'grant execute on all functions in schema jobs to ' || v_role;
+  end loop;
 end
 $$;

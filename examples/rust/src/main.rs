@@ -6,7 +6,9 @@
 //! Runs up to --batch jobs at once, each on a task and a connection of its own, and claims
 //! more as soon as one finishes: a slow job never holds back the others. Heartbeats held jobs
 //! every lease/3 on its own connection, made again when it fails; a heartbeat answering NULL
-//! (the claim is lost) tells the job's handler to stop. Runs each handler and its completion in
+//! (the claim is lost) tells the job's handler to stop, and a job named on pg_jobs_cancel (a
+//! LISTEN connection of its own) is heartbeaten at once, so a cancelled job's handler stops
+//! within moments. Runs each handler and its completion in
 //! ONE transaction, which also claims the job's successor for the same task
 //! (jobs.complete_and_claim: one commit per job; rolled back when it raises lease_lost),
 //! reports failures with jobs.fail, snoozes a job whose name has no handler (no attempt used),
@@ -22,10 +24,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls, Row, Transaction};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Row, Transaction};
 use uuid::Uuid;
 
 struct Job {
@@ -272,14 +274,55 @@ impl Pool {
 /// Held jobs: id -> (claim, the sender that tells its handler to stop).
 type Held = Arc<Mutex<HashMap<Uuid, (i64, String, watch::Sender<bool>)>>>;
 
+/// Sends the payload of every notification on pg_jobs_cancel, from a connection of its own,
+/// made again a second after it fails.
+async fn listen_cancels(dsn: String, cancels: mpsc::UnboundedSender<String>) {
+    loop {
+        if let Ok((client, mut connection)) = tokio_postgres::connect(&dsn, NoTls).await {
+            let listening = async {
+                client.batch_execute("listen pg_jobs_cancel").await?;
+                std::future::pending::<()>().await;
+                Ok::<(), tokio_postgres::Error>(())
+            };
+            let messages = async {
+                while let Some(Ok(message)) =
+                    std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                {
+                    if let AsyncMessage::Notification(n) = message {
+                        if cancels.send(n.payload().to_owned()).is_err() {
+                            return; // the worker is done
+                        }
+                    }
+                }
+            };
+            tokio::select! {
+                _ = listening => {}
+                _ = messages => {}
+            }
+        }
+        if cancels.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Extends the lease of every held job every period, on a connection of its own, made again
-/// when it fails. A NULL answer: the claim is lost; its handler is told to stop.
+/// when it fails. A NULL answer: the claim is lost; its handler is told to stop. A held job
+/// named on pg_jobs_cancel (cancelled while it runs) is beaten at once, so its handler stops
+/// within moments; a notification is a hint only (any role that can connect may NOTIFY), the
+/// heartbeat's answer decides. "*": every held job.
 async fn heartbeats(dsn: String, period: Duration, held: Held, quiet: bool) {
     let mut ticks = tokio::time::interval(period);
     let mut client: Option<Client> = None;
     let mut retried = false; // a failed beat is tried again at once, one time
+    let (tell, mut cancels) = mpsc::unbounded_channel();
+    tokio::spawn(listen_cancels(dsn.clone(), tell));
     loop {
-        ticks.tick().await;
+        let named = tokio::select! {
+            _ = ticks.tick() => None,
+            Some(payload) = cancels.recv() => Some(payload),
+        };
         if client.as_ref().is_none_or(Client::is_closed) {
             client = connect(&format!("{dsn} application_name='pg_jobs heartbeat'"))
                 .await
@@ -292,6 +335,11 @@ async fn heartbeats(dsn: String, period: Duration, held: Held, quiet: bool) {
             .lock()
             .unwrap()
             .iter()
+            .filter(|(id, _)| {
+                named
+                    .as_ref()
+                    .is_none_or(|n| n == "*" || *n == id.to_string())
+            })
             .map(|(id, (claim, _, _))| (*id, *claim))
             .collect();
         for (id, claim) in now_held {
