@@ -172,8 +172,13 @@ enum Noted {
         outcome: usize,
         n: u64,
     },
-    Dead { queue: String, id: pgrx::Uuid },
-    Cancelled { id: pgrx::Uuid },
+    Dead {
+        queue: String,
+        id: pgrx::Uuid,
+    },
+    Cancelled {
+        id: pgrx::Uuid,
+    },
 }
 
 thread_local! {
@@ -239,9 +244,14 @@ fn outcome(queue: &str, outcome: &str, id: default!(Option<pgrx::Uuid>, "NULL"))
 fn count(queue: &str, outcome: usize) {
     let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
     let counted = PENDING.with(|p| match p.borrow_mut().last_mut() {
-        Some((at, Noted::Counted { queue: q, outcome: o, n }))
-            if *at == sub && *o == outcome && q == queue =>
-        {
+        Some((
+            at,
+            Noted::Counted {
+                queue: q,
+                outcome: o,
+                n,
+            },
+        )) if *at == sub && *o == outcome && q == queue => {
             *n += 1;
             true
         }
