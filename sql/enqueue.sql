@@ -59,6 +59,12 @@ begin atomic
     when s.timeout <= interval '0' or s.timeout > interval '7 days' then array['22023',
       'timeout must be more than 0 and at most 7 days, got ' || s.timeout,
       'pass the most one attempt may run, e.g. ''5 minutes'', or NULL for the job type''s']
+    when s.close_policy not in ('terminate', 'abandon') then array['22023',
+      format('close_policy must be ''terminate'' or ''abandon'', got %L', s.close_policy),
+      '''terminate'' (the default) cancels the child when its parent ends failed, dead or '
+      'cancelled; ''abandon'' lets it carry on']
+    when s.close_policy is not null and s.parent_id is null then array['22023',
+      'close_policy is for a child: pass parent_id too', 'pass the parent''s id, or no close_policy']
     when s.on_conflict is null or s.on_conflict not in ('return', 'error') then array[
       case when s.on_conflict is null then '22004' else '22023' end,
       'on_conflict must be ''return'' or ''error'', got ' || coalesce(quote_literal(s.on_conflict), 'NULL'),
@@ -137,13 +143,50 @@ as $$
 begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
-                              enqueued_at, created_at, updated_at, timeout)
+                              enqueued_at, created_at, updated_at, timeout, parent_id, close_policy)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now then 'delayed' else 'ready' end::jobs.job_state,
          s.priority, coalesce(s.run_at, p_now), coalesce(s.max_attempts, p.max_attempts),
-         s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout
+         s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout,
+         s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p;
+end
+$$;
+
+-- After an insert of children (specs with a parent_id; p_deduped marks those that inserted
+-- nothing): each parent counts its new live children (sql/children.sql), under its row lock,
+-- which orders this with the parent's await_children. A parent must be live and of its
+-- children's tenant: else the enqueue is refused, and nothing of it lands.
+create function jobs._attach_children(p_specs jobs.job_spec[], p_deduped boolean[], p_caller text)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_bad int;
+begin
+  with wanted as (
+    select s.parent_id, s.tenant_id, count(*) as n, min(s.ordinality) as first
+    from unnest(p_specs) with ordinality as s
+    where s.parent_id is not null and not coalesce(p_deduped[s.ordinality], false)
+    group by s.parent_id, s.tenant_id
+  ),
+  counted as (
+    update jobs_data.jobs as p set children_live = coalesce(p.children_live, 0) + w.n
+    from wanted as w
+    where p.id = any(array(select w2.parent_id from wanted as w2))
+      and p.id = w.parent_id and p.tenant_id is not distinct from w.tenant_id
+      and p.state in ('ready', 'delayed', 'running', 'suspended')
+    returning p.id
+  )
+  select min(w.first) into v_bad from wanted as w
+  where w.parent_id not in (select c.id from counted as c);
+  if v_bad is not null then
+    perform jobs._raise('22023',
+      case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: ' else p_caller || ': spec ' || v_bad || ': ' end
+      || format('parent_id %s is not a live job of this tenant', p_specs[v_bad].parent_id),
+      'a child attaches to a ready, delayed, running or suspended job of its own tenant_id');
+  end if;
 end
 $$;
 
@@ -206,6 +249,9 @@ begin
   if not exists (select from unnest(p_specs) as s where s.idempotency_key is not null or s.id is not null)
   then
     perform jobs._insert_unkeyed(p_specs, v_ids, v_runs, v_now);
+    if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
+      perform jobs._attach_children(p_specs, null, p_caller);
+    end if;
     perform jobs._register_and_wake(p_specs, null, v_now, v_ids);
     return query select o.i, v_ids[o.i], v_runs[o.i], false from generate_series(1, v_n) as o(i);
     return;
@@ -223,12 +269,13 @@ begin
     for v_ins in
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
-                                  enqueued_at, created_at, updated_at, timeout)
+                                  enqueued_at, created_at, updated_at, timeout, parent_id, close_policy)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
              s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
              s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
-             v_now, v_now, v_now, s.timeout
+             v_now, v_now, v_now, s.timeout,
+             s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -286,6 +333,9 @@ begin
     v_pending := v_missed;
   end loop;
 
+  if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
+    perform jobs._attach_children(p_specs, r_dedup, p_caller);
+  end if;
   perform jobs._register_and_wake(p_specs, r_dedup, v_now, r_id);
 
   if cardinality(v_pending) > 0 then
@@ -316,12 +366,13 @@ create function jobs.enqueue(
   concurrency_key text        default null,
   on_conflict     text        default 'return',
   id              uuid        default null,
-  run_id          uuid        default null
+  run_id          uuid        default null,
+  parent_id       uuid        default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
-  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null);
+  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -329,7 +380,8 @@ begin
   -- A job with no idempotency key, no id of its own and no run to attach to cannot conflict
   -- and needs no run check: the same check, ids, insert and wake-up as jobs._enqueue, without
   -- the batch's statements around them (single enqueues ran 20% faster; docs/BENCHMARKS.md).
-  if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null then
+  if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null
+     and enqueue.parent_id is null then
     v_problem := jobs._spec_problem(v_spec);
     if v_problem is not null then
       perform jobs._raise(v_problem[1], 'jobs.enqueue: ' || v_problem[2], v_problem[3]);
@@ -380,7 +432,7 @@ begin
     cross join lateral jsonb_object_keys(e.spec) as k(key)
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
-                        'id', 'run_id', 'timeout')
+                        'id', 'run_id', 'timeout', 'parent_id', 'close_policy')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -394,13 +446,13 @@ begin
       select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
-                 r.timeout)::jobs.job_spec
+                 r.timeout, r.parent_id, r.close_policy)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
     perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
-      'run_at is a timestamp, priority and max_attempts integers, id and run_id UUIDs, '
+      'run_at is a timestamp, priority and max_attempts integers, id, run_id and parent_id UUIDs, '
       'timeout an interval');
   end;
 

@@ -33,6 +33,7 @@
 -- 16. Attempt history: jobs.attempts, and when each attempt was claimed (jobs.jobs.claimed_at).
 -- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
 --     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
+-- 18. Child jobs: jobs.spawn, jobs.await_children, the close policy (sql/children.sql).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -170,6 +171,11 @@ AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
 -- 14.
 alter table jobs_data.jobs add column timeout interval, add column deadline timestamptz;
 alter table jobs_data.jobs add column claimed_at timestamptz;  -- 16.
+-- 18.
+alter table jobs_data.jobs add column parent_id uuid,
+  add column close_policy text check (close_policy in ('terminate', 'abandon')),
+  add column children_live int;
+create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
 alter table jobs_data.job_types add column timeout interval
   check (timeout > interval '0' and timeout <= interval '7 days');
 alter type jobs.claimed_job add attribute deadline timestamptz;
@@ -324,7 +330,7 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null, (new.job->>'timeout')::interval)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval, null, null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');
@@ -506,6 +512,16 @@ select set_config('pg_jobs_upgrade.claim_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.claim(text, text[], int, interval);
+-- 18. jobs.enqueue takes a last argument, parent_id; who may call it is kept aside, as above.
+select set_config('pg_jobs_upgrade.enqueue_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, text, text, text, uuid, uuid)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, text, text, text, uuid, uuid);
+-- (a composite type's new attributes: job_spec)
+alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text;
 
 -- Every function and view of the install files as it is now, and the privileges.
 
@@ -702,6 +718,12 @@ begin atomic
     when s.timeout <= interval '0' or s.timeout > interval '7 days' then array['22023',
       'timeout must be more than 0 and at most 7 days, got ' || s.timeout,
       'pass the most one attempt may run, e.g. ''5 minutes'', or NULL for the job type''s']
+    when s.close_policy not in ('terminate', 'abandon') then array['22023',
+      format('close_policy must be ''terminate'' or ''abandon'', got %L', s.close_policy),
+      '''terminate'' (the default) cancels the child when its parent ends failed, dead or '
+      'cancelled; ''abandon'' lets it carry on']
+    when s.close_policy is not null and s.parent_id is null then array['22023',
+      'close_policy is for a child: pass parent_id too', 'pass the parent''s id, or no close_policy']
     when s.on_conflict is null or s.on_conflict not in ('return', 'error') then array[
       case when s.on_conflict is null then '22004' else '22023' end,
       'on_conflict must be ''return'' or ''error'', got ' || coalesce(quote_literal(s.on_conflict), 'NULL'),
@@ -769,13 +791,46 @@ as $$
 begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
-                              enqueued_at, created_at, updated_at, timeout)
+                              enqueued_at, created_at, updated_at, timeout, parent_id, close_policy)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now then 'delayed' else 'ready' end::jobs.job_state,
          s.priority, coalesce(s.run_at, p_now), coalesce(s.max_attempts, p.max_attempts),
-         s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout
+         s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout,
+         s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p;
+end
+$$;
+
+create or replace function jobs._attach_children(p_specs jobs.job_spec[], p_deduped boolean[], p_caller text)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_bad int;
+begin
+  with wanted as (
+    select s.parent_id, s.tenant_id, count(*) as n, min(s.ordinality) as first
+    from unnest(p_specs) with ordinality as s
+    where s.parent_id is not null and not coalesce(p_deduped[s.ordinality], false)
+    group by s.parent_id, s.tenant_id
+  ),
+  counted as (
+    update jobs_data.jobs as p set children_live = coalesce(p.children_live, 0) + w.n
+    from wanted as w
+    where p.id = any(array(select w2.parent_id from wanted as w2))
+      and p.id = w.parent_id and p.tenant_id is not distinct from w.tenant_id
+      and p.state in ('ready', 'delayed', 'running', 'suspended')
+    returning p.id
+  )
+  select min(w.first) into v_bad from wanted as w
+  where w.parent_id not in (select c.id from counted as c);
+  if v_bad is not null then
+    perform jobs._raise('22023',
+      case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: ' else p_caller || ': spec ' || v_bad || ': ' end
+      || format('parent_id %s is not a live job of this tenant', p_specs[v_bad].parent_id),
+      'a child attaches to a ready, delayed, running or suspended job of its own tenant_id');
+  end if;
 end
 $$;
 
@@ -837,6 +892,9 @@ begin
   if not exists (select from unnest(p_specs) as s where s.idempotency_key is not null or s.id is not null)
   then
     perform jobs._insert_unkeyed(p_specs, v_ids, v_runs, v_now);
+    if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
+      perform jobs._attach_children(p_specs, null, p_caller);
+    end if;
     perform jobs._register_and_wake(p_specs, null, v_now, v_ids);
     return query select o.i, v_ids[o.i], v_runs[o.i], false from generate_series(1, v_n) as o(i);
     return;
@@ -854,12 +912,13 @@ begin
     for v_ins in
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
-                                  enqueued_at, created_at, updated_at, timeout)
+                                  enqueued_at, created_at, updated_at, timeout, parent_id, close_policy)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
              s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
              s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
-             v_now, v_now, v_now, s.timeout
+             v_now, v_now, v_now, s.timeout,
+             s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -917,6 +976,9 @@ begin
     v_pending := v_missed;
   end loop;
 
+  if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
+    perform jobs._attach_children(p_specs, r_dedup, p_caller);
+  end if;
   perform jobs._register_and_wake(p_specs, r_dedup, v_now, r_id);
 
   if cardinality(v_pending) > 0 then
@@ -943,12 +1005,13 @@ create or replace function jobs.enqueue(
   concurrency_key text        default null,
   on_conflict     text        default 'return',
   id              uuid        default null,
-  run_id          uuid        default null
+  run_id          uuid        default null,
+  parent_id       uuid        default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
-  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null);
+  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -956,7 +1019,8 @@ begin
   -- A job with no idempotency key, no id of its own and no run to attach to cannot conflict
   -- and needs no run check: the same check, ids, insert and wake-up as jobs._enqueue, without
   -- the batch's statements around them (single enqueues ran 20% faster; docs/BENCHMARKS.md).
-  if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null then
+  if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null
+     and enqueue.parent_id is null then
     v_problem := jobs._spec_problem(v_spec);
     if v_problem is not null then
       perform jobs._raise(v_problem[1], 'jobs.enqueue: ' || v_problem[2], v_problem[3]);
@@ -1008,7 +1072,7 @@ begin
     cross join lateral jsonb_object_keys(e.spec) as k(key)
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
-                        'id', 'run_id', 'timeout')
+                        'id', 'run_id', 'timeout', 'parent_id', 'close_policy')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -1022,13 +1086,13 @@ begin
       select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
-                 r.timeout)::jobs.job_spec
+                 r.timeout, r.parent_id, r.close_policy)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
     perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
-      'run_at is a timestamp, priority and max_attempts integers, id and run_id UUIDs, '
+      'run_at is a timestamp, priority and max_attempts integers, id, run_id and parent_id UUIDs, '
       'timeout an interval');
   end;
 
@@ -2223,6 +2287,187 @@ $$;
 comment on function jobs.promote(uuid) is
   'Make a delayed job claimable now. Raises not_promotable for any other state';
 
+create or replace function jobs._family_changed()
+returns trigger
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz;
+  v_was   boolean;  -- the row was live before
+  v_is    boolean;  -- and is now
+  v_queue text;
+  v_n     bigint;
+begin
+  v_was := tg_op <> 'INSERT' and old.state in ('ready', 'delayed', 'running', 'suspended');
+  v_is := tg_op = 'UPDATE' and new.state in ('ready', 'delayed', 'running', 'suspended');
+  if tg_op = 'DELETE' then
+    new := old;
+  end if;
+  if new.parent_id is not null and v_was <> v_is then
+    v_now := jobs.clock();
+    update jobs_data.jobs as p set
+      children_live = greatest(coalesce(p.children_live, 0) + case when v_is then 1 else -1 end, 0),
+      state = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
+                        and p.wait_event = 'pg_jobs.children' then 'ready' else p.state end,
+      run_at = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
+                         and p.wait_event = 'pg_jobs.children' then v_now else p.run_at end,
+      wait_event = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
+                             and p.wait_event = 'pg_jobs.children' then null else p.wait_event end,
+      updated_at = v_now
+    where p.id = new.parent_id
+    returning case when p.state = 'ready' and p.run_at = v_now then p.queue end into v_queue;
+    if v_queue is not null then
+      perform jobs._wake(array[v_queue], array[new.parent_id]);  -- its last child ended
+    end if;
+  end if;
+  if tg_op = 'UPDATE' and old.children_live > 0 and v_was
+     and new.state in ('failed', 'dead', 'cancelled') then
+    v_now := jobs.clock();
+    with closed as (
+      update jobs_data.jobs as c set
+        state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
+        wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
+        updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
+      where c.parent_id = new.id and c.close_policy = 'terminate'
+        and c.state in ('ready', 'delayed', 'running', 'suspended')
+      returning jobs._outcome(c.queue, 'cancelled') as counted
+    )
+    select count(*) into v_n from closed;
+  end if;
+  return null;
+end
+$$;
+
+create or replace function jobs.spawn(id uuid, claim bigint, spec jsonb)
+returns jobs.enqueued
+language plpgsql volatile
+as $$
+declare
+  v_parent record;
+  v_key    text;
+  v_policy text;
+  v_spec   jsonb;
+  v_row    record;
+  v_child  record;
+begin
+  perform jobs._check_hold_args('jobs.spawn', spawn.id, spawn.claim);
+  if spec is null then
+    perform jobs._raise('22004', 'jobs.spawn: spec must not be NULL',
+      'pass the child as a JSON object with a child_key, e.g. ''{"name": "resize", "child_key": "img-1"}''');
+  elsif jsonb_typeof(spec) <> 'object' then
+    perform jobs._raise('22023', 'jobs.spawn: spec must be a JSON object, got ' || jsonb_typeof(spec),
+      'pass one child as an object with enqueue_batch''s keys and a child_key');
+  end if;
+  v_key := spec->>'child_key';
+  v_policy := coalesce(spec->>'close_policy', 'terminate');
+  if v_key is null then
+    perform jobs._raise('22023', 'jobs.spawn: spec needs a child_key',
+      'name the child within its parent, e.g. "child_key": "item-17": a parent that runs again '
+      'and spawns the same key gets the same child back');
+  elsif octet_length(v_key) not between 1 and 200 then
+    perform jobs._raise('22023', 'jobs.spawn: child_key must be 1 to 200 bytes, got ' || octet_length(v_key),
+      'use a short key, unique among the parent''s children');
+  elsif v_policy not in ('terminate', 'abandon') then
+    perform jobs._raise('22023', format('jobs.spawn: close_policy must be ''terminate'' or ''abandon'', got %L',
+      v_policy), '''terminate'' (the default) cancels the child when the parent ends failed, dead '
+      'or cancelled; ''abandon'' lets it carry on');
+  elsif spec ?| array['id', 'on_conflict', 'idempotency_key', 'parent_id'] then
+    perform jobs._raise('22023',
+      'jobs.spawn: a child''s spec takes no id, idempotency_key, on_conflict or parent_id',
+      'its child_key makes it idempotent (the same key gives the same child), and its parent is '
+      'the job spawning it');
+  end if;
+
+  -- The fence, under the parent's row lock (FOR UPDATE: its count of live children changes
+  -- below), held until this transaction ends, so a cancel of the parent waits for it.
+  select j.id, j.tenant_id into v_parent
+  from jobs_data.jobs as j
+  where j.id = spawn.id and j.claim = spawn.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for update;
+  if not found then
+    perform jobs._raise('PJ001',
+      format('jobs.spawn: job %s is no longer held by the claim given: %s', spawn.id,
+             jobs._lost_reason(spawn.id, spawn.claim)),
+      'stop working on this job and roll back; it runs again under a new claim, and spawns '
+      'with the same child_key get the children spawned so far');
+  end if;
+  if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
+    perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
+      'leave tenant_id out of the spec');
+  end if;
+
+  -- The child's id is its parent's and key's (a caller-allocated id): one child per key,
+  -- whatever its state, found again by a parent that runs again, and race-free as any
+  -- enqueue of one id is.
+  -- enqueue_batch counts it among the parent's live children (jobs._attach_children).
+  v_spec := (spec - 'child_key')
+            || jsonb_build_object('id', md5(spawn.id::text || '/' || v_key)::uuid,
+                                  'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
+                                  'close_policy', v_policy);
+  select e.id, e.run_id, e.deduped into v_row
+  from jobs.enqueue_batch(jsonb_build_array(v_spec)) as e;
+  if v_row.deduped then
+    select c.parent_id into v_child from jobs_data.jobs as c where c.id = v_row.id;
+    if v_child.parent_id is distinct from spawn.id then
+      perform jobs._raise('PJ002', format('jobs.spawn: the id of child %L, %s, is held by a job '
+        'that is not a child of job %s', v_key, v_row.id, spawn.id),
+        'use another child_key; the job holding that id was enqueued with it by a producer');
+    end if;
+  end if;
+  return row(v_row.id, v_row.run_id, v_row.deduped)::jobs.enqueued;
+end
+$$;
+
+comment on function jobs.spawn(uuid, bigint, jsonb) is
+  'Enqueue a child of a held job (spec as enqueue_batch''s, with a child_key and a close_policy); '
+  'the same key gives the same child back; raises lease_lost when the claim is no longer held';
+
+create or replace function jobs.await_children(id uuid, claim bigint)
+returns table (status text, children jsonb)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_live  int;
+  v_now   timestamptz := jobs.clock();
+begin
+  perform jobs._check_hold_args('jobs.await_children', await_children.id, await_children.claim);
+  -- Under the parent's row lock, which every change of its count of live children waits for.
+  select j.children_live into v_live
+  from jobs_data.jobs as j
+  where j.id = await_children.id and j.claim = await_children.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for update;
+  if not found then
+    perform jobs._raise('PJ001',
+      format('jobs.await_children: job %s is no longer held by the claim given: %s', await_children.id,
+             jobs._lost_reason(await_children.id, await_children.claim)),
+      'stop working on this job; it runs again under a new claim');
+  end if;
+  if coalesce(v_live, 0) = 0 then
+    return query
+    select 'done'::text,
+           coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'name', c.name, 'state', c.state,
+                                                 'result', c.result, 'error', c.last_error)
+                              order by c.enqueued_at, c.id), '[]'::jsonb)
+    from jobs_data.jobs as c
+    where c.parent_id = await_children.id;
+    return;
+  end if;
+  -- Suspend until the last child ends: no attempt used, the claim released.
+  update jobs_data.jobs as j set
+    state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null, run_at = null,
+    wait_event = 'pg_jobs.children', wait_key = null, wait_until = null, updated_at = v_now
+  where j.id = await_children.id;
+  return query select 'waiting'::text, null::jsonb;
+end
+$$;
+
+comment on function jobs.await_children(uuid, bigint) is
+  '''done'' with every child''s id, name, state, result and error once none is live; else '
+  'suspend the job (no attempt used) until its last child ends (''waiting'')';
+
 create or replace view jobs.schedules as select * from jobs_data.schedules;
 
 comment on view jobs.schedules is
@@ -2277,7 +2522,7 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null, (new.job->>'timeout')::interval)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval, null, null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');
@@ -2794,7 +3039,8 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
-                               'assert_claim', 'save_step', 'get_step', 'await_event'], false) $$;
+                               'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
+                               'await_children'], false) $$;
 
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
@@ -2875,6 +3121,7 @@ begin
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
                         'complete_many', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
+                        'spawn', 'await_children',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready')
   loop
@@ -2905,6 +3152,15 @@ revoke all on all functions in schema jobs from public;
 
 revoke all on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec from public;
 
+-- 18. ... and may call the new enqueue.
+do $$
+begin
+  if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
+    execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
+      || 'text, text, text, uuid, uuid, uuid) to ' || current_setting('pg_jobs_upgrade.enqueue_grantees');
+  end if;
+end
+$$;
 -- 10. ... and may call the new claim.
 do $$
 begin
@@ -2959,5 +3215,31 @@ begin
     execute 'grant usage, select on all sequences in schema jobs_data to ' || v_role;
     execute 'grant execute on all functions in schema jobs to ' || v_role;
   end loop;
+end
+$$;
+-- 18. The children's triggers (their function is above), and the workers may spawn and await.
+create trigger jobs_family_changed
+after update of state on jobs_data.jobs
+for each row
+when ((new.parent_id is not null or old.children_live > 0) and old.state is distinct from new.state)
+execute function jobs._family_changed();
+
+create trigger jobs_child_deleted
+after delete on jobs_data.jobs
+for each row
+when (old.parent_id is not null and old.state in ('ready', 'delayed', 'running', 'suspended'))
+execute function jobs._family_changed();
+do $$
+declare
+  v_grantees text;
+begin
+  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
+  from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+  where p.oid = 'jobs.save_step(uuid, bigint, text, jsonb)'::regprocedure
+    and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
+  if v_grantees is not null then
+    execute 'grant execute on function jobs.spawn(uuid, bigint, jsonb), '
+      || 'jobs.await_children(uuid, bigint) to ' || v_grantees;
+  end if;
 end
 $$;

@@ -1,7 +1,8 @@
 -- Privileges. Nothing in jobs is granted to PUBLIC. Three capabilities, granted per role:
 --   producer  enqueue, enqueue_batch, publish
 --   worker    a producer's, and claim, heartbeat, complete, complete_many, complete_and_claim,
---             fail, snooze, assert_claim, save_step, get_step, await_event
+--             fail, snooze, assert_claim, save_step, get_step, await_event, spawn,
+--             await_children
 --   admin     everything: every function (including the grants), every table and view
 --   monitor   select on jobs.queue_stats and jobs.outcome_stats only (for postgres_exporter
 --             and alerts)
@@ -70,7 +71,8 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
-                               'assert_claim', 'save_step', 'get_step', 'await_event'], false) $$;
+                               'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
+                               'await_children'], false) $$;
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
 
@@ -153,6 +155,7 @@ begin
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
                         'complete_many', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
+                        'spawn', 'await_children',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready')
   loop

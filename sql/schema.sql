@@ -95,7 +95,10 @@ create table jobs_data.jobs (
   finished_at      timestamptz,
   timeout          interval,      -- the most one attempt may run; NULL: the job type's
   deadline         timestamptz,   -- the running attempt's end (claim time + timeout), if any
-  claimed_at       timestamptz    -- when the current (or last) attempt was claimed
+  claimed_at       timestamptz,   -- when the current (or last) attempt was claimed
+  parent_id        uuid,          -- jobs.spawn: the job that spawned this one
+  close_policy     text check (close_policy in ('terminate', 'abandon')),  -- and what its end does to it
+  children_live    int            -- jobs.spawn: this job's live children (NULL: it spawned none)
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -132,6 +135,9 @@ create index jobs_waiting_idx on jobs_data.jobs (wait_event, wait_key)
   where state = 'suspended' and wait_event is not null;
 create index jobs_wait_until_idx on jobs_data.jobs (wait_until)
   where state = 'suspended' and wait_event is not null;
+
+-- A parent's children (jobs.await_children, and its end closing them: sql/children.sql).
+create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
 
 -- Retention: the sweep deletes finished rows past their retention, per state, and
 -- jobs.queue_stats counts them per queue (index-only).
@@ -182,7 +188,9 @@ create type jobs.job_spec as (
   on_conflict     text,
   id              uuid,
   run_id          uuid,
-  timeout         interval
+  timeout         interval,
+  parent_id       uuid,
+  close_policy    text
 );
 
 -- The one source of time for every lease, run_at, backoff and retention decision is

@@ -63,10 +63,20 @@ extension_sql_file!("../sql/steps.sql", name = "steps", requires = ["settle"]);
 extension_sql_file!("../sql/events.sql", name = "events", requires = ["steps"]);
 extension_sql_file!("../sql/operate.sql", name = "operate", requires = ["steps"]);
 extension_sql_file!(
+    "../sql/children.sql",
+    name = "children",
+    requires = ["operate", "enqueue"]
+);
+extension_sql_file!(
+    "../sql/children_triggers.sql",
+    name = "children_triggers",
+    requires = ["children"]
+);
+extension_sql_file!(
     "../sql/schedules.sql",
     name = "schedules",
     requires = [
-        "operate",
+        "children_triggers",
         cron::cron_problem,
         cron::cron_next,
         cron::cron_slots,

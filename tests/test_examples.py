@@ -259,3 +259,27 @@ def test_a_cancelled_jobs_handler_stops_at_the_signal_not_the_next_heartbeat(exa
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+@pytest.mark.parametrize("kind", FIXED)
+def test_a_handler_is_stopped_at_its_attempts_deadline(example_db, kind):
+    """A 60 s job whose type times out after 2 s, under a 60 s lease (the next heartbeat 20 s
+    away): the worker stops the handler at the deadline the claim answered, so a SIGTERM at
+    3 s exits at once, and nothing of the job lands. Checked to fail without its guard: with
+    the deadline ignored, the handler ran until the heartbeat at 20 s answered NULL, past the
+    10 s bound below."""
+    with psycopg.connect(example_db, autocommit=True) as conn:
+        conn.execute("insert into jobs.job_types (name, timeout) values ('sleep', '2 seconds')")
+        job_id = conn.execute("""select id from jobs.enqueue('sleep', '{"seconds": 60}')""").fetchone()[0]
+    worker = start(kind, example_db, "--lease", "60", "--poll", "0.1")
+    try:
+        wait_for(example_db, f"select state::text from jobs.jobs where id = '{job_id}'", "running")
+        time.sleep(3)
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=10)
+        assert worker.returncode == 0, err
+        with psycopg.connect(example_db) as conn:
+            assert conn.execute("select count(*) from example_log").fetchone()[0] == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()

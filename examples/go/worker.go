@@ -7,7 +7,7 @@
 // connection), and claims more as soon as one finishes: a slow job never holds back the others.
 // Heartbeats held jobs every lease/3 on connections of their own (database/sql replaces one
 // that broke); a heartbeat answering NULL (the claim is lost) cancels the job's context, which
-// handlers watch, and a job named on pg_jobs_cancel (a LISTEN connection of its own) is
+// handlers watch (so it is at the attempt's deadline, a timeout), and a job named on pg_jobs_cancel (a LISTEN connection of its own) is
 // heartbeaten at once, so a cancelled job's handler stops within moments. Runs each handler and its completion in ONE transaction, which also claims
 // the job's successor for the same goroutine (jobs.complete_and_claim: one commit per job;
 // rolled back when it raises lease_lost), reports failures with jobs.fail, snoozes a job whose
@@ -42,6 +42,19 @@ type job struct {
 	Payload     json.RawMessage
 	Attempt     int
 	MaxAttempts int
+	TimeLeft    sql.NullFloat64 // seconds to the attempt's deadline (a timeout); NULL: none
+}
+
+// claimed: the columns of a claimed job, time_left computed in the server.
+const claimed = `id, claim, name, payload, attempt, max_attempts,
+	extract(epoch from deadline - clock_timestamp())::float8 as time_left`
+
+// jobContext is a job's context: cancelled when its claim is lost, and at its deadline.
+func jobContext(ctx context.Context, j job) (context.Context, context.CancelFunc) {
+	if j.TimeLeft.Valid {
+		return context.WithTimeout(ctx, time.Duration(j.TimeLeft.Float64*float64(time.Second)))
+	}
+	return context.WithCancel(ctx)
 }
 
 // The handlers: each runs inside the transaction that completes its job.
@@ -110,7 +123,7 @@ func runJob(ctx context.Context, db *sql.DB, j job, c *chain) (outcome string, n
 		failure = tx.QueryRow("select jobs.complete($1, $2, $3)", j.ID, j.Claim, string(encoded)).Scan(&landed)
 	} else {
 		var got []job
-		got, failure = scanJobs(tx.Query(`select id, claim, name, payload, attempt, max_attempts
+		got, failure = scanJobs(tx.Query(`select `+claimed+`
 			from jobs.complete_and_claim(array[$1]::uuid[], array[$2]::bigint[], $3, $4, 1,
 			                             make_interval(secs => $5), array[$6]::jsonb[])`,
 			j.ID, j.Claim, c.worker, pq.Array(c.qs), c.lease, string(encoded)))
@@ -290,7 +303,7 @@ func main() {
 			log.Fatal(err)
 		}
 		for _, j := range jobs {
-			jobCtx, cancel := context.WithCancel(ctx)
+			jobCtx, cancel := jobContext(ctx, j)
 			mu.Lock()
 			held[j.ID] = holding{j, cancel}
 			mu.Unlock()
@@ -316,7 +329,7 @@ func main() {
 						break
 					}
 					j = *next
-					jobCtx, cancel = context.WithCancel(ctx)
+					jobCtx, cancel = jobContext(ctx, j)
 					mu.Lock()
 					held[j.ID] = holding{j, cancel}
 					mu.Unlock()
@@ -342,7 +355,7 @@ func main() {
 
 // claim takes up to max jobs, waiting up to wait seconds in the server for work.
 func claim(ctx context.Context, db *sql.DB, workerID string, qs queues, max int, lease, wait float64) ([]job, error) {
-	return scanJobs(db.QueryContext(ctx, `select id, claim, name, payload, attempt, max_attempts
+	return scanJobs(db.QueryContext(ctx, `select `+claimed+`
 		from jobs.claim($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5))`,
 		workerID, pq.Array(qs), max, lease, wait))
 }
@@ -356,7 +369,7 @@ func scanJobs(rows *sql.Rows, err error) ([]job, error) {
 	var jobs []job
 	for rows.Next() {
 		var j job
-		if err := rows.Scan(&j.ID, &j.Claim, &j.Name, &j.Payload, &j.Attempt, &j.MaxAttempts); err != nil {
+		if err := rows.Scan(&j.ID, &j.Claim, &j.Name, &j.Payload, &j.Attempt, &j.MaxAttempts, &j.TimeLeft); err != nil {
 			return nil, err
 		}
 		jobs = append(jobs, j)

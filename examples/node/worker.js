@@ -8,7 +8,8 @@
 // every lease/3 on its own connection, made again when it fails; a heartbeat answering NULL
 // (the claim is lost) aborts the job's signal, which handlers watch; a job named on
 // pg_jobs_cancel (cancelled while running) is heartbeaten at once, so its handler stops within
-// moments, not at the next beat. Runs each handler and
+// moments, not at the next beat; a job's handler is stopped at its attempt's deadline too (a
+// timeout). Runs each handler and
 // its completion in ONE transaction, which also claims the job's successor for the same
 // connection (jobs.complete_and_claim: one commit per job; rolled back when it raises
 // lease_lost), reports failures with jobs.fail, snoozes a job whose name has no handler (no attempt used), sleeps on
@@ -60,7 +61,9 @@ function parseArgs(argv) {
   return args;
 }
 
-const CLAIMED = 'id, claim, name, payload, attempt, max_attempts';
+// time_left: seconds to the attempt's deadline (its job type's timeout), null for none.
+const CLAIMED = 'id, claim, name, payload, attempt, max_attempts, '
+  + 'extract(epoch from deadline - clock_timestamp())::float8 as time_left';
 
 // One job: handler and completion in one transaction; a failure rolls back and is reported.
 // With a chain ({ workerId, queues, lease }), the completion also claims the job's successor
@@ -193,10 +196,16 @@ async function main() {
       job.signal = job.abort.signal;
       held.set(job.id, job);
       const current = job;
+      // A timeout: the handler is stopped at the deadline, as for a lost claim.
+      const deadline = current.time_left === null ? null : setTimeout(() => {
+        log(`job ${current.id.slice(-8)} ${current.name}: its timeout passed; stopping its handler`);
+        current.abort.abort();
+      }, Math.max(0, current.time_left * 1000));
       try {
         job = await runJob(pool, current, log, stopping ? null : chain);
       } finally {
         held.delete(current.id);
+        if (deadline) clearTimeout(deadline);
       }
     }
   };

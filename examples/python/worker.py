@@ -8,10 +8,10 @@
 - Heartbeats every held job from a thread of its own, on its own connection, every lease/3.
   A connection that fails is made again. A heartbeat that answers NULL means the claim is
   lost (the lease lapsed, the job was cancelled or claimed again): the job's `stop` event is
-  set, and a handler that checks it stops. The same connection listens on pg_jobs_cancel: a
-  held job cancelled while it runs is heartbeaten at once, so its handler stops within moments
-  (not at the next beat; through a transaction-pooling PgBouncer no notification comes, and
-  the next beat tells).
+  set, and a handler that checks it stops; so it is at the attempt's deadline (a timeout).
+  The same connection listens on pg_jobs_cancel: a held job cancelled while it runs is
+  heartbeaten at once, so its handler stops within moments (not at the next beat; through a
+  transaction-pooling PgBouncer no notification comes, and the next beat tells).
 - Runs each job's handler and its completion in ONE transaction, and claims the job's
   successor for the same thread in that transaction too (jobs.complete_and_claim: one commit
   per job). When the claim was lost (complete_and_claim raises lease_lost), the transaction
@@ -66,7 +66,7 @@ def record(conn, job):
 def sleep(conn, job):
     """Sleeps, and stops early when the claim is lost (job["stop"]); then writes its row."""
     if job["stop"].wait(float(job["payload"].get("seconds", 1))):
-        raise InterruptedError("the claim was lost: stopped")
+        raise InterruptedError("stopped: the claim was lost, or its timeout passed")
     conn.execute("insert into example_log (job_id, worker, payload) values (%s, %s, %s)",
                  (job["id"], "python", Jsonb(job["payload"])))
     return {"slept": job["payload"].get("seconds", 1)}
@@ -115,10 +115,20 @@ class Heartbeats(threading.Thread):
     def hold(self, job):
         with self.lock:
             self.held[job["id"]] = job
+        if job.get("time_left") is not None:  # a timeout: the handler stops at the deadline
+            job["deadline"] = threading.Timer(max(0.0, job["time_left"]), self.timed_out, (job,))
+            job["deadline"].daemon = True
+            job["deadline"].start()
+
+    def timed_out(self, job):
+        self.log(f"job {str(job['id'])[-8:]} {job['name']}: its timeout passed; stopping its handler")
+        job["stop"].set()
 
     def release(self, job):
         with self.lock:
             self.held.pop(job["id"], None)
+        if job.get("deadline") is not None:
+            job["deadline"].cancel()
 
     def beat(self, conn, jobs):
         for job in jobs:
@@ -168,7 +178,9 @@ class Heartbeats(threading.Thread):
             conn.close()
 
 
-CLAIMED = "id, claim, name, payload, attempt, max_attempts"
+# time_left: seconds to the attempt's deadline (its job type's timeout), NULL for none.
+CLAIMED = ("id, claim, name, payload, attempt, max_attempts,"
+           " extract(epoch from deadline - clock_timestamp())::float8 as time_left")
 
 
 class LostClaim(Exception):

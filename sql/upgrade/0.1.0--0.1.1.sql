@@ -31,6 +31,7 @@
 -- 16. Attempt history: jobs.attempts, and when each attempt was claimed (jobs.jobs.claimed_at).
 -- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
 --     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
+-- 18. Child jobs: jobs.spawn, jobs.await_children, the close policy (sql/children.sql).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -132,6 +133,11 @@ AS 'MODULE_PATHNAME', 'warn_unknown_queues_wrapper';
 -- 14.
 alter table jobs_data.jobs add column timeout interval, add column deadline timestamptz;
 alter table jobs_data.jobs add column claimed_at timestamptz;  -- 16.
+-- 18.
+alter table jobs_data.jobs add column parent_id uuid,
+  add column close_policy text check (close_policy in ('terminate', 'abandon')),
+  add column children_live int;
+create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
 alter table jobs_data.job_types add column timeout interval
   check (timeout > interval '0' and timeout <= interval '7 days');
 alter type jobs.claimed_job add attribute deadline timestamptz;
@@ -236,7 +242,26 @@ select set_config('pg_jobs_upgrade.claim_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.claim(text, text[], int, interval);
+-- 18. jobs.enqueue takes a last argument, parent_id; who may call it is kept aside, as above.
+select set_config('pg_jobs_upgrade.enqueue_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, text, text, text, uuid, uuid)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, text, text, text, uuid, uuid);
+-- (a composite type's new attributes: job_spec)
+alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text;
 -- @after
+-- 18. ... and may call the new enqueue.
+do $$
+begin
+  if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
+    execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
+      || 'text, text, text, uuid, uuid, uuid) to ' || current_setting('pg_jobs_upgrade.enqueue_grantees');
+  end if;
+end
+$$;
 -- 10. ... and may call the new claim.
 do $$
 begin
@@ -291,5 +316,21 @@ begin
     execute 'grant usage, select on all sequences in schema jobs_data to ' || v_role;
     execute 'grant execute on all functions in schema jobs to ' || v_role;
   end loop;
+end
+$$;
+-- 18. The children's triggers (their function is above), and the workers may spawn and await.
+-- @include sql/children_triggers.sql
+do $$
+declare
+  v_grantees text;
+begin
+  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
+  from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+  where p.oid = 'jobs.save_step(uuid, bigint, text, jsonb)'::regprocedure
+    and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
+  if v_grantees is not null then
+    execute 'grant execute on function jobs.spawn(uuid, bigint, jsonb), '
+      || 'jobs.await_children(uuid, bigint) to ' || v_grantees;
+  end if;
 end
 $$;

@@ -8,7 +8,7 @@
 //! every lease/3 on its own connection, made again when it fails; a heartbeat answering NULL
 //! (the claim is lost) tells the job's handler to stop, and a job named on pg_jobs_cancel (a
 //! LISTEN connection of its own) is heartbeaten at once, so a cancelled job's handler stops
-//! within moments. Runs each handler and its completion in
+//! within moments; a handler stops at its attempt's deadline too (a timeout). Runs each handler and its completion in
 //! ONE transaction, which also claims the job's successor for the same task
 //! (jobs.complete_and_claim: one commit per job; rolled back when it raises lease_lost),
 //! reports failures with jobs.fail, snoozes a job whose name has no handler (no attempt used),
@@ -39,6 +39,8 @@ struct Job {
     max_attempts: i32,
     /// Becomes true when the claim is lost: a long handler should stop.
     stop: watch::Receiver<bool>,
+    /// The attempt's deadline (its job type's timeout), if any: a handler should stop then too.
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl Job {
@@ -53,12 +55,32 @@ impl Job {
             attempt: r.get(4),
             max_attempts: r.get(5),
             stop,
+            deadline: r
+                .get::<_, Option<f64>>(6)
+                .map(|left| tokio::time::Instant::now() + Duration::from_secs_f64(left.max(0.0))),
         };
         (job, tell)
     }
+
+    /// Resolves when the handler should stop: its claim was lost, or its deadline passed.
+    async fn stopped(&self) -> &'static str {
+        let mut stop = self.stop.clone();
+        let deadline = async {
+            match self.deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.wait_for(|lost| *lost) => "the claim was lost: stopped",
+            _ = deadline => "its timeout passed: stopped",
+        }
+    }
 }
 
-const CLAIMED: &str = "id, claim, name, payload, attempt, max_attempts";
+/// time_left: seconds to the attempt's deadline, computed in the server; NULL for none.
+const CLAIMED: &str = "id, claim, name, payload, attempt, max_attempts, \
+                       extract(epoch from deadline - clock_timestamp())::float8 as time_left";
 
 /// What to claim when a job completes: the worker, its queues, the lease.
 struct Chain {
@@ -88,10 +110,9 @@ async fn handle(tx: &Transaction<'_>, job: &Job) -> Result<Value, String> {
                 .get("seconds")
                 .and_then(Value::as_f64)
                 .unwrap_or(1.0);
-            let mut stop = job.stop.clone();
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {}
-                _ = stop.wait_for(|lost| *lost) => return Err("the claim was lost: stopped".into()),
+                why = job.stopped() => return Err(why.into()),
             }
             tx.execute(
                 "insert into example_log (job_id, worker, payload) values ($1, $2, $3)",

@@ -1,0 +1,102 @@
+-- Child jobs: jobs.spawn (fenced, idempotent per child_key), jobs.await_children (done, or
+-- suspended until the last child ends), and the close policy (a parent that ends failed, dead
+-- or cancelled cancels its 'terminate' children, recursively, fencing their holders).
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+truncate jobs_data.jobs, jobs_data.attempts, jobs_data.job_types, jobs_data.steps;
+insert into jobs.job_types (name, max_attempts, backoff_base, jitter) values ('parent', 1, '0', 0);
+
+-- (Parents get ids of their own, so that the refusals naming them read the same every run.)
+select jobs.enqueue('parent', '{"n": 2}', id => '00000000-0000-0000-0000-0000000000a1') is not null as enqueued;
+select id as parent, claim as parent_claim from jobs.claim('w', array['default']) \gset
+
+-- Refusals change nothing.
+create temp table before as select count(*) as jobs from jobs.jobs;
+select jobs.spawn(:'parent', :parent_claim, null);
+select jobs.spawn(:'parent', :parent_claim, '[]');
+select jobs.spawn(:'parent', :parent_claim, '{"name": "child"}');
+select jobs.spawn(:'parent', :parent_claim, jsonb_build_object('name', 'child', 'child_key', repeat('k', 201)));
+select jobs.spawn(:'parent', :parent_claim, '{"name": "child", "child_key": "a", "close_policy": "orphan"}');
+select jobs.spawn(:'parent', :parent_claim, '{"name": "child", "child_key": "a", "idempotency_key": "x"}');
+select jobs.spawn(:'parent', :parent_claim, '{"name": "child", "child_key": "a", "tenant_id": "acme"}');
+select jobs.spawn(:'parent', :parent_claim, '{"name": "child", "child_key": "a", "colour": "red"}');
+select jobs.spawn(:'parent', :parent_claim + 1, '{"name": "child", "child_key": "a"}');
+select jobs.spawn(null, :parent_claim, '{"name": "child", "child_key": "a"}');
+select jobs.await_children(:'parent', :parent_claim + 1);
+select (select count(*) from jobs.jobs) = jobs as unchanged from before;
+
+-- Two children, the second spawned twice: the same child back.
+select deduped from jobs.spawn(:'parent', :parent_claim,
+  '{"name": "child", "child_key": "a", "queue": "kids", "payload": {"i": 1}}');
+select deduped from jobs.spawn(:'parent', :parent_claim,
+  '{"name": "child", "child_key": "b", "queue": "kids", "payload": {"i": 2}, "close_policy": "abandon"}');
+select deduped from jobs.spawn(:'parent', :parent_claim,
+  '{"name": "child", "child_key": "b", "queue": "kids", "payload": {"i": 99}}');
+select name, state, payload, close_policy, parent_id = :'parent' as of_parent
+from jobs.jobs where name = 'child' order by payload->>'i';
+select children_live from jobs.jobs where id = :'parent';
+
+-- The parent waits: suspended, its attempt given back, its claim gone.
+select * from jobs.await_children(:'parent', :parent_claim);
+select state, attempt, wait_event, lease_expires_at from jobs.jobs where id = :'parent';
+select jobs.heartbeat(:'parent', :parent_claim) as beat;
+
+-- The children run; the last one to end wakes the parent.
+select jobs.complete(c.id, c.claim, jsonb_build_object('square', (c.payload->>'i')::int ^ 2))
+from jobs.claim('w', array['kids'], 1) as c;
+select state from jobs.jobs where id = :'parent';
+select jobs.fail(c.id, c.claim, 'no luck', retryable => false) from jobs.claim('w', array['kids'], 1) as c;
+select state, wait_event, children_live from jobs.jobs where id = :'parent';
+
+-- Claimed again: done, with each child's state and result.
+select id as parent, claim as parent_claim from jobs.claim('w', array['default']) \gset
+select status, jsonb_path_query_array(children, '$[*].state') as states,
+       jsonb_path_query_array(children, '$[*].result') as results
+from jobs.await_children(:'parent', :parent_claim);
+
+-- A child requeued counts as live again; ended, it leaves the count at 0.
+select jobs.requeue(id) from jobs.jobs where name = 'child' and state = 'dead';
+select children_live from jobs.jobs where id = :'parent';
+select jobs.complete(c.id, c.claim) from jobs.claim('w', array['kids'], 1) as c;
+select children_live from jobs.jobs where id = :'parent';
+
+-- The close policy: a parent that fails for good cancels its 'terminate' children (a running
+-- one loses its claim) and theirs, and leaves its 'abandon' ones.
+select jobs.complete(:'parent', :parent_claim);
+select jobs.enqueue('parent', '{}', id => '00000000-0000-0000-0000-0000000000a2') is not null as enqueued;
+select id as parent, claim as parent_claim from jobs.claim('w', array['default']) \gset
+select (jobs.spawn(:'parent', :parent_claim, '{"name": "kid", "child_key": "run", "queue": "kids"}')).deduped;
+select (jobs.spawn(:'parent', :parent_claim, '{"name": "kid", "child_key": "wait", "queue": "later", "run_at": "2100-01-01"}')).deduped;
+select (jobs.spawn(:'parent', :parent_claim, '{"name": "kid", "child_key": "free", "queue": "later", "close_policy": "abandon"}')).deduped;
+select id as kid, claim as kid_claim from jobs.claim('w', array['kids']) \gset
+select (jobs.spawn(:'kid', :kid_claim, '{"name": "grandkid", "child_key": "g", "queue": "later"}')).deduped;
+select jobs.fail(:'parent', :parent_claim, 'gave up');
+select name, state, close_policy from jobs.jobs
+where name in ('kid', 'grandkid') or id = :'parent' order by name, close_policy nulls first;
+select jobs.complete(:'kid', :kid_claim) as stale_settle_lands;
+
+-- A cancelled parent: the same.
+select jobs.enqueue('parent', '{}', id => '00000000-0000-0000-0000-0000000000a3') is not null as enqueued;
+select id as parent, claim as parent_claim from jobs.claim('w', array['default']) \gset
+select (jobs.spawn(:'parent', :parent_claim, '{"name": "kid2", "child_key": "x", "queue": "later"}')).deduped;
+select jobs.cancel(:'parent');
+select state from jobs.jobs where name = 'kid2';
+
+-- A producer attaches a child to a live parent of its tenant (jobs.enqueue(..., parent_id));
+-- to a finished one, or another tenant's, it is refused, and nothing lands.
+select jobs.enqueue('parent', '{}', queue => 'later', id => '00000000-0000-0000-0000-0000000000a4') is not null as enqueued;
+select id as parent from jobs.jobs where name = 'parent' and state = 'ready' \gset
+select count(*) as before from jobs.jobs \gset
+select jobs.enqueue('kid3', parent_id => :'parent') is not null as attached;
+select children_live from jobs.jobs where id = :'parent';
+select count(*) from jobs.enqueue_batch(jsonb_build_array(
+  jsonb_build_object('name', 'kid3', 'parent_id', :'parent', 'close_policy', 'abandon'),
+  jsonb_build_object('name', 'kid3', 'parent_id', :'parent')));
+select children_live from jobs.jobs where id = :'parent';
+select close_policy, count(*) from jobs.jobs where parent_id = :'parent' group by 1 order by 1;
+select jobs.enqueue('kid3', parent_id => (select id from jobs.jobs where name = 'parent' and state = 'dead'));
+select jobs.enqueue('kid3', tenant_id => 'acme', parent_id => :'parent');
+select count(*) from jobs.enqueue_batch('[{"name": "kid3", "close_policy": "terminate"}]');
+select count(*) from jobs.enqueue_batch(jsonb_build_array(
+  jsonb_build_object('name', 'kid3', 'parent_id', :'parent', 'close_policy', 'orphan')));
+select count(*) - :before as added from jobs.jobs;

@@ -1,0 +1,209 @@
+-- Child jobs: jobs.spawn, jobs.await_children, and the close policy.
+--
+-- A child records its parent (parent_id) and what happens to it when the parent ends failed,
+-- dead or cancelled (close_policy): 'terminate' (the default) cancels it, in the same
+-- transaction, and its own live children with it; 'abandon' lets it carry on. The parent
+-- counts its live children (children_live), changed under its row lock: by the enqueue of a
+-- child (jobs._attach_children, for spawn and for producers' jobs.enqueue(..., parent_id)), and
+-- by the trigger below whenever a child starts or stops being live (any path: complete,
+-- complete_many, fail, cancel, a claim's or the sweep's burial, a requeue, a delete), which
+-- also wakes a parent waiting in jobs.await_children when the count reaches 0.
+--
+-- Why a count on the parent row, and not a look at the children: two children ending at once
+-- would each see the other still live (neither committed) and neither would wake the parent;
+-- and a parent deciding to wait would not see a child ending now. Every change of the count
+-- is an UPDATE of the parent row, so they queue on its lock and each applies to the newest
+-- count (READ COMMITTED re-reads it; REPEATABLE READ refuses with a serialization failure, to
+-- be retried), and await_children decides under the same lock.
+--
+-- Lock order: a child's row, then its parent's. A batch that ends children of several parents
+-- locks the parents in the order its rows ended; two such batches can deadlock, and PostgreSQL
+-- then fails one of them, whose claims stay held (its worker settles them again).
+
+-- A waiting parent: suspended with wait_event 'pg_jobs.children' and no wait_key, which no
+-- publish can match (publish compares a key, '' for none), nor run_at, so no claim takes it.
+
+-- The trigger on jobs_data.jobs: a child that stops or starts being live moves its parent's
+-- count (and wakes the parent waiting on its last child); a parent that ends failed, dead or
+-- cancelled cancels its live children whose close_policy is 'terminate' (each holder fenced:
+-- its claim advances), which fires this again for them.
+create function jobs._family_changed()
+returns trigger
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz;
+  v_was   boolean;  -- the row was live before
+  v_is    boolean;  -- and is now
+  v_queue text;
+  v_n     bigint;
+begin
+  v_was := tg_op <> 'INSERT' and old.state in ('ready', 'delayed', 'running', 'suspended');
+  v_is := tg_op = 'UPDATE' and new.state in ('ready', 'delayed', 'running', 'suspended');
+  if tg_op = 'DELETE' then
+    new := old;
+  end if;
+  if new.parent_id is not null and v_was <> v_is then
+    v_now := jobs.clock();
+    update jobs_data.jobs as p set
+      children_live = greatest(coalesce(p.children_live, 0) + case when v_is then 1 else -1 end, 0),
+      state = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
+                        and p.wait_event = 'pg_jobs.children' then 'ready' else p.state end,
+      run_at = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
+                         and p.wait_event = 'pg_jobs.children' then v_now else p.run_at end,
+      wait_event = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
+                             and p.wait_event = 'pg_jobs.children' then null else p.wait_event end,
+      updated_at = v_now
+    where p.id = new.parent_id
+    returning case when p.state = 'ready' and p.run_at = v_now then p.queue end into v_queue;
+    if v_queue is not null then
+      perform jobs._wake(array[v_queue], array[new.parent_id]);  -- its last child ended
+    end if;
+  end if;
+  if tg_op = 'UPDATE' and old.children_live > 0 and v_was
+     and new.state in ('failed', 'dead', 'cancelled') then
+    v_now := jobs.clock();
+    with closed as (
+      update jobs_data.jobs as c set
+        state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
+        wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
+        updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
+      where c.parent_id = new.id and c.close_policy = 'terminate'
+        and c.state in ('ready', 'delayed', 'running', 'suspended')
+      returning jobs._outcome(c.queue, 'cancelled') as counted
+    )
+    select count(*) into v_n from closed;
+  end if;
+  return null;
+end
+$$;
+
+-- The triggers that run it: sql/children_triggers.sql (the install and the upgrade run it).
+
+create function jobs.spawn(id uuid, claim bigint, spec jsonb)
+returns jobs.enqueued
+language plpgsql volatile
+as $$
+declare
+  v_parent record;
+  v_key    text;
+  v_policy text;
+  v_spec   jsonb;
+  v_row    record;
+  v_child  record;
+begin
+  perform jobs._check_hold_args('jobs.spawn', spawn.id, spawn.claim);
+  if spec is null then
+    perform jobs._raise('22004', 'jobs.spawn: spec must not be NULL',
+      'pass the child as a JSON object with a child_key, e.g. ''{"name": "resize", "child_key": "img-1"}''');
+  elsif jsonb_typeof(spec) <> 'object' then
+    perform jobs._raise('22023', 'jobs.spawn: spec must be a JSON object, got ' || jsonb_typeof(spec),
+      'pass one child as an object with enqueue_batch''s keys and a child_key');
+  end if;
+  v_key := spec->>'child_key';
+  v_policy := coalesce(spec->>'close_policy', 'terminate');
+  if v_key is null then
+    perform jobs._raise('22023', 'jobs.spawn: spec needs a child_key',
+      'name the child within its parent, e.g. "child_key": "item-17": a parent that runs again '
+      'and spawns the same key gets the same child back');
+  elsif octet_length(v_key) not between 1 and 200 then
+    perform jobs._raise('22023', 'jobs.spawn: child_key must be 1 to 200 bytes, got ' || octet_length(v_key),
+      'use a short key, unique among the parent''s children');
+  elsif v_policy not in ('terminate', 'abandon') then
+    perform jobs._raise('22023', format('jobs.spawn: close_policy must be ''terminate'' or ''abandon'', got %L',
+      v_policy), '''terminate'' (the default) cancels the child when the parent ends failed, dead '
+      'or cancelled; ''abandon'' lets it carry on');
+  elsif spec ?| array['id', 'on_conflict', 'idempotency_key', 'parent_id'] then
+    perform jobs._raise('22023',
+      'jobs.spawn: a child''s spec takes no id, idempotency_key, on_conflict or parent_id',
+      'its child_key makes it idempotent (the same key gives the same child), and its parent is '
+      'the job spawning it');
+  end if;
+
+  -- The fence, under the parent's row lock (FOR UPDATE: its count of live children changes
+  -- below), held until this transaction ends, so a cancel of the parent waits for it.
+  select j.id, j.tenant_id into v_parent
+  from jobs_data.jobs as j
+  where j.id = spawn.id and j.claim = spawn.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for update;
+  if not found then
+    perform jobs._raise('PJ001',
+      format('jobs.spawn: job %s is no longer held by the claim given: %s', spawn.id,
+             jobs._lost_reason(spawn.id, spawn.claim)),
+      'stop working on this job and roll back; it runs again under a new claim, and spawns '
+      'with the same child_key get the children spawned so far');
+  end if;
+  if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
+    perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
+      'leave tenant_id out of the spec');
+  end if;
+
+  -- The child's id is its parent's and key's (a caller-allocated id): one child per key,
+  -- whatever its state, found again by a parent that runs again, and race-free as any
+  -- enqueue of one id is.
+  -- enqueue_batch counts it among the parent's live children (jobs._attach_children).
+  v_spec := (spec - 'child_key')
+            || jsonb_build_object('id', md5(spawn.id::text || '/' || v_key)::uuid,
+                                  'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
+                                  'close_policy', v_policy);
+  select e.id, e.run_id, e.deduped into v_row
+  from jobs.enqueue_batch(jsonb_build_array(v_spec)) as e;
+  if v_row.deduped then
+    select c.parent_id into v_child from jobs_data.jobs as c where c.id = v_row.id;
+    if v_child.parent_id is distinct from spawn.id then
+      perform jobs._raise('PJ002', format('jobs.spawn: the id of child %L, %s, is held by a job '
+        'that is not a child of job %s', v_key, v_row.id, spawn.id),
+        'use another child_key; the job holding that id was enqueued with it by a producer');
+    end if;
+  end if;
+  return row(v_row.id, v_row.run_id, v_row.deduped)::jobs.enqueued;
+end
+$$;
+comment on function jobs.spawn(uuid, bigint, jsonb) is
+  'Enqueue a child of a held job (spec as enqueue_batch''s, with a child_key and a close_policy); '
+  'the same key gives the same child back; raises lease_lost when the claim is no longer held';
+
+create function jobs.await_children(id uuid, claim bigint)
+returns table (status text, children jsonb)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_live  int;
+  v_now   timestamptz := jobs.clock();
+begin
+  perform jobs._check_hold_args('jobs.await_children', await_children.id, await_children.claim);
+  -- Under the parent's row lock, which every change of its count of live children waits for.
+  select j.children_live into v_live
+  from jobs_data.jobs as j
+  where j.id = await_children.id and j.claim = await_children.claim
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for update;
+  if not found then
+    perform jobs._raise('PJ001',
+      format('jobs.await_children: job %s is no longer held by the claim given: %s', await_children.id,
+             jobs._lost_reason(await_children.id, await_children.claim)),
+      'stop working on this job; it runs again under a new claim');
+  end if;
+  if coalesce(v_live, 0) = 0 then
+    return query
+    select 'done'::text,
+           coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'name', c.name, 'state', c.state,
+                                                 'result', c.result, 'error', c.last_error)
+                              order by c.enqueued_at, c.id), '[]'::jsonb)
+    from jobs_data.jobs as c
+    where c.parent_id = await_children.id;
+    return;
+  end if;
+  -- Suspend until the last child ends: no attempt used, the claim released.
+  update jobs_data.jobs as j set
+    state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null, run_at = null,
+    wait_event = 'pg_jobs.children', wait_key = null, wait_until = null, updated_at = v_now
+  where j.id = await_children.id;
+  return query select 'waiting'::text, null::jsonb;
+end
+$$;
+comment on function jobs.await_children(uuid, bigint) is
+  '''done'' with every child''s id, name, state, result and error once none is live; else '
+  'suspend the job (no attempt used) until its last child ends (''waiting'')';

@@ -1,0 +1,15 @@
+-- The triggers of child jobs on jobs_data.jobs: jobs._family_changed (sql/children.sql) runs
+-- for a row whose state changes while it has a parent or live children, and for a live child
+-- deleted. Run by the install and by the upgrade (after the function exists).
+
+create trigger jobs_family_changed
+after update of state on jobs_data.jobs
+for each row
+when ((new.parent_id is not null or old.children_live > 0) and old.state is distinct from new.state)
+execute function jobs._family_changed();
+
+create trigger jobs_child_deleted
+after delete on jobs_data.jobs
+for each row
+when (old.parent_id is not null and old.state in ('ready', 'delayed', 'running', 'suspended'))
+execute function jobs._family_changed();

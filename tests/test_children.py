@@ -1,0 +1,64 @@
+"""Child jobs end to end: the fan-out example (examples/python/fan_out.py), a parent spawning
+100 children and summing their squares, with its worker killed between two spawns. The parent
+is claimed again by another worker, spawns every key again, and gets the children already
+spawned back: exactly 100 children, each run to completion, and the right sum.
+
+Guard checked: with the child's id drawn at random in jobs.spawn (no child_key in it), the
+parent spawned its children anew each time it ran, and never finished (the second worker
+timed out).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+
+from polling import eventually
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAN_OUT = [sys.executable, os.path.join(ROOT, "examples/python/fan_out.py")]
+DEADLINE = 60
+
+
+def run(dsn, *args, **kwargs):
+    return subprocess.Popen(FAN_OUT + ["--dsn", dsn, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def children(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("select count(*) from jobs.jobs where name = 'square'").fetchone()[0]
+
+
+def test_a_fan_out_resumed_after_its_worker_is_killed_spawns_no_child_twice(dsn):
+    enqueue = run(dsn, "enqueue", "100", "--pause", "0.02")
+    assert enqueue.wait(DEADLINE) == 0, enqueue.stderr.read()
+    first = run(dsn, "work", "--lease", "2")
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while children(dsn) < 30:  # between two spawns: about 2 s of spawning in
+            assert time.monotonic() < deadline and first.poll() is None, "the parent spawns nothing"
+            time.sleep(0.02)
+        first.send_signal(signal.SIGKILL)
+        first.wait(DEADLINE)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    spawned_before = children(dsn)
+    assert 30 <= spawned_before < 100
+    second = run(dsn, "work", "--until-done", "--lease", "2")
+    out, err = second.communicate(timeout=DEADLINE)
+    assert second.returncode == 0, err
+    assert "sum of the squares of 1..100: 338350 (100 children)" in out
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("select state::text, count(*) from jobs.jobs where name = 'square'"
+                            " group by state").fetchall()
+        assert rows == [("completed", 100)]
+        parent = conn.execute("select state::text, result, attempt, children_live from jobs.jobs"
+                              " where name = 'sum_squares'").fetchone()
+        assert parent[0] == "completed" and parent[1] == {"sum": 338350} and parent[3] == 0
+        assert parent[2] >= 2  # the killed attempt, then the one that spawned the rest
+    eventually(dsn, "select count(*) from jobs.jobs where state in ('ready', 'running')", 0, 5)
