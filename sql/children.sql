@@ -5,9 +5,10 @@
 -- transaction, and its own live children with it; 'abandon' lets it carry on. The parent
 -- counts its live children (children_live), changed under its row lock: by the enqueue of a
 -- child (jobs._attach_children, for spawn and for producers' jobs.enqueue(..., parent_id)), and
--- by the trigger below whenever a child starts or stops being live (any path: complete,
--- complete_many, fail, cancel, a claim's or the sweep's burial, a requeue, a delete), which
--- also wakes a parent waiting in jobs.await_children when the count reaches 0.
+-- at the end of every statement in which a child starts or stops being live (any path:
+-- complete, complete_many, fail, cancel, a claim's or the sweep's burial, a requeue, a delete;
+-- the triggers below), which also wakes a parent waiting in jobs.await_children when the
+-- count reaches 0.
 --
 -- Why a count on the parent row, and not a look at the children: two children ending at once
 -- would each see the other still live (neither committed) and neither would wake the parent;
@@ -16,17 +17,21 @@
 -- count (READ COMMITTED re-reads it; REPEATABLE READ refuses with a serialization failure, to
 -- be retried), and await_children decides under the same lock.
 --
--- Lock order: a child's row, then its parent's. A batch that ends children of several parents
--- locks the parents in the order its rows ended; two such batches can deadlock, and PostgreSQL
--- then fails one of them, whose claims stay held (its worker settles them again).
+-- Lock order: a child's row, then its parent's. A statement that ends children of several
+-- parents locks all its children first (the statement's rows), then the parents, at its end,
+-- in id order (src/family.rs): two such statements cannot deadlock on them.
 
 -- A waiting parent: suspended with wait_event 'pg_jobs.children' and no wait_key, which no
 -- publish can match (publish compares a key, '' for none), nor run_at, so no claim takes it.
 
--- The trigger on jobs_data.jobs: a child that stops or starts being live moves its parent's
--- count (and wakes the parent waiting on its last child); a parent that ends failed, dead or
--- cancelled cancels its live children whose close_policy is 'terminate' (each holder fenced:
--- its claim advances), which fires this again for them.
+-- The row trigger on jobs_data.jobs: a child that stops or starts being live notes the move of
+-- its parent's count (jobs._family_note, src/family.rs), which the statement's end applies
+-- (jobs._family_apply); a parent that ends failed, dead or cancelled cancels, in one statement,
+-- every live descendant that its 'terminate' policy reaches (a child, its own 'terminate'
+-- children, and so on; an 'abandon' child and what hangs below it carry on), each holder
+-- fenced: its claim advances. No recursion: the descendants' own firings of this trigger find
+-- nothing left to cancel, so its depth does not grow with the family's, and the cost is linear
+-- in the family's size (a cycle, which enqueue refuses, would be walked once).
 create function jobs._family_changed()
 returns trigger
 language plpgsql volatile
@@ -35,7 +40,6 @@ declare
   v_now   timestamptz;
   v_was   boolean;  -- the row was live before
   v_is    boolean;  -- and is now
-  v_queue text;
   v_n     bigint;
 begin
   v_was := tg_op <> 'INSERT' and old.state in ('ready', 'delayed', 'running', 'suspended');
@@ -44,37 +48,63 @@ begin
     new := old;
   end if;
   if new.parent_id is not null and v_was <> v_is then
-    v_now := jobs.clock();
-    update jobs_data.jobs as p set
-      children_live = greatest(coalesce(p.children_live, 0) + case when v_is then 1 else -1 end, 0),
-      state = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
-                        and p.wait_event = 'pg_jobs.children' then 'ready' else p.state end,
-      run_at = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
-                         and p.wait_event = 'pg_jobs.children' then v_now else p.run_at end,
-      wait_event = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
-                             and p.wait_event = 'pg_jobs.children' then null else p.wait_event end,
-      updated_at = v_now
-    where p.id = new.parent_id
-    returning case when p.state = 'ready' and p.run_at = v_now then p.queue end into v_queue;
-    if v_queue is not null then
-      perform jobs._wake(array[v_queue], array[new.parent_id]);  -- its last child ended
-    end if;
+    perform jobs._family_note(new.parent_id, case when v_is then 1 else -1 end);
   end if;
   if tg_op = 'UPDATE' and old.children_live > 0 and v_was
      and new.state in ('failed', 'dead', 'cancelled') then
     v_now := jobs.clock();
-    with closed as (
+    with recursive reached (id) as (
+      select c.id from jobs_data.jobs as c
+      where c.parent_id = new.id and c.close_policy = 'terminate'
+        and c.state in ('ready', 'delayed', 'running', 'suspended')
+      union
+      select c.id from reached as r
+      join jobs_data.jobs as c on c.parent_id = r.id
+      where c.close_policy = 'terminate' and c.state in ('ready', 'delayed', 'running', 'suspended')
+    ),
+    closed as (
       update jobs_data.jobs as c set
         state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
         wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
         updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
-      where c.parent_id = new.id and c.close_policy = 'terminate'
+      where c.id in (select r.id from reached as r)
         and c.state in ('ready', 'delayed', 'running', 'suspended')
-      returning jobs._outcome(c.queue, 'cancelled') as counted
+      returning jobs._outcome(c.queue, 'cancelled') and jobs._slot_freed(c.name, c.concurrency_key) as counted
     )
     select count(*) into v_n from closed;
   end if;
   return null;
+end
+$$;
+
+-- The end of a statement that moved children (src/family.rs): each parent's count of live
+-- children moves by the sum of its children's moves, one parent after the other in id order
+-- (p_parents comes sorted), and a parent waiting in jobs.await_children whose last child ended
+-- is woken.
+create function jobs._family_apply(p_parents uuid[], p_deltas int[])
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz := jobs.clock();
+  v_queue text;
+begin
+  for i in 1 .. coalesce(cardinality(p_parents), 0) loop
+    update jobs_data.jobs as p set
+      children_live = greatest(coalesce(p.children_live, 0) + p_deltas[i], 0),
+      state = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                        and p.wait_event = 'pg_jobs.children' then 'ready' else p.state end,
+      run_at = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                         and p.wait_event = 'pg_jobs.children' then v_now else p.run_at end,
+      wait_event = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                             and p.wait_event = 'pg_jobs.children' then null else p.wait_event end,
+      updated_at = v_now
+    where p.id = p_parents[i]
+    returning case when p.state = 'ready' and p.run_at = v_now then p.queue end into v_queue;
+    if v_queue is not null then
+      perform jobs._wake(array[v_queue], array[p_parents[i]]);  -- its last child ended
+    end if;
+  end loop;
 end
 $$;
 
@@ -200,7 +230,8 @@ begin
   update jobs_data.jobs as j set
     state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null, run_at = null,
     wait_event = 'pg_jobs.children', wait_key = null, wait_until = null, updated_at = v_now
-  where j.id = await_children.id;
+  where j.id = await_children.id
+    and jobs._slot_freed(j.name, j.concurrency_key);
   return query select 'waiting'::text, null::jsonb;
 end
 $$;

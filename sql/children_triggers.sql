@@ -1,6 +1,8 @@
 -- The triggers of child jobs on jobs_data.jobs: jobs._family_changed (sql/children.sql) runs
 -- for a row whose state changes while it has a parent or live children, and for a live child
--- deleted. Run by the install and by the upgrade (after the function exists).
+-- deleted; jobs._family_statement_end (src/family.rs) at the end of every UPDATE and DELETE,
+-- applies what those noted (at once when they noted nothing). Run by the install and by the
+-- upgrade (after the functions exist).
 
 create trigger jobs_family_changed
 after update of state on jobs_data.jobs
@@ -13,3 +15,8 @@ after delete on jobs_data.jobs
 for each row
 when (old.parent_id is not null and old.state in ('ready', 'delayed', 'running', 'suspended'))
 execute function jobs._family_changed();
+
+create trigger jobs_family_statement_end
+after update or delete on jobs_data.jobs
+for each statement
+execute function jobs._family_statement_end();

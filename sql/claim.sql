@@ -190,6 +190,64 @@ begin atomic
   ) as d;
 end;
 
+-- After a look of a waiting claim that claimed nothing, in the look's subtransaction: what a
+-- limit holds back. The candidates a claim holds back stay locked by it, and no other claimer
+-- has them, so a second look that skips rows other transactions hold finds exactly them (or
+-- jobs made ready since, which the wake-up counters read before the look report anyway).
+-- Answers the wake-up keys of their names and concurrency keys (src/wakeups.rs, limit_key)
+-- and when a slot of those limits frees by time alone: a holder's lease lapsing, or the oldest
+-- start in a rate window leaving it (jobs.clock() time). No rows held back: keys NULL.
+create function jobs._held_back(p_queues text[], p_tenants text[], p_now timestamptz,
+                                out keys text[], out free_at timestamptz)
+language plpgsql volatile
+as $$
+declare
+  v_names text[];
+  v_keys  text[];
+begin
+  select array_agg(distinct h.name), array_agg(distinct h.concurrency_key)
+    into v_names, v_keys
+  from unnest(p_queues) as q(queue)
+  cross join lateral (
+    select * from (
+      select j.name, j.concurrency_key from jobs_data.jobs as j
+      where j.queue = q.queue and j.state = 'ready'
+        and (p_tenants is null or j.tenant_id = any(p_tenants))
+      order by j.priority desc, j.run_at
+      limit 100 for update skip locked) as ready
+    union all
+    select * from (
+      select j.name, j.concurrency_key from jobs_data.jobs as j
+      where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= p_now
+        and (p_tenants is null or j.tenant_id = any(p_tenants))
+      order by j.run_at
+      limit 100 for update skip locked) as due
+  ) as h
+  where (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true;
+  if v_names is null then
+    return;
+  end if;
+  v_keys := array_remove(v_keys, null);
+  keys := array(select chr(1) || 'name:' || n.name from unnest(v_names) as n(name))
+          || array(select chr(1) || 'key:' || k.key from unnest(v_keys) as k(key));
+  select min(x.at) into free_at
+  from (
+    select min(r.lease_expires_at) as at
+    from jobs_data.jobs as r
+    where r.state = 'running' and r.lease_scan_at is not null and r.lease_expires_at > p_now
+      and (r.name in (select t.name from jobs_data.job_types as t
+                      where t.name = any(v_names) and t.concurrency is not null)
+           or r.concurrency_key = any(v_keys))
+    union all
+    select min(s.started_at + t.rate_period)
+    from jobs_data.rate_starts as s
+    join jobs_data.job_types as t on t.name = s.name
+    where s.name = any(v_names) and t.rate_limit is not null
+      and s.started_at + t.rate_period > p_now
+  ) as x;
+end
+$$;
+
 create function jobs.claim(
   worker_id text,
   queues    text[]   default array['default'],
@@ -213,6 +271,10 @@ declare
   v_timeouts     interval[];  -- the most an attempt of it may run (NULL: no limit)
   v_until   timestamptz;      -- wait: claim by then (clock_timestamp() time)
   v_seen    bigint[];         -- wait: the wake-up counters of the queues before a look
+  v_limits  text[] := '{}';   -- wait: the wake-up keys of the limits that held back a look
+  v_got     jobs.claimed_job[];  -- wait: what a look claimed
+  v_held    text[];           -- wait: the wake-up keys of what a limit held back, and
+  v_free_at timestamptz;      --   when a slot of those limits frees by time (jobs._held_back)
   v_limit   int;              -- limits: candidates per queue and kind in a later look
   v_skip    uuid[];           -- limits: candidates of earlier looks, held back or kept
   k_ids     uuid[];           -- limits: the candidates kept so far, and their policies
@@ -268,21 +330,57 @@ begin
     end if;
     v_until := clock_timestamp() + claim.wait;
   end if;
+
+  -- With wait: each look is a claim without wait, in a subtransaction. When it claims nothing,
+  -- the wait sleeps until a commit makes work in these queues, a job in them comes due, or the
+  -- deadline passes (src/wakeups.rs); then it looks again. When a limit held back everything
+  -- the look found, the look is rolled back (its candidates and the limits' locks let go: a
+  -- claim asleep holds nothing), and the wait is also woken by a slot of those limits that
+  -- frees: a job of theirs that stops running, a holder's lease lapsing, a rate window's next
+  -- start. A look that claimed or buried something, or found nothing, keeps what it did.
+  if v_until is not null then
+    loop
+      v_seen := jobs._work_seen(queues || v_limits);  -- before the look: no commit after it is missed
+      v_held := null;
+      v_free_at := null;
+      begin
+        v_got := array(select c from jobs.claim(worker_id, queues, max_jobs, claim.lease) as c);
+        if cardinality(v_got) = 0 then
+          select h.keys, h.free_at into v_held, v_free_at
+          from jobs._held_back(queues, v_tenants, v_now) as h;
+          if v_held is not null then
+            raise exception using errcode = 'PJHLD', message = 'held back (never raised to a caller)';
+          end if;
+        end if;
+      exception when sqlstate 'PJHLD' then
+        null;  -- the look and its locks are rolled back
+      end;
+      if cardinality(v_got) > 0 then
+        return query select * from unnest(v_got);
+        return;
+      end if;
+      exit when clock_timestamp() >= v_until;
+      if v_held is not null and not v_held <@ v_limits then
+        -- Limits not yet watched: read their counters, then look again before sleeping.
+        v_limits := v_held;
+        continue;
+      end if;
+      perform jobs._await_work(queues || v_limits, v_seen,
+        least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now),
+              clock_timestamp() + (v_free_at - v_now)));
+      v_now := jobs.clock();
+    end loop;
+    return;
+  end if;
   -- A claim that is its transaction's only work commits without waiting for its WAL flush
   -- (pg_jobs.async_claims, src/durability.rs): lost in a crash, its job is claimable again
   -- and its worker fenced out.
   perform jobs._async_if_alone('claim');
 
-  -- With wait: look, and while nothing is claimable sleep until a commit makes work in these
-  -- queues, a job in them comes due, or the deadline passes (src/wakeups.rs); then look again.
   -- With limits: keep the candidates that fit, and while the batch is short because some were
   -- held back, look past them (no head-of-line blocking), up to 1,000 candidates in all.
   <<look>>
   loop
-    if v_until is not null then
-      v_seen := jobs._work_seen(queues);  -- before the look: no commit after it is missed
-    end if;
-
     -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
     -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
     -- built on every call (measured: docs/BENCHMARKS.md).
@@ -338,11 +436,7 @@ begin
         exit look;
       end if;
     elsif v_ids is null then
-      exit look when v_until is null or clock_timestamp() >= v_until;
-      perform jobs._await_work(queues, v_seen,
-        least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now)));
-      v_now := jobs.clock();
-      continue look;
+      exit look;
     end if;
 
     -- The policy of each name once per look, not per job: a lookup per row cost more than the
@@ -414,7 +508,8 @@ begin
       and (jobs._lapse_buries(j.attempt, j.max_attempts)
            or jobs._timed_out(j.lease_expires_at, j.deadline))
     returning j.id, j.last_error,
-              jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
+              jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
+              jobs._slot_freed(j.name, j.concurrency_key)
     )
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
     select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,

@@ -165,6 +165,19 @@ as $$
 declare
   v_bad int;
 begin
+  -- A parent exists before its children: one enqueued by the same call (a job its own parent,
+  -- or two that name each other) would make a cycle, whose close policy never ends.
+  select min(s.ordinality) into v_bad
+  from unnest(p_specs) with ordinality as s
+  where s.parent_id is not null and not coalesce(p_deduped[s.ordinality], false)
+    and s.parent_id in (select x.id from unnest(p_specs) with ordinality as x
+                        where x.id is not null and not coalesce(p_deduped[x.ordinality], false));
+  if v_bad is not null then
+    perform jobs._raise('22023',
+      case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: ' else p_caller || ': spec ' || v_bad || ': ' end
+      || format('parent_id %s is a job of this same call', p_specs[v_bad].parent_id),
+      'enqueue the parent first, in an earlier call, then its children');
+  end if;
   with wanted as (
     select s.parent_id, s.tenant_id, count(*) as n, min(s.ordinality) as first
     from unnest(p_specs) with ordinality as s

@@ -100,6 +100,17 @@ $$;
 comment on function jobs.publish(text, jsonb, text, interval) is
   'Store an event for ttl and wake every job waiting on its name and key; answers its id';
 
+-- The step that memoises an event wait's answer: 'event:' || name || ':' || key, or, where that
+-- would pass the 200 characters of a step name (a long name and key), 'event#' and their digest.
+create function jobs._event_step(p_name text, p_key text)
+returns text
+language sql immutable
+begin atomic
+  select case when length('event:' || p_name || coalesce(':' || p_key, '')) <= 200
+              then 'event:' || p_name || coalesce(':' || p_key, '')
+              else 'event#' || md5(length(p_name) || ':' || p_name || coalesce(':' || p_key, '')) end;
+end;
+
 create function jobs.await_event(id uuid, claim bigint, name text, key text default null,
                                  timeout interval default null)
 returns table (status text, payload jsonb)
@@ -109,7 +120,7 @@ as $$
 declare
   v_now   timestamptz := jobs.clock();
   v_key   text := coalesce(await_event.key, '');
-  v_step  text := 'event:' || await_event.name || coalesce(':' || await_event.key, '');
+  v_step  text := jobs._event_step(await_event.name, await_event.key);
   v_job   record;
   v_memo  jsonb;
   v_until timestamptz;
@@ -170,7 +181,7 @@ begin
     run_at = v_until, wait_event = await_event.name, wait_key = v_key, wait_until = v_until,
     updated_at = v_now
   where j.id = await_event.id
-  returning j.queue into v_queue;
+  returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
   if v_until is not null then
     perform jobs._signal_work(array[v_queue]);  -- its timeout comes due: the blocking claims
   end if;

@@ -54,7 +54,7 @@ begin
     -- this update takes it.
     updated_at = jobs._cancelling(j.id, j.state = 'running', v_now)
   where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended')
-  returning jobs._outcome(j.queue, 'cancelled') into v_counted;
+  returning jobs._outcome(j.queue, 'cancelled') and jobs._slot_freed(j.name, j.concurrency_key) into v_counted;
   if not found then
     perform jobs._refuse('jobs.cancel', cancel.id, 'PJ005',
       'only live jobs (ready, delayed, running, suspended) can be cancelled',

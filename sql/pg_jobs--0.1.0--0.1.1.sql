@@ -34,6 +34,8 @@
 -- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
 --     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
 -- 18. Child jobs: jobs.spawn, jobs.await_children, the close policy (sql/children.sql).
+-- 19. Waiting claims on a full limit sleep until a slot of it can free (jobs._held_back, and
+--     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -142,6 +144,13 @@ CREATE  FUNCTION jobs."_await_work"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'await_work_wrapper';
+CREATE  FUNCTION jobs."_slot_freed"(
+	"name" TEXT,
+	"concurrency_key" TEXT
+) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'slot_freed_wrapper';
 -- 13. Claims and heartbeats that are their transaction's only work commit without waiting
 -- for their WAL flush (pg_jobs.async_claims, src/durability.rs).
 CREATE  FUNCTION jobs."_async_if_alone"(
@@ -205,6 +214,18 @@ CREATE  FUNCTION jobs."_cancelling"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'cancelling_wrapper';
+-- 18. The counts of live children, moved at each statement's end (src/family.rs).
+CREATE  FUNCTION jobs."_family_note"(
+	"parent" uuid,
+	"delta" INT
+) RETURNS bool
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'family_note_wrapper';
+CREATE  FUNCTION jobs."_family_statement_end"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', '_family_statement_end_wrapper';
 CREATE  FUNCTION jobs."_outcome_stats"() RETURNS TABLE (
 	"queue" TEXT,
 	"completed" bigint,
@@ -809,6 +830,19 @@ as $$
 declare
   v_bad int;
 begin
+  -- A parent exists before its children: one enqueued by the same call (a job its own parent,
+  -- or two that name each other) would make a cycle, whose close policy never ends.
+  select min(s.ordinality) into v_bad
+  from unnest(p_specs) with ordinality as s
+  where s.parent_id is not null and not coalesce(p_deduped[s.ordinality], false)
+    and s.parent_id in (select x.id from unnest(p_specs) with ordinality as x
+                        where x.id is not null and not coalesce(p_deduped[x.ordinality], false));
+  if v_bad is not null then
+    perform jobs._raise('22023',
+      case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: ' else p_caller || ': spec ' || v_bad || ': ' end
+      || format('parent_id %s is a job of this same call', p_specs[v_bad].parent_id),
+      'enqueue the parent first, in an earlier call, then its children');
+  end if;
   with wanted as (
     select s.parent_id, s.tenant_id, count(*) as n, min(s.ordinality) as first
     from unnest(p_specs) with ordinality as s
@@ -1245,6 +1279,57 @@ begin atomic
   ) as d;
 end;
 
+create or replace function jobs._held_back(p_queues text[], p_tenants text[], p_now timestamptz,
+                                out keys text[], out free_at timestamptz)
+language plpgsql volatile
+as $$
+declare
+  v_names text[];
+  v_keys  text[];
+begin
+  select array_agg(distinct h.name), array_agg(distinct h.concurrency_key)
+    into v_names, v_keys
+  from unnest(p_queues) as q(queue)
+  cross join lateral (
+    select * from (
+      select j.name, j.concurrency_key from jobs_data.jobs as j
+      where j.queue = q.queue and j.state = 'ready'
+        and (p_tenants is null or j.tenant_id = any(p_tenants))
+      order by j.priority desc, j.run_at
+      limit 100 for update skip locked) as ready
+    union all
+    select * from (
+      select j.name, j.concurrency_key from jobs_data.jobs as j
+      where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= p_now
+        and (p_tenants is null or j.tenant_id = any(p_tenants))
+      order by j.run_at
+      limit 100 for update skip locked) as due
+  ) as h
+  where (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true;
+  if v_names is null then
+    return;
+  end if;
+  v_keys := array_remove(v_keys, null);
+  keys := array(select chr(1) || 'name:' || n.name from unnest(v_names) as n(name))
+          || array(select chr(1) || 'key:' || k.key from unnest(v_keys) as k(key));
+  select min(x.at) into free_at
+  from (
+    select min(r.lease_expires_at) as at
+    from jobs_data.jobs as r
+    where r.state = 'running' and r.lease_scan_at is not null and r.lease_expires_at > p_now
+      and (r.name in (select t.name from jobs_data.job_types as t
+                      where t.name = any(v_names) and t.concurrency is not null)
+           or r.concurrency_key = any(v_keys))
+    union all
+    select min(s.started_at + t.rate_period)
+    from jobs_data.rate_starts as s
+    join jobs_data.job_types as t on t.name = s.name
+    where s.name = any(v_names) and t.rate_limit is not null
+      and s.started_at + t.rate_period > p_now
+  ) as x;
+end
+$$;
+
 create or replace function jobs.claim(
   worker_id text,
   queues    text[]   default array['default'],
@@ -1268,6 +1353,10 @@ declare
   v_timeouts     interval[];  -- the most an attempt of it may run (NULL: no limit)
   v_until   timestamptz;      -- wait: claim by then (clock_timestamp() time)
   v_seen    bigint[];         -- wait: the wake-up counters of the queues before a look
+  v_limits  text[] := '{}';   -- wait: the wake-up keys of the limits that held back a look
+  v_got     jobs.claimed_job[];  -- wait: what a look claimed
+  v_held    text[];           -- wait: the wake-up keys of what a limit held back, and
+  v_free_at timestamptz;      --   when a slot of those limits frees by time (jobs._held_back)
   v_limit   int;              -- limits: candidates per queue and kind in a later look
   v_skip    uuid[];           -- limits: candidates of earlier looks, held back or kept
   k_ids     uuid[];           -- limits: the candidates kept so far, and their policies
@@ -1323,21 +1412,57 @@ begin
     end if;
     v_until := clock_timestamp() + claim.wait;
   end if;
+
+  -- With wait: each look is a claim without wait, in a subtransaction. When it claims nothing,
+  -- the wait sleeps until a commit makes work in these queues, a job in them comes due, or the
+  -- deadline passes (src/wakeups.rs); then it looks again. When a limit held back everything
+  -- the look found, the look is rolled back (its candidates and the limits' locks let go: a
+  -- claim asleep holds nothing), and the wait is also woken by a slot of those limits that
+  -- frees: a job of theirs that stops running, a holder's lease lapsing, a rate window's next
+  -- start. A look that claimed or buried something, or found nothing, keeps what it did.
+  if v_until is not null then
+    loop
+      v_seen := jobs._work_seen(queues || v_limits);  -- before the look: no commit after it is missed
+      v_held := null;
+      v_free_at := null;
+      begin
+        v_got := array(select c from jobs.claim(worker_id, queues, max_jobs, claim.lease) as c);
+        if cardinality(v_got) = 0 then
+          select h.keys, h.free_at into v_held, v_free_at
+          from jobs._held_back(queues, v_tenants, v_now) as h;
+          if v_held is not null then
+            raise exception using errcode = 'PJHLD', message = 'held back (never raised to a caller)';
+          end if;
+        end if;
+      exception when sqlstate 'PJHLD' then
+        null;  -- the look and its locks are rolled back
+      end;
+      if cardinality(v_got) > 0 then
+        return query select * from unnest(v_got);
+        return;
+      end if;
+      exit when clock_timestamp() >= v_until;
+      if v_held is not null and not v_held <@ v_limits then
+        -- Limits not yet watched: read their counters, then look again before sleeping.
+        v_limits := v_held;
+        continue;
+      end if;
+      perform jobs._await_work(queues || v_limits, v_seen,
+        least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now),
+              clock_timestamp() + (v_free_at - v_now)));
+      v_now := jobs.clock();
+    end loop;
+    return;
+  end if;
   -- A claim that is its transaction's only work commits without waiting for its WAL flush
   -- (pg_jobs.async_claims, src/durability.rs): lost in a crash, its job is claimable again
   -- and its worker fenced out.
   perform jobs._async_if_alone('claim');
 
-  -- With wait: look, and while nothing is claimable sleep until a commit makes work in these
-  -- queues, a job in them comes due, or the deadline passes (src/wakeups.rs); then look again.
   -- With limits: keep the candidates that fit, and while the batch is short because some were
   -- held back, look past them (no head-of-line blocking), up to 1,000 candidates in all.
   <<look>>
   loop
-    if v_until is not null then
-      v_seen := jobs._work_seen(queues);  -- before the look: no commit after it is missed
-    end if;
-
     -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
     -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
     -- built on every call (measured: docs/BENCHMARKS.md).
@@ -1393,11 +1518,7 @@ begin
         exit look;
       end if;
     elsif v_ids is null then
-      exit look when v_until is null or clock_timestamp() >= v_until;
-      perform jobs._await_work(queues, v_seen,
-        least(v_until, clock_timestamp() + (jobs._next_due(queues, v_now) - v_now)));
-      v_now := jobs.clock();
-      continue look;
+      exit look;
     end if;
 
     -- The policy of each name once per look, not per job: a lookup per row cost more than the
@@ -1469,7 +1590,8 @@ begin
       and (jobs._lapse_buries(j.attempt, j.max_attempts)
            or jobs._timed_out(j.lease_expires_at, j.deadline))
     returning j.id, j.last_error,
-              jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
+              jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
+              jobs._slot_freed(j.name, j.concurrency_key)
     )
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
     select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
@@ -1618,23 +1740,27 @@ begin
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
-    returning j.run_id, j.last_error is not null, jobs._outcome(j.queue, 'completed')
+      and (j.parent_id is null or not jobs._parent_live(j.parent_id))
+    returning j.run_id, j.last_error is not null,
+              jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
       into v_run, v_tried, v_counted;
-    if not found then
-      return false;
+    if found then
+      perform jobs._drop_orphan_steps(array[v_run]);
+      if v_tried then  -- only a job that failed an attempt has any
+        delete from jobs_data.attempts as a where a.job_id = complete.id;
+      end if;
+      return true;
     end if;
-    perform jobs._drop_orphan_steps(array[v_run]);
-    if v_tried then  -- only a job that failed an attempt has any
-      delete from jobs_data.attempts as a where a.job_id = complete.id;
-    end if;
-    return true;
+    -- Not deleted: a lost claim (the update below refuses it too), or a child of a live
+    -- parent, which is kept, completed, for the parent to find (jobs._parent_live).
   end if;
   update jobs_data.jobs as j set
     state = 'completed', result = complete.result, lease_expires_at = null,
     finished_at = v_now, updated_at = v_now
   where j.id = complete.id and j.claim = complete.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning jobs._outcome(j.queue, 'completed') into v_counted;
+  returning jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
+    into v_counted;
   if not found then
     return false;
   end if;
@@ -1697,8 +1823,9 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
+        and (j.parent_id is null or not jobs._parent_live(j.parent_id))
       returning j.id, j.run_id, j.last_error is not null as tried,
-                jobs._outcome(j.queue, 'completed') as counted
+                jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
     )
     select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}'),
            array_agg(g.id) filter (where g.tried)
@@ -1708,7 +1835,11 @@ begin
     if v_tried is not null then  -- only jobs that failed an attempt have any
       delete from jobs_data.attempts as a where a.job_id = any(v_tried);
     end if;
-  else
+  end if;
+  -- Completed and kept: all of them, or (no completed kept) the children of live parents,
+  -- which are kept for their parents to find (jobs._parent_live), and lost claims, which this
+  -- refuses too.
+  if v_landed is null or cardinality(v_landed) < cardinality(ids) then
     if results is not null then
       -- An id given twice gets the result given with its highest claim: the only one that
       -- can be the job's current claim unless a claim never handed out is given.
@@ -1723,9 +1854,10 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      returning j.id, jobs._outcome(j.queue, 'completed') as counted
+      returning j.id,
+                jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
     )
-    select coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
+    select coalesce(v_landed, '{}') || coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
     if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
       perform jobs._settle_prune(v_now, cardinality(v_landed));
     end if;
@@ -1815,7 +1947,7 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue,
             jobs._outcome(j.queue, case when j.state = 'delayed' then 'retried' else j.state::text end,
-                          j.id) as counted
+                          j.id) and jobs._slot_freed(j.name, j.concurrency_key) as counted
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
@@ -1856,7 +1988,7 @@ begin
     lease_expires_at = null, updated_at = jobs.clock()
   where j.id = snooze.id and j.claim = snooze.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.queue into v_queue;
+  returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
   if v_queue is null then
     return false;
   end if;
@@ -2060,6 +2192,15 @@ $$;
 comment on function jobs.publish(text, jsonb, text, interval) is
   'Store an event for ttl and wake every job waiting on its name and key; answers its id';
 
+create or replace function jobs._event_step(p_name text, p_key text)
+returns text
+language sql immutable
+begin atomic
+  select case when length('event:' || p_name || coalesce(':' || p_key, '')) <= 200
+              then 'event:' || p_name || coalesce(':' || p_key, '')
+              else 'event#' || md5(length(p_name) || ':' || p_name || coalesce(':' || p_key, '')) end;
+end;
+
 create or replace function jobs.await_event(id uuid, claim bigint, name text, key text default null,
                                  timeout interval default null)
 returns table (status text, payload jsonb)
@@ -2069,7 +2210,7 @@ as $$
 declare
   v_now   timestamptz := jobs.clock();
   v_key   text := coalesce(await_event.key, '');
-  v_step  text := 'event:' || await_event.name || coalesce(':' || await_event.key, '');
+  v_step  text := jobs._event_step(await_event.name, await_event.key);
   v_job   record;
   v_memo  jsonb;
   v_until timestamptz;
@@ -2130,7 +2271,7 @@ begin
     run_at = v_until, wait_event = await_event.name, wait_key = v_key, wait_until = v_until,
     updated_at = v_now
   where j.id = await_event.id
-  returning j.queue into v_queue;
+  returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
   if v_until is not null then
     perform jobs._signal_work(array[v_queue]);  -- its timeout comes due: the blocking claims
   end if;
@@ -2190,7 +2331,7 @@ begin
     -- this update takes it.
     updated_at = jobs._cancelling(j.id, j.state = 'running', v_now)
   where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended')
-  returning jobs._outcome(j.queue, 'cancelled') into v_counted;
+  returning jobs._outcome(j.queue, 'cancelled') and jobs._slot_freed(j.name, j.concurrency_key) into v_counted;
   if not found then
     perform jobs._refuse('jobs.cancel', cancel.id, 'PJ005',
       'only live jobs (ready, delayed, running, suspended) can be cancelled',
@@ -2295,7 +2436,6 @@ declare
   v_now   timestamptz;
   v_was   boolean;  -- the row was live before
   v_is    boolean;  -- and is now
-  v_queue text;
   v_n     bigint;
 begin
   v_was := tg_op <> 'INSERT' and old.state in ('ready', 'delayed', 'running', 'suspended');
@@ -2304,37 +2444,59 @@ begin
     new := old;
   end if;
   if new.parent_id is not null and v_was <> v_is then
-    v_now := jobs.clock();
-    update jobs_data.jobs as p set
-      children_live = greatest(coalesce(p.children_live, 0) + case when v_is then 1 else -1 end, 0),
-      state = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
-                        and p.wait_event = 'pg_jobs.children' then 'ready' else p.state end,
-      run_at = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
-                         and p.wait_event = 'pg_jobs.children' then v_now else p.run_at end,
-      wait_event = case when not v_is and p.children_live <= 1 and p.state = 'suspended'
-                             and p.wait_event = 'pg_jobs.children' then null else p.wait_event end,
-      updated_at = v_now
-    where p.id = new.parent_id
-    returning case when p.state = 'ready' and p.run_at = v_now then p.queue end into v_queue;
-    if v_queue is not null then
-      perform jobs._wake(array[v_queue], array[new.parent_id]);  -- its last child ended
-    end if;
+    perform jobs._family_note(new.parent_id, case when v_is then 1 else -1 end);
   end if;
   if tg_op = 'UPDATE' and old.children_live > 0 and v_was
      and new.state in ('failed', 'dead', 'cancelled') then
     v_now := jobs.clock();
-    with closed as (
+    with recursive reached (id) as (
+      select c.id from jobs_data.jobs as c
+      where c.parent_id = new.id and c.close_policy = 'terminate'
+        and c.state in ('ready', 'delayed', 'running', 'suspended')
+      union
+      select c.id from reached as r
+      join jobs_data.jobs as c on c.parent_id = r.id
+      where c.close_policy = 'terminate' and c.state in ('ready', 'delayed', 'running', 'suspended')
+    ),
+    closed as (
       update jobs_data.jobs as c set
         state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
         wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
         updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
-      where c.parent_id = new.id and c.close_policy = 'terminate'
+      where c.id in (select r.id from reached as r)
         and c.state in ('ready', 'delayed', 'running', 'suspended')
-      returning jobs._outcome(c.queue, 'cancelled') as counted
+      returning jobs._outcome(c.queue, 'cancelled') and jobs._slot_freed(c.name, c.concurrency_key) as counted
     )
     select count(*) into v_n from closed;
   end if;
   return null;
+end
+$$;
+
+create or replace function jobs._family_apply(p_parents uuid[], p_deltas int[])
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz := jobs.clock();
+  v_queue text;
+begin
+  for i in 1 .. coalesce(cardinality(p_parents), 0) loop
+    update jobs_data.jobs as p set
+      children_live = greatest(coalesce(p.children_live, 0) + p_deltas[i], 0),
+      state = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                        and p.wait_event = 'pg_jobs.children' then 'ready' else p.state end,
+      run_at = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                         and p.wait_event = 'pg_jobs.children' then v_now else p.run_at end,
+      wait_event = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                             and p.wait_event = 'pg_jobs.children' then null else p.wait_event end,
+      updated_at = v_now
+    where p.id = p_parents[i]
+    returning case when p.state = 'ready' and p.run_at = v_now then p.queue end into v_queue;
+    if v_queue is not null then
+      perform jobs._wake(array[v_queue], array[p_parents[i]]);  -- its last child ended
+    end if;
+  end loop;
 end
 $$;
 
@@ -2459,7 +2621,8 @@ begin
   update jobs_data.jobs as j set
     state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null, run_at = null,
     wait_event = 'pg_jobs.children', wait_key = null, wait_until = null, updated_at = v_now
-  where j.id = await_children.id;
+  where j.id = await_children.id
+    and jobs._slot_freed(j.name, j.concurrency_key);
   return query select 'waiting'::text, null::jsonb;
 end
 $$;
@@ -2663,6 +2826,14 @@ comment on function jobs.run_schedules(int) is
   'One pass over the due schedules, as the background worker''s sweep runs it: enqueues each '
   'due slot once. Answers (schedule, slot, job_id) for each slot enqueued.';
 
+create or replace function jobs._parent_live(p_parent uuid)
+returns boolean
+language sql stable
+begin atomic
+  select exists (select from jobs_data.jobs as p
+                 where p.id = p_parent and p.state in ('ready', 'delayed', 'running', 'suspended'));
+end;
+
 create or replace function jobs._prune(p_states jobs.job_state[], p_before timestamptz, p_max int,
                             out jobs_deleted bigint, out steps_deleted bigint)
 language plpgsql volatile
@@ -2688,6 +2859,7 @@ begin
     from (select f.ctid, f.run_id from jobs_data.jobs as f
           where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = v_state
             and f.finished_at < p_before
+            and (f.parent_id is null or not jobs._parent_live(f.parent_id))
           order by f.state, f.finished_at
           limit p_max - jobs_deleted for update skip locked) as f;
     continue when v_ctids is null;
@@ -2780,7 +2952,8 @@ begin
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
   returning j.id, j.last_error,
-            jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
+            jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
+            jobs._slot_freed(j.name, j.concurrency_key)
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
@@ -3119,7 +3292,7 @@ begin
     select p.oid::regprocedure from pg_catalog.pg_proc as p
     where p.pronamespace = 'jobs'::regnamespace
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
-                        'complete_many', 'fail', 'snooze', 'assert_claim', 'save_step',
+                        'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
@@ -3229,6 +3402,11 @@ after delete on jobs_data.jobs
 for each row
 when (old.parent_id is not null and old.state in ('ready', 'delayed', 'running', 'suspended'))
 execute function jobs._family_changed();
+
+create trigger jobs_family_statement_end
+after update or delete on jobs_data.jobs
+for each statement
+execute function jobs._family_statement_end();
 do $$
 declare
   v_grantees text;

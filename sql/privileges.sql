@@ -153,7 +153,7 @@ begin
     select p.oid::regprocedure from pg_catalog.pg_proc as p
     where p.pronamespace = 'jobs'::regnamespace
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
-                        'complete_many', 'fail', 'snooze', 'assert_claim', 'save_step',
+                        'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',

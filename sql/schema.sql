@@ -28,6 +28,33 @@
 -- Lock order: one jobs_data.jobs row at a time per statement, except claim and complete_many,
 -- which lock only rows they then update, never waiting on a locked row (claim skips them).
 
+-- The schema jobs, made by CREATE EXTENSION for the installing superuser. One that exists
+-- already must be that role's or the bootstrap superuser's, and no other role may create in
+-- it: its owner could rename pg_jobs's functions and plant its own in their place, which the
+-- background worker (a superuser) and a DBA's jobs.sweep() would then run (docs/SECURITY.md).
+do $$
+declare
+  v_owner text;
+begin
+  select n.nspowner::regrole::text into v_owner from pg_catalog.pg_namespace as n where n.nspname = 'jobs';
+  if v_owner is distinct from current_user::regrole::text and v_owner is distinct from
+     (select r.rolname::regrole::text from pg_catalog.pg_roles as r where r.oid = 10) then
+    raise exception 'pg_jobs: the schema jobs exists and belongs to %, not to the superuser installing pg_jobs', v_owner
+      using errcode = '42501',
+            hint = 'a role that owns the schema could replace pg_jobs''s functions with its own; '
+                   'rename or drop that schema (after checking what is in it), or make a superuser '
+                   'its owner (ALTER SCHEMA jobs OWNER TO ...), then CREATE EXTENSION pg_jobs';
+  end if;
+  if exists (select from pg_catalog.pg_namespace as n, pg_catalog.aclexplode(n.nspacl) as a
+             where n.nspname = 'jobs' and a.privilege_type = 'CREATE' and a.grantee <> n.nspowner) then
+    raise exception 'pg_jobs: roles other than its owner may create objects in the schema jobs'
+      using errcode = '42501',
+            hint = 'they could plant functions there that pg_jobs''s callers would run; REVOKE CREATE '
+                   'ON SCHEMA jobs FROM those roles (and PUBLIC), then CREATE EXTENSION pg_jobs';
+  end if;
+end
+$$;
+
 create schema jobs_data;
 comment on schema jobs_data is 'The tables of pg_jobs; only admins may use it (jobs.grant_admin)';
 

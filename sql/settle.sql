@@ -120,23 +120,27 @@ begin
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
-    returning j.run_id, j.last_error is not null, jobs._outcome(j.queue, 'completed')
+      and (j.parent_id is null or not jobs._parent_live(j.parent_id))
+    returning j.run_id, j.last_error is not null,
+              jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
       into v_run, v_tried, v_counted;
-    if not found then
-      return false;
+    if found then
+      perform jobs._drop_orphan_steps(array[v_run]);
+      if v_tried then  -- only a job that failed an attempt has any
+        delete from jobs_data.attempts as a where a.job_id = complete.id;
+      end if;
+      return true;
     end if;
-    perform jobs._drop_orphan_steps(array[v_run]);
-    if v_tried then  -- only a job that failed an attempt has any
-      delete from jobs_data.attempts as a where a.job_id = complete.id;
-    end if;
-    return true;
+    -- Not deleted: a lost claim (the update below refuses it too), or a child of a live
+    -- parent, which is kept, completed, for the parent to find (jobs._parent_live).
   end if;
   update jobs_data.jobs as j set
     state = 'completed', result = complete.result, lease_expires_at = null,
     finished_at = v_now, updated_at = v_now
   where j.id = complete.id and j.claim = complete.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning jobs._outcome(j.queue, 'completed') into v_counted;
+  returning jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
+    into v_counted;
   if not found then
     return false;
   end if;
@@ -198,8 +202,9 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
+        and (j.parent_id is null or not jobs._parent_live(j.parent_id))
       returning j.id, j.run_id, j.last_error is not null as tried,
-                jobs._outcome(j.queue, 'completed') as counted
+                jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
     )
     select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}'),
            array_agg(g.id) filter (where g.tried)
@@ -209,7 +214,11 @@ begin
     if v_tried is not null then  -- only jobs that failed an attempt have any
       delete from jobs_data.attempts as a where a.job_id = any(v_tried);
     end if;
-  else
+  end if;
+  -- Completed and kept: all of them, or (no completed kept) the children of live parents,
+  -- which are kept for their parents to find (jobs._parent_live), and lost claims, which this
+  -- refuses too.
+  if v_landed is null or cardinality(v_landed) < cardinality(ids) then
     if results is not null then
       -- An id given twice gets the result given with its highest claim: the only one that
       -- can be the job's current claim unless a claim never handed out is given.
@@ -224,9 +233,10 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      returning j.id, jobs._outcome(j.queue, 'completed') as counted
+      returning j.id,
+                jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
     )
-    select coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
+    select coalesce(v_landed, '{}') || coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
     if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
       perform jobs._settle_prune(v_now, cardinality(v_landed));
     end if;
@@ -320,7 +330,7 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue,
             jobs._outcome(j.queue, case when j.state = 'delayed' then 'retried' else j.state::text end,
-                          j.id) as counted
+                          j.id) and jobs._slot_freed(j.name, j.concurrency_key) as counted
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
@@ -360,7 +370,7 @@ begin
     lease_expires_at = null, updated_at = jobs.clock()
   where j.id = snooze.id and j.claim = snooze.claim
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.queue into v_queue;
+  returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
   if v_queue is null then
     return false;
   end if;

@@ -18,8 +18,19 @@
 -- Correctness never waits for a sweep: an expired event is invisible before it is deleted, and
 -- a lapsed lease or a due waiter is claimable before it is swept.
 
+-- Whether a job's parent is live: then it may run again and spawn the child's key again, which
+-- must give back the same child, its result with it. Retention keeps such a child, whatever its
+-- age; the family goes once its parent has finished (and so on up to its root).
+create function jobs._parent_live(p_parent uuid)
+returns boolean
+language sql stable
+begin atomic
+  select exists (select from jobs_data.jobs as p
+                 where p.id = p_parent and p.state in ('ready', 'delayed', 'running', 'suspended'));
+end;
+
 -- Deletes up to p_max jobs in p_states that finished before p_before, and the steps of the
--- runs it left with no job. Called by jobs.sweep for retention, and by jobs.complete and
+-- runs it left with no job. A child whose parent is live is kept (jobs._parent_live). Called by jobs.sweep for retention, and by jobs.complete and
 -- jobs.complete_many for a share of it (see there). It never waits on another transaction:
 --   - job rows others hold are skipped (FOR UPDATE SKIP LOCKED), picked oldest first per state,
 --     by ctid (see jobs.sweep); the literal state list lets the planner use jobs_finished_idx,
@@ -56,6 +67,7 @@ begin
     from (select f.ctid, f.run_id from jobs_data.jobs as f
           where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = v_state
             and f.finished_at < p_before
+            and (f.parent_id is null or not jobs._parent_live(f.parent_id))
           order by f.state, f.finished_at
           limit p_max - jobs_deleted for update skip locked) as f;
     continue when v_ctids is null;
@@ -148,7 +160,8 @@ begin
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
   returning j.id, j.last_error,
-            jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
+            jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
+            jobs._slot_freed(j.name, j.concurrency_key)
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)

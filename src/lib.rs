@@ -14,6 +14,7 @@ mod cron;
 mod durability;
 mod error;
 mod error_context;
+mod family;
 mod gucs;
 mod ids;
 mod launcher;
@@ -70,7 +71,7 @@ extension_sql_file!(
 extension_sql_file!(
     "../sql/children_triggers.sql",
     name = "children_triggers",
-    requires = ["children"]
+    requires = ["children", family::_family_statement_end]
 );
 extension_sql_file!(
     "../sql/schedules.sql",

@@ -13,8 +13,8 @@ use std::ffi::CStr;
 /// `SELECT jobs.<function>(...)`, or `SELECT ... FROM jobs.<function>(...)` with, above the
 /// function's scan, only aggregates, sorts, limits and projections (`count(*)`, `array_agg`,
 /// `ORDER BY`, `LIMIT`). One plan that reads no table (no relation in its range table, no
-/// subplan), in which no expression but the call itself calls a volatile function (which could
-/// write, or read tables).
+/// subplan), in which the call's arguments call no volatile function (which could write) and
+/// nothing computed after the call calls any but immutable ones (a stable one reads tables).
 pub fn is_a_bare_call(function: &CStr) -> bool {
     unsafe {
         let portal = pg_sys::ActivePortal;
@@ -98,7 +98,7 @@ unsafe fn is_call(node: *mut pg_sys::Node, function: &CStr) -> bool {
             return false;
         }
         let call = node as *mut pg_sys::FuncExpr;
-        if volatile((*call).args.cast()) {
+        if changes((*call).args.cast()) {
             return false;
         }
         let funcid = (*call).funcid;
@@ -130,6 +130,15 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Whether an expression computed after the call (a target, a filter, a limit) calls anything
+/// but immutable functions: a stable one reads tables with the statement's snapshot, after a
+/// waiting claim gave up that snapshot's xmin (rows it should see may be vacuumed away).
 unsafe fn volatile(node: *mut pg_sys::Node) -> bool {
+    !node.is_null() && unsafe { pg_sys::contain_mutable_functions(node) }
+}
+
+/// Whether the call's arguments (computed before it, under the statement's snapshot) call a
+/// volatile function, which could write.
+unsafe fn changes(node: *mut pg_sys::Node) -> bool {
     !node.is_null() && unsafe { pg_sys::contain_volatile_functions(node) }
 }

@@ -26,10 +26,18 @@ fn warn_unknown_queues(queues: Vec<Option<String>>) {
         {
             continue;
         }
-        let exists = Spi::get_one_with_args::<bool>(
-            "select exists (select from jobs_data.queues as q where q.queue = $1)",
-            &[queue.as_str().into()],
-        )
+        // A read-only look (Spi::get_one_with_args would give the transaction an id: a waiting
+        // claim would then hold back vacuum while it sleeps).
+        let exists = Spi::connect(|client| {
+            client
+                .select(
+                    "select exists (select from jobs_data.queues as q where q.queue = $1)",
+                    Some(1),
+                    &[queue.as_str().into()],
+                )?
+                .first()
+                .get_one::<bool>()
+        })
         .ok()
         .flatten()
         .unwrap_or(true);

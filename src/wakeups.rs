@@ -14,8 +14,13 @@
 //! No NOTIFY is involved, so the application's commit takes no lock for it, and a claim woken
 //! this way is one SQL call: it works through a transaction-pooling PgBouncer.
 //!
+//! A claim that found candidates but a limit (concurrency, concurrency key, rate) held back
+//! every one of them waits the same way on the limits' own keys (`limit_key`), which every
+//! statement that takes a job out of `running` notes (`jobs._slot_freed`).
+//!
 //! Without `shared_preload_libraries = 'pg_jobs'` there is no shared memory: `_await_work`
-//! then sleeps in steps of `POLL` (a documented difference: waits are polled).
+//! then sleeps one step of `POLL` and the claim looks again (a documented difference: waits
+//! are polled).
 
 use pgrx::atomics::PgAtomic;
 use pgrx::prelude::*;
@@ -98,6 +103,33 @@ fn signal_work(queues: Vec<Option<String>>) {
     call_at_transaction_end();
 }
 
+/// The wake-up key of a limit: a job name (`name:`) or a concurrency key (`key:`), after a
+/// byte no queue name starts with in practice (a queue named so would only share wake-ups).
+/// jobs.claim waits on these (`jobs._held_back`) when a limit holds back all it found.
+fn limit_key(kind: &str, value: &str) -> String {
+    format!("\u{1}{kind}:{value}")
+}
+
+/// `jobs._slot_freed(name, concurrency_key)`: a running job of this name and key stops
+/// running (settled, parked, cancelled, lapsed, timed out), so a slot of a limit on either may
+/// be free: at this transaction's commit, wakes the claims waiting on them. In the RETURNING
+/// list of every statement that takes a job out of `running`; true, so it can stand in one.
+#[pg_extern(volatile, parallel_unsafe, name = "_slot_freed")]
+fn slot_freed(name: &str, concurrency_key: Option<&str>) -> bool {
+    if shared().is_none() {
+        return true;
+    }
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        p.insert(bucket(&limit_key("name", name)));
+        if let Some(key) = concurrency_key {
+            p.insert(bucket(&limit_key("key", key)));
+        }
+    });
+    call_at_transaction_end();
+    true
+}
+
 /// Makes sure `at_transaction_end` runs at the end of this backend's transactions (registered
 /// once, for the backend's life).
 pub fn call_at_transaction_end() {
@@ -130,6 +162,7 @@ unsafe extern "C-unwind" fn at_transaction_end(
         _ => return,
     };
     crate::durability::end_of_transaction();
+    crate::family::end_of_transaction();
     crate::relay::end_of_transaction(commit);
     crate::outcomes::end_of_transaction(commit);
     let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
@@ -173,9 +206,10 @@ fn await_work(queues: Vec<Option<String>>, seen: Vec<i64>, until: TimestampWithT
         Duration::from_micros(until.saturating_sub(now).max(0) as u64)
     };
     let Some(w) = shared() else {
-        // No shared memory: poll.
-        while !remaining().is_zero() {
-            let step = remaining().min(POLL);
+        // No shared memory: one step of the poll, after which the claim looks again. (A latch
+        // set by a signal ends the step early; the claim then looks again sooner.)
+        let step = remaining().min(POLL);
+        if !step.is_zero() {
             unsafe {
                 pg_sys::WaitLatch(
                     pg_sys::MyLatch,
@@ -186,11 +220,8 @@ fn await_work(queues: Vec<Option<String>>, seen: Vec<i64>, until: TimestampWithT
                 );
                 pg_sys::ResetLatch(pg_sys::MyLatch);
             }
-            pg_sys::check_for_interrupts!();
-            if step < POLL {
-                break;
-            }
         }
+        pg_sys::check_for_interrupts!();
         return;
     };
     let buckets: Vec<usize> = queues.iter().flatten().map(|q| bucket(q)).collect();

@@ -6,6 +6,7 @@ How each was checked to fail without its guard is said in its docstring.
 """
 
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -240,3 +241,60 @@ def test_a_role_bound_to_a_tenant_cannot_unbind_itself(dsn):
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("drop owned by bound_worker cascade")
             conn.execute("drop role bound_worker")
+
+
+def test_a_database_owner_cannot_have_pg_jobs_installed_into_a_schema_of_its_own(server_dsn):
+    """A database owner (any role with CREATE on the database) makes a schema jobs before a DBA
+    runs CREATE EXTENSION: the install refuses (42501) and creates nothing, as it does for a
+    superuser's schema in which other roles may create. A superuser's own schema is used.
+    Checked to fail without the guard: at 551070c the extension installed into the owner's
+    schema, and the owner could rename jobs.sweep and plant its own for the sweeper to run."""
+    name = "t_owner_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute("create role schema_squatter login")
+        admin.execute(f"create database {name} owner schema_squatter")
+    db = f"{server_dsn} dbname={name}"
+    try:
+        with psycopg.connect(db + " user=schema_squatter", autocommit=True) as conn:
+            conn.execute("create schema jobs")
+        with psycopg.connect(db, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+                conn.execute("create extension pg_jobs")
+            assert "belongs to schema_squatter" in str(refused.value)
+            assert conn.execute("select count(*) from pg_extension where extname = 'pg_jobs'").fetchone()[0] == 0
+            assert conn.execute("select count(*) from pg_namespace where nspname = 'jobs_data'").fetchone()[0] == 0
+            conn.execute("drop schema jobs")
+            conn.execute("create schema jobs")
+            conn.execute("grant create on schema jobs to public")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("create extension pg_jobs")
+            conn.execute("revoke create on schema jobs from public")
+            conn.execute("create extension pg_jobs")
+            assert conn.execute("select jobs.enqueue('fine') is not null").fetchone()[0]
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f"drop database {name} with (force)")
+            admin.execute("drop role schema_squatter")
+
+
+def test_a_worker_role_gets_lease_lost_from_complete_and_claim(dsn):
+    """A worker role (not a superuser) that completes a claim it no longer holds through
+    jobs.complete_and_claim is told lease_lost (PJ001), as the other settles tell it. Checked
+    to fail without the guard: at 551070c the call raised 42501, permission denied for
+    function _raise (complete_and_claim was not SECURITY DEFINER)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("create role plain_worker login")
+        conn.execute("select jobs.grant_worker('plain_worker')")
+        conn.execute("select jobs.enqueue('once')")
+    try:
+        with psycopg.connect(dsn + " user=plain_worker", autocommit=True) as conn:
+            job_id, claim = conn.execute("select id, claim from jobs.claim('w')").fetchone()
+            assert conn.execute("select jobs.complete(%s, %s)", (job_id, claim)).fetchone()[0]
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute("select * from jobs.complete_and_claim(array[%s]::uuid[], array[%s]::bigint[], 'w')",
+                             (job_id, claim))
+            assert refused.value.sqlstate == "PJ001", refused.value
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("drop owned by plain_worker cascade")
+            conn.execute("drop role plain_worker")

@@ -100,3 +100,64 @@ select count(*) from jobs.enqueue_batch('[{"name": "kid3", "close_policy": "term
 select count(*) from jobs.enqueue_batch(jsonb_build_array(
   jsonb_build_object('name', 'kid3', 'parent_id', :'parent', 'close_policy', 'orphan')));
 select count(*) - :before as added from jobs.jobs;
+
+-- Retention keeps a child while its parent is live: a parent that runs again (here after its
+-- lease lapsed) and spawns the same key gets the child back, completed, with its result,
+-- however old it is. Once the parent has finished, the child goes by its own retention.
+select jobs.enqueue('keeper', '{}', queue => 'fam', id => '00000000-0000-0000-0000-0000000000b1') is not null as enqueued;
+select id as parent, claim as parent_claim from jobs.claim('w', array['fam']) \gset
+select (jobs.spawn(:'parent', :parent_claim, '{"name": "only", "child_key": "only", "queue": "fam"}')).id as only_child \gset
+select id as kid, claim as kid_claim from jobs.claim('w', array['fam']) \gset
+select jobs.complete(:'kid', :kid_claim, '{"done": 1}') as completed;
+set pg_jobs.clock_offset = '8d';
+select count(*) > 0 as swept from jobs.sweep();
+select state, result from jobs.jobs where id = :'only_child';
+select id as parent, claim as parent_claim from jobs.claim('w', array['fam']) \gset
+select (s).id = :'only_child' as same_child, (s).deduped, c.state, c.result
+from jobs.spawn(:'parent', :parent_claim, '{"name": "only", "child_key": "only", "queue": "fam"}') as s
+join jobs.jobs as c on c.id = (s).id;
+select status, children->0->'result' as result from jobs.await_children(:'parent', :parent_claim);
+select jobs.complete(:'parent', :parent_claim) as parent_completed;
+set pg_jobs.clock_offset = '16d';
+select count(*) > 0 as swept from jobs.sweep();
+select count(*) as family_left from jobs.jobs where queue = 'fam';
+reset pg_jobs.clock_offset;
+
+-- A parent exists before its children: a job its own parent, or two jobs naming each other in
+-- one call, are refused (a cycle's close policy would never end), and nothing lands.
+select count(*) as before from jobs.jobs \gset
+select jobs.enqueue('loop', id => '00000000-0000-0000-0000-0000000000c1',
+                    parent_id => '00000000-0000-0000-0000-0000000000c1');
+select count(*) from jobs.enqueue_batch('[
+  {"name": "a", "id": "00000000-0000-0000-0000-0000000000c2", "parent_id": "00000000-0000-0000-0000-0000000000c3"},
+  {"name": "b", "id": "00000000-0000-0000-0000-0000000000c3", "parent_id": "00000000-0000-0000-0000-0000000000c2"}]');
+select count(*) - :before as added from jobs.jobs;
+
+-- A chain 1,000 generations deep, its root cancelled: every descendant is cancelled by one
+-- statement, with no recursion per generation (a 700-deep chain overflowed the stack), and
+-- each count of live children ends at 0.
+do $$
+declare
+  v uuid := (jobs.enqueue('link', queue => 'chain')).id;
+begin
+  for i in 1 .. 1000 loop
+    v := (jobs.enqueue('link', queue => 'chain', parent_id => v)).id;
+  end loop;
+end
+$$;
+select jobs.cancel((select id from jobs.jobs where queue = 'chain' and parent_id is null));
+select state, count(*) from jobs.jobs where queue = 'chain' group by state;
+select count(*) filter (where children_live <> 0) as still_counted from jobs.jobs where queue = 'chain';
+
+-- A parent of 5,000 children failed: its children cancelled in one statement and its count moved
+-- once (it was moved once per child, 5,000 new versions of one row, each found by walking the
+-- ones before: the square of the family's size).
+select jobs.enqueue('big', queue => 'wide', max_attempts => 1) is not null as enqueued;
+select id as parent, claim as parent_claim from jobs.claim('w', array['wide']) \gset
+select count(*) from jobs.enqueue_batch((
+  select jsonb_agg(jsonb_build_object('name', 'leaf', 'queue', 'leaves', 'parent_id', :'parent'))
+  from generate_series(1, 5000)));
+select children_live from jobs.jobs where id = :'parent';
+select jobs.fail(:'parent', :parent_claim, 'gave up');
+select state, count(*) from jobs.jobs where queue = 'leaves' group by state;
+select children_live from jobs.jobs where id = :'parent';

@@ -62,3 +62,13 @@ select * from jobs.await_event(:'id', :claim, 'x', timeout => '0 seconds');
 select * from jobs.await_event(:'id', :claim + 100, 'x');
 \echo :LAST_ERROR_SQLSTATE
 select count(*) = :events_before as unchanged from jobs.events;
+
+-- A key of up to 512 bytes memoises its answer too (the step is named by a digest when name
+-- and key pass a step name's 200 characters).
+select jobs.enqueue('waits_long', queue => 'longq') is not null as enqueued;
+select id, claim from jobs.claim('w', array['longq']) \gset
+select status from jobs.await_event(:'id', :claim, 'long_key', repeat('k', 500));
+select jobs.publish('long_key', '{"n": 1}', key => repeat('k', 500)) is not null as published;
+select id, claim from jobs.claim('w', array['longq']) \gset
+select status, payload from jobs.await_event(:'id', :claim, 'long_key', repeat('k', 500));
+select step like 'event#%' as digest, length(step) from jobs.steps where run_id = :'id';

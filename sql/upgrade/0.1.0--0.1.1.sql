@@ -32,6 +32,8 @@
 -- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
 --     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
 -- 18. Child jobs: jobs.spawn, jobs.await_children, the close policy (sql/children.sql).
+-- 19. Waiting claims on a full limit sleep until a slot of it can free (jobs._held_back, and
+--     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -104,6 +106,13 @@ CREATE  FUNCTION jobs."_await_work"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'await_work_wrapper';
+CREATE  FUNCTION jobs."_slot_freed"(
+	"name" TEXT,
+	"concurrency_key" TEXT
+) RETURNS bool
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'slot_freed_wrapper';
 -- 13. Claims and heartbeats that are their transaction's only work commit without waiting
 -- for their WAL flush (pg_jobs.async_claims, src/durability.rs).
 CREATE  FUNCTION jobs."_async_if_alone"(
@@ -167,6 +176,18 @@ CREATE  FUNCTION jobs."_cancelling"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'cancelling_wrapper';
+-- 18. The counts of live children, moved at each statement's end (src/family.rs).
+CREATE  FUNCTION jobs."_family_note"(
+	"parent" uuid,
+	"delta" INT
+) RETURNS bool
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'family_note_wrapper';
+CREATE  FUNCTION jobs."_family_statement_end"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', '_family_statement_end_wrapper';
 CREATE  FUNCTION jobs."_outcome_stats"() RETURNS TABLE (
 	"queue" TEXT,
 	"completed" bigint,
