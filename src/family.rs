@@ -12,26 +12,19 @@
 //! What a savepoint rolled back (or a failed statement) noted is forgotten with it.
 
 use pgrx::prelude::*;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 thread_local! {
     /// The moves noted and not yet applied: (subtransaction, parent, move).
     static PENDING: RefCell<Vec<(pg_sys::SubTransactionId, pgrx::Uuid, i32)>> =
         const { RefCell::new(Vec::new()) };
-    static HOOKED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `jobs._family_note(parent, move)`: the parent's count of live children moves by `move` at
 /// the end of this statement. True, to sit in an expression.
 #[pg_extern(volatile, parallel_unsafe, name = "_family_note")]
 fn family_note(parent: pgrx::Uuid, delta: i32) -> bool {
-    if !HOOKED.with(Cell::get) {
-        HOOKED.with(|h| h.set(true));
-        unsafe {
-            pg_sys::RegisterSubXactCallback(Some(at_subtransaction_end), std::ptr::null_mut())
-        };
-    }
     crate::wakeups::call_at_transaction_end();
     let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
     PENDING.with(|p| p.borrow_mut().push((sub, parent, delta)));
@@ -68,16 +61,10 @@ fn _family_statement_end<'a>(
     Ok(None)
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn at_subtransaction_end(
-    event: pg_sys::SubXactEvent::Type,
-    sub: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
-    _arg: *mut std::ffi::c_void,
-) {
-    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        PENDING.with(|p| p.borrow_mut().retain(|(at, _, _)| *at < sub));
-    }
+/// A savepoint rolled back, or a failed statement's subtransaction (from src/wakeups.rs's
+/// subtransaction callback): what was noted under it is forgotten.
+pub fn forget_since(sub: pg_sys::SubTransactionId) {
+    PENDING.with(|p| p.borrow_mut().retain(|(at, _, _)| *at < sub));
 }
 
 /// At any end of a transaction (from src/wakeups.rs's transaction callback): forgets what a

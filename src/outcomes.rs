@@ -27,7 +27,7 @@ use pgrx::atomics::PgAtomic;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
@@ -184,33 +184,19 @@ enum Noted {
 thread_local! {
     /// What this transaction noted, each with the subtransaction it was noted in.
     static PENDING: RefCell<Vec<(pg_sys::SubTransactionId, Noted)>> = const { RefCell::new(Vec::new()) };
-    static SUBXACT_HOOKED: Cell<bool> = const { Cell::new(false) };
 }
 
 fn note(noted: Noted) {
-    if !SUBXACT_HOOKED.with(Cell::get) {
-        SUBXACT_HOOKED.with(|h| h.set(true));
-        unsafe {
-            pg_sys::RegisterSubXactCallback(Some(at_subtransaction_end), std::ptr::null_mut())
-        };
-    }
     crate::wakeups::call_at_transaction_end();
     let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
     PENDING.with(|p| p.borrow_mut().push((sub, noted)));
 }
 
-/// A savepoint rolled back: what it and the subtransactions under it noted is forgotten (they
-/// all began after it, so their ids are at least its own).
-#[pg_guard]
-unsafe extern "C-unwind" fn at_subtransaction_end(
-    event: pg_sys::SubXactEvent::Type,
-    sub: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
-    _arg: *mut std::ffi::c_void,
-) {
-    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        PENDING.with(|p| p.borrow_mut().retain(|(at, _)| *at < sub));
-    }
+/// A savepoint rolled back (from src/wakeups.rs's subtransaction callback): what it and the
+/// subtransactions under it noted is forgotten (they all began after it, so their ids are at
+/// least its own).
+pub fn forget_since(sub: pg_sys::SubTransactionId) {
+    PENDING.with(|p| p.borrow_mut().retain(|(at, _)| *at < sub));
 }
 
 /// `jobs._outcome(queue, outcome, id)`: counts the outcome for the queue, and signals a job

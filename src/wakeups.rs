@@ -135,7 +135,26 @@ fn slot_freed(name: &str, concurrency_key: Option<&str>) -> bool {
 pub fn call_at_transaction_end() {
     if !REGISTERED.with(Cell::get) {
         REGISTERED.with(|r| r.set(true));
-        unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+        unsafe {
+            pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut());
+            pg_sys::RegisterSubXactCallback(Some(at_subtransaction_end), std::ptr::null_mut());
+        }
+    }
+}
+
+/// The one subtransaction callback of pg_jobs, registered with the transaction callback: a
+/// savepoint rolled back (or a failed statement's subtransaction) forgets what the outcome
+/// counters (src/outcomes.rs) and the counts of live children (src/family.rs) noted under it.
+#[pg_guard]
+unsafe extern "C-unwind" fn at_subtransaction_end(
+    event: pg_sys::SubXactEvent::Type,
+    sub: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        crate::outcomes::forget_since(sub);
+        crate::family::forget_since(sub);
     }
 }
 
