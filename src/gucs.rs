@@ -170,15 +170,69 @@ pub fn max_payload_size() -> i64 {
     i64::from(MAX_PAYLOAD_KB.get()) * 1024
 }
 
-/// `jobs._tenants()`: the tenants the connected role is bound to (pg_jobs.tenants), or NULL
-/// for a role that is not bound. A value that is not a JSON array of strings binds the role
-/// to no tenant at all, so a mistyped binding refuses rather than allows.
+/// `jobs._tenants()`: the tenants the connected role is bound to, or NULL for a role that is
+/// not bound. The binding is the role's own setting of pg_jobs.tenants in the catalog
+/// (`pg_db_role_setting`, written by jobs.grant_producer and jobs.grant_worker: for this
+/// database, else for every database), read once per backend for the session's login role;
+/// the session's value of the setting counts only where the catalog binds nothing. So a role
+/// cannot unbind itself by connecting with the setting emptied (`PGOPTIONS='-c
+/// pg_jobs.tenants='`): without preload, PostgreSQL drops such a value when the library loads
+/// and the compiled default, unbound, would apply. A value that is not a JSON array of
+/// strings binds the role to no tenant at all, so a mistyped binding refuses rather than
+/// allows.
 #[pgrx::pg_extern(stable, parallel_safe, name = "_tenants")]
 pub fn tenants() -> Option<Vec<String>> {
-    let raw = TENANTS.get()?;
-    let text = raw.to_str().unwrap_or("[]");
+    let text = match catalog_binding() {
+        Some(text) => text,
+        None => {
+            let raw = TENANTS.get()?;
+            raw.to_str().unwrap_or("[]").to_owned()
+        }
+    };
     if text.is_empty() {
         return None;
     }
-    Some(serde_json::from_str::<Vec<String>>(text).unwrap_or_default())
+    Some(serde_json::from_str::<Vec<String>>(&text).unwrap_or_default())
+}
+
+thread_local! {
+    /// The login role whose binding was read, and the binding (its setting's text, if any).
+    static BINDING: std::cell::RefCell<Option<(pgrx::pg_sys::Oid, Option<String>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The session's login role's pg_jobs.tenants in the catalog: for this database, else for
+/// every database (the order in which PostgreSQL applies them at login). Read once per backend
+/// and login role (a binding applies from the role's next connection).
+fn catalog_binding() -> Option<String> {
+    let role = unsafe { pgrx::pg_sys::GetSessionUserId() };
+    if let Some(text) = BINDING.with(|b| {
+        b.borrow()
+            .as_ref()
+            .filter(|(oid, _)| *oid == role)
+            .map(|(_, text)| text.clone())
+    }) {
+        return text;
+    }
+    // Read-only (Spi::get_one_with_args would give the transaction an id).
+    let text = pgrx::spi::Spi::connect(|client| {
+        client
+            .select(
+                "select substr(c.setting, length('pg_jobs.tenants=') + 1)
+                 from pg_catalog.pg_db_role_setting as s, unnest(s.setconfig) as c(setting)
+                 where s.setrole = $1
+                   and s.setdatabase in (0, (select d.oid from pg_catalog.pg_database as d
+                                             where d.datname = pg_catalog.current_database()))
+                   and c.setting like 'pg_jobs.tenants=%'
+                 order by s.setdatabase desc limit 1",
+                Some(1),
+                &[role.into()],
+            )?
+            .first()
+            .get_one::<String>()
+    })
+    .ok()
+    .flatten();
+    BINDING.with(|b| *b.borrow_mut() = Some((role, text.clone())));
+    text
 }

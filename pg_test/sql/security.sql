@@ -178,6 +178,17 @@ select name, tenant_id from jobs.claim('w', max_jobs => 10) order by name, tenan
 select * from jobs.get_step('00000000-0000-0000-0000-000000000a01', 'x');
 \echo :LAST_ERROR_SQLSTATE
 select done from jobs.get_step('00000000-0000-0000-0000-000000000a0e', 'x');
+-- Connecting with the setting emptied (PGOPTIONS, or options in the connection string) leaves
+-- the role bound: the binding is read from the role's own settings in the catalog. At 551070c
+-- PostgreSQL dropped the role's setting for the session's empty value, and then that value
+-- too when the library loaded (a non-superuser's), so the compiled default, unbound, applied.
+-- Checked: with jobs._tenants reading the session's value alone, the worker below claimed
+-- globex's job and enqueued one for globex.
+\c 'dbname=pg_jobs_regress user=pgj_acme_worker options=-cpg_jobs.tenants='
+\set VERBOSITY terse
+select name, tenant_id from jobs.claim('w', max_jobs => 10) order by name, tenant_id;
+select count(*) as enqueued_for_globex from jobs.enqueue_batch('[{"name": "theirs", "tenant_id": "globex"}]');
+\echo :LAST_ERROR_SQLSTATE
 \c - postgres
 \set VERBOSITY terse
 \set SHOW_CONTEXT never
