@@ -165,6 +165,7 @@ declare
   v_tried  uuid[];   -- deleted jobs that failed an attempt: their rows in jobs.attempts go too
   v_sorted uuid[];   -- ids sorted, and results in that order: see the update below
   v_results jsonb[];
+  v_tenants text[] := jobs._tenants();  -- a bound role settles its tenants' jobs only
 begin
   -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
   -- chain inside names the cause.
@@ -189,7 +190,9 @@ begin
     end if;
   end if;
 
-  -- Each branch is one statement, fenced per row, and collects the ids that landed. Neither
+  -- Each branch is one statement, fenced per row, and collects the ids that landed. A role
+  -- bound to tenants lands only its tenants' jobs: with up to 10,000 pairs a call, this is
+  -- where a guessed token would be tried fastest (docs/SECURITY.md). Neither
   -- joins jobs_data.jobs to the arrays: a join's plan rests on the row estimates, and a plan
   -- cached while the table looked empty read every job for every id given (5 minutes for
   -- 10,000 ids with 200k jobs; docs/PLANS.md). So the one scan is the primary key with
@@ -202,6 +205,7 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
+        and (v_tenants is null or j.tenant_id = any(v_tenants))
         and (j.parent_id is null or not jobs._parent_live(j.parent_id))
       returning j.id, j.run_id, j.last_error is not null as tried,
                 jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
@@ -233,6 +237,7 @@ begin
       where j.id = any(ids)
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
+        and (v_tenants is null or j.tenant_id = any(v_tenants))
       returning j.id,
                 jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
     )

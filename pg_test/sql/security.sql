@@ -189,7 +189,16 @@ select done from jobs.get_step('00000000-0000-0000-0000-000000000a0e', 'x');
 select name, tenant_id from jobs.claim('w', max_jobs => 10) order by name, tenant_id;
 select count(*) as enqueued_for_globex from jobs.enqueue_batch('[{"name": "theirs", "tenant_id": "globex"}]');
 \echo :LAST_ERROR_SQLSTATE
+-- A bound worker's complete_many (up to 10,000 pairs a call, the fastest place to try guessed
+-- tokens) lands only its tenants' jobs: here another tenant's job with its real token.
+-- Checked: without the tenant test in complete_many it landed (true).
 \c - postgres
+select id as globex_id, claim as globex_claim from jobs.claim('other-worker', max_jobs => 1) \gset
+\c - pgj_acme_worker
+\set VERBOSITY terse
+select landed from jobs.complete_many(array[:'globex_id']::uuid[], array[:globex_claim]::bigint[]);
+\c - postgres
+select state from jobs.jobs where id = :'globex_id';
 \set VERBOSITY terse
 \set SHOW_CONTEXT never
 select name, tenant_id, state from jobs.jobs order by name, tenant_id;
