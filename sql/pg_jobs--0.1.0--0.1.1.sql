@@ -435,6 +435,7 @@ declare
   s       jobs_data.schedules;
   v_slots timestamptz[];
   v_ids   uuid[];
+  v_lock_timeout text := current_setting('lock_timeout');
 begin
   if max_schedules is null or max_schedules not between 1 and 10000 then
     perform jobs._raise(case when max_schedules is null then '22004' else '22023' end,
@@ -460,17 +461,26 @@ begin
     v_ids := null;
     if cardinality(v_slots) > 0 then
       begin
+        -- A producer's open transaction holding a slot's key (an enqueue of it, uncommitted)
+        -- makes this wait at most 100 ms; the slot is tried again at the next pass.
+        perform set_config('lock_timeout', '100ms', true);
         v_ids := array(
           select e.id from jobs.enqueue_batch((
             select jsonb_agg(s.job || jsonb_build_object(
                      'run_at', u.t,
                      'payload', coalesce(s.job->'payload', '{}') || jsonb_build_object('scheduled_for', u.t),
-                     'idempotency_key', format('pg_jobs.schedule:%s@%s', s.name,
+                     'idempotency_key', format('pg_jobs.schedule:%s@%s',
+                                               case when octet_length(s.name) <= 400 then s.name
+                                                    else md5(s.name) end,
                                                to_char(u.t at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')))
                    order by u.ord)
             from unnest(v_slots) with ordinality as u(t, ord))) as e
           order by e.ordinal);
-      exception when others then
+        perform set_config('lock_timeout', v_lock_timeout, true);
+      exception when lock_not_available then
+        raise warning 'pg_jobs: schedule % waits for a transaction that holds the key of a slot', s.name;
+        continue;  -- next_slot unchanged: the next pass tries again (the subtransaction's end restored lock_timeout)
+      when others then
         update jobs_data.schedules as x set last_error = sqlerrm where x.name = s.name;
         raise warning 'pg_jobs: schedule % could not enqueue its slot %: %', s.name,
           v_slots[cardinality(v_slots)], sqlerrm;
@@ -2771,6 +2781,7 @@ declare
   s       jobs_data.schedules;
   v_slots timestamptz[];
   v_ids   uuid[];
+  v_lock_timeout text := current_setting('lock_timeout');
 begin
   if max_schedules is null or max_schedules not between 1 and 10000 then
     perform jobs._raise(case when max_schedules is null then '22004' else '22023' end,
@@ -2796,17 +2807,26 @@ begin
     v_ids := null;
     if cardinality(v_slots) > 0 then
       begin
+        -- A producer's open transaction holding a slot's key (an enqueue of it, uncommitted)
+        -- makes this wait at most 100 ms; the slot is tried again at the next pass.
+        perform set_config('lock_timeout', '100ms', true);
         v_ids := array(
           select e.id from jobs.enqueue_batch((
             select jsonb_agg(s.job || jsonb_build_object(
                      'run_at', u.t,
                      'payload', coalesce(s.job->'payload', '{}') || jsonb_build_object('scheduled_for', u.t),
-                     'idempotency_key', format('pg_jobs.schedule:%s@%s', s.name,
+                     'idempotency_key', format('pg_jobs.schedule:%s@%s',
+                                               case when octet_length(s.name) <= 400 then s.name
+                                                    else md5(s.name) end,
                                                to_char(u.t at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')))
                    order by u.ord)
             from unnest(v_slots) with ordinality as u(t, ord))) as e
           order by e.ordinal);
-      exception when others then
+        perform set_config('lock_timeout', v_lock_timeout, true);
+      exception when lock_not_available then
+        raise warning 'pg_jobs: schedule % waits for a transaction that holds the key of a slot', s.name;
+        continue;  -- next_slot unchanged: the next pass tries again (the subtransaction's end restored lock_timeout)
+      when others then
         update jobs_data.schedules as x set last_error = sqlerrm where x.name = s.name;
         raise warning 'pg_jobs: schedule % could not enqueue its slot %: %', s.name,
           v_slots[cardinality(v_slots)], sqlerrm;
@@ -3236,6 +3256,10 @@ begin
   elsif length(p_tenant) not between 1 and 200 then
     perform jobs._raise('22023', p_fn || ': tenant must be 1 to 200 characters, got ' || length(p_tenant),
       'pass a tenant_id as the jobs carry it');
+  elsif (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = p_role) then
+    perform jobs._raise('22023', format('%s: role %I is a superuser, which no binding holds', p_fn, p_role),
+      'a superuser may change any setting and read every table; bind a role of the tenant''s own, '
+      'without SUPERUSER');
   end if;
   select coalesce(jsonb_agg(distinct t.tenant), '[]') into v_tenants
   from (select jsonb_array_elements_text(substr(c.setting, length('pg_jobs.tenants=') + 1)::jsonb) as tenant

@@ -96,6 +96,10 @@ begin
   elsif length(p_tenant) not between 1 and 200 then
     perform jobs._raise('22023', p_fn || ': tenant must be 1 to 200 characters, got ' || length(p_tenant),
       'pass a tenant_id as the jobs carry it');
+  elsif (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = p_role) then
+    perform jobs._raise('22023', format('%s: role %I is a superuser, which no binding holds', p_fn, p_role),
+      'a superuser may change any setting and read every table; bind a role of the tenant''s own, '
+      'without SUPERUSER');
   end if;
   select coalesce(jsonb_agg(distinct t.tenant), '[]') into v_tenants
   from (select jsonb_array_elements_text(substr(c.setting, length('pg_jobs.tenants=') + 1)::jsonb) as tenant

@@ -5,8 +5,9 @@
 -- moves next_slot past the slots it enqueued in the same transaction: a second pass, on
 -- another connection or server, either skips a row that is held or, once the first committed,
 -- finds next_slot in the future (READ COMMITTED rechecks the row it waited for). The slot is
--- also in the job's idempotency key (pg_jobs.schedule:<name>@<slot>), so a slot's live job is
--- handed back, not enqueued again, by any enqueue that races it.
+-- also in the job's idempotency key (pg_jobs.schedule:<name>@<slot>, the name's md5 for a name
+-- of over 400 bytes), so a slot's live job is handed back, not enqueued again, by any enqueue
+-- that races it.
 --
 -- Slots follow src/cron.rs: local wall-clock times of the schedule's zone, as PostgreSQL's
 -- tz database maps them; a local time that a spring-forward skips runs once, just after the
@@ -173,6 +174,7 @@ declare
   s       jobs_data.schedules;
   v_slots timestamptz[];
   v_ids   uuid[];
+  v_lock_timeout text := current_setting('lock_timeout');
 begin
   if max_schedules is null or max_schedules not between 1 and 10000 then
     perform jobs._raise(case when max_schedules is null then '22004' else '22023' end,
@@ -198,17 +200,26 @@ begin
     v_ids := null;
     if cardinality(v_slots) > 0 then
       begin
+        -- A producer's open transaction holding a slot's key (an enqueue of it, uncommitted)
+        -- makes this wait at most 100 ms; the slot is tried again at the next pass.
+        perform set_config('lock_timeout', '100ms', true);
         v_ids := array(
           select e.id from jobs.enqueue_batch((
             select jsonb_agg(s.job || jsonb_build_object(
                      'run_at', u.t,
                      'payload', coalesce(s.job->'payload', '{}') || jsonb_build_object('scheduled_for', u.t),
-                     'idempotency_key', format('pg_jobs.schedule:%s@%s', s.name,
+                     'idempotency_key', format('pg_jobs.schedule:%s@%s',
+                                               case when octet_length(s.name) <= 400 then s.name
+                                                    else md5(s.name) end,
                                                to_char(u.t at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')))
                    order by u.ord)
             from unnest(v_slots) with ordinality as u(t, ord))) as e
           order by e.ordinal);
-      exception when others then
+        perform set_config('lock_timeout', v_lock_timeout, true);
+      exception when lock_not_available then
+        raise warning 'pg_jobs: schedule % waits for a transaction that holds the key of a slot', s.name;
+        continue;  -- next_slot unchanged: the next pass tries again (the subtransaction's end restored lock_timeout)
+      when others then
         update jobs_data.schedules as x set last_error = sqlerrm where x.name = s.name;
         raise warning 'pg_jobs: schedule % could not enqueue its slot %: %', s.name,
           v_slots[cardinality(v_slots)], sqlerrm;

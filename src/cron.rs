@@ -20,6 +20,9 @@ const MINUTES_PER_DAY: i64 = 1440;
 /// Far enough to find any slot a valid expression names: February 29 on a given weekday
 /// comes back within 28 years.
 const SEARCH_DAYS: i64 = 366 * 29;
+/// The last local minute whose instant PostgreSQL can hold in any zone: two days before the
+/// end of its timestamps (294276-12-31). A search reaching it ends there: no slot after.
+const LAST_LOCAL_MINUTE: i64 = 9_223_371_331_200_000_000 / US_PER_MINUTE - 2 * MINUTES_PER_DAY;
 /// A DST change moves a local time by at most this much (two hours in Antarctica/Troll), so
 /// a candidate further than this from the one found cannot be an earlier instant.
 const SHIFT_MINUTES: i64 = 180;
@@ -265,6 +268,8 @@ impl Cron {
         let mut found: Vec<i64> = Vec::new();
         let mut last_local = i64::MAX; // the local minute of the max-th slot found
         'days: for day in first_day..first_day + SEARCH_DAYS {
+            // A long search (a huge max, a rare expression) ends at a cancel or a shutdown.
+            pg_sys::check_for_interrupts!();
             if !self.runs_on(day) {
                 continue;
             }
@@ -275,11 +280,17 @@ impl Cron {
                 }
                 if local > until_local.saturating_add(SHIFT_MINUTES)
                     || local > last_local.saturating_add(SHIFT_MINUTES)
+                    || local > LAST_LOCAL_MINUTE
                 {
                     break 'days;
                 }
                 let instant = zone.instant(local);
-                if instant > after && instant <= until && !found.contains(&instant) {
+                // Two local minutes give one instant only around a daylight-saving change,
+                // among the last slots found (a scan of them all made a long search quadratic).
+                if instant > after
+                    && instant <= until
+                    && !found.iter().rev().take(256).any(|f| *f == instant)
+                {
                     found.push(instant);
                     if found.len() >= max && last_local == i64::MAX {
                         last_local = local;

@@ -102,10 +102,16 @@ extension_sql_file!(
 extension_sql_file!("../sql/views.sql", name = "views", requires = ["backup"]);
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
-/// Defines the settings and, when preloaded (`shared_preload_libraries`), registers the
-/// background worker. Nothing else needs preloading; a binary upgrade runs no worker.
+/// Turns off Rust backtraces in errors, defines the settings and, when preloaded
+/// (`shared_preload_libraries`), registers the background worker. Nothing else needs preloading; a binary upgrade runs no worker.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    // No Rust backtrace in an error a client sees (a cancelled wait, a statement timeout in a
+    // search), whatever RUST_BACKTRACE the server was started with: pgrx's panic hook captures
+    // one (std::backtrace::Backtrace::capture) into the error's DETAIL, 37 frames of it, and
+    // RUST_LIB_BACKTRACE decides for capture over RUST_BACKTRACE. Set before any capture (the
+    // choice is made once per process); a server process runs no other thread.
+    std::env::set_var("RUST_LIB_BACKTRACE", "0");
     let preloaded = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     gucs::init(preloaded);
     error_context::init();

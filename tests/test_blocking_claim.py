@@ -18,6 +18,8 @@ import time
 import psycopg
 import pytest
 
+from clusters import own_cluster
+
 BOUND = 30  # seconds: a waiter woken by its commit returns well within this; its deadline is 60
 
 
@@ -260,3 +262,23 @@ def test_a_shutdown_during_a_wait_ends_it_and_leaves_nothing_claimed():
     finally:
         subprocess.run(["bash", cluster, "stop", directory], capture_output=True)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_a_cancelled_wait_tells_no_backtrace_whatever_rust_backtrace_says():
+    """With RUST_BACKTRACE=full in the server's environment, a waiting claim ended by
+    statement_timeout answers 57014 with no Rust backtrace in its DETAIL, and the server log
+    has no frame of one. Checked to fail without the guard (RUST_LIB_BACKTRACE set in
+    _PG_init): the DETAIL held 37 frames, logged at every cancel."""
+    port = int(os.environ.get("PG_JOBS_BACKTRACE_PORT", "54419"))
+    with own_cluster("pg_jobs-backtrace.", port, "", env={"RUST_BACKTRACE": "full"}) as s:
+        with psycopg.connect(s["dsn"], autocommit=True) as conn:
+            conn.execute("create extension pg_jobs")
+            conn.execute("set statement_timeout = '300ms'")
+            for _ in range(2):
+                with pytest.raises(psycopg.errors.QueryCanceled) as cancelled:
+                    conn.execute("select * from jobs.claim('w', wait => '10 s')")
+                assert not cancelled.value.diag.message_detail, cancelled.value.diag.message_detail
+        with open(os.path.join(s["dir"], "log")) as log:
+            text = log.read()
+        assert text.count("canceling statement due to statement timeout") == 2
+        assert "std::" not in text

@@ -5,6 +5,7 @@ sweep that must not wait on a client's open transaction.
 How each was checked to fail without its guard is said in its docstring.
 """
 
+import threading
 import time
 import uuid
 
@@ -298,3 +299,37 @@ def test_a_worker_role_gets_lease_lost_from_complete_and_claim(dsn):
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("drop owned by plain_worker cascade")
             conn.execute("drop role plain_worker")
+
+
+def test_a_producer_holding_a_slots_key_does_not_stall_the_schedules(dsn):
+    """A producer's open transaction holding a due slot's idempotency key (its own enqueue of
+    the schedule's job with that key, uncommitted) does not stall jobs.run_schedules (the
+    sweeper's pass): it waits at most 100 ms, warns, leaves the slot due and enqueues nothing;
+    once the producer commits, the next pass is handed the producer's job for the slot.
+    Checked to fail without the guard: without the lock_timeout the pass waited for the
+    producer's commit and the thread below was still running at its bound."""
+    key_sql = ("select format('pg_jobs.schedule:yearly@%s', to_char(date_trunc('year', now(), 'UTC')"
+               " at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'))")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select jobs.schedule('yearly', '0 0 1 1 *', jsonb_build_object('name', 'new_year'))")
+        conn.execute("update jobs_data.schedules set next_slot = date_trunc('year', now(), 'UTC')")
+        key = conn.execute(key_sql).fetchone()[0]
+    with psycopg.connect(dsn) as producer:
+        producer.execute("select jobs.enqueue('new_year', '{\"by\": \"producer\"}', idempotency_key => %s)", (key,))
+        result = {}
+
+        def run():
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                result["enqueued"] = conn.execute("select count(*) from jobs.run_schedules()").fetchone()[0]
+                result["due"] = conn.execute("select next_slot <= now() from jobs.schedules").fetchone()[0]
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(30)
+        assert not thread.is_alive(), "the schedules' pass waited for the producer's transaction"
+        assert result == {"enqueued": 0, "due": True}
+        producer.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("select count(*), bool_and(j.payload->>'by' = 'producer')"
+                            " from jobs.run_schedules() as s join jobs.jobs as j on j.id = s.job_id").fetchone() == (1, True)
+        assert conn.execute("select next_slot > now() from jobs.schedules").fetchone()[0]

@@ -130,3 +130,18 @@ select count(*) from jobs.run_schedules();
 select count(*) from jobs.run_schedules();
 reset pg_jobs.clock_offset;
 truncate jobs_data.jobs, jobs_data.schedules;
+
+-- A name of 200 four-byte characters (800 bytes) still enqueues its slots: its slots' keys
+-- name it by its md5 (at 551070c the key outgrew 512 bytes and no slot was ever enqueued).
+select name is not null as scheduled from jobs.schedule(repeat('🕐', 200), '0 0 1 1 *', '{"name": "wide"}');
+update jobs_data.schedules set next_slot = date_trunc('year', now(), 'UTC') where name = repeat('🕐', 200);
+select count(*) as enqueued from jobs.run_schedules() where schedule = repeat('🕐', 200);
+select last_error from jobs.schedules where name = repeat('🕐', 200);
+select jobs.unschedule(repeat('🕐', 200)) as removed;
+-- Near the end of PostgreSQL's time there is no next slot (it failed with XX000).
+select jobs._cron_next('* * * * *', 'UTC', '294276-12-30 00:00:00+00') as no_next_slot;
+select cardinality(jobs._cron_slots('* * * * *', 'UTC', '294276-12-29 23:55:00+00', 'infinity', 10)) as up_to_the_end;
+-- A search for two billion slots ends at a cancel (at 551070c only SIGKILL stopped it).
+set statement_timeout = '300ms';
+select cardinality(jobs._cron_slots('* * * * *', 'UTC', now(), 'infinity', 2000000000));
+reset statement_timeout;

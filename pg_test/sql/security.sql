@@ -153,6 +153,9 @@ select jobs.grant_worker('pgj_acme_worker', tenant => 'acme');
 select jobs.grant_worker('pgj_acme_worker', tenant => 'acme-eu');
 select jobs.grant_worker('pgj_acme_worker', tenant => null);
 \echo :LAST_ERROR_SQLSTATE
+-- A superuser (the background worker's role) cannot be bound: it could change the setting.
+select jobs.grant_worker(current_user, tenant => 'acme');
+\echo :LAST_ERROR_SQLSTATE
 select s.setconfig from pg_db_role_setting as s join pg_roles as r on r.oid = s.setrole
 where r.rolname like 'pgj_acme_%' order by r.rolname;
 select (jobs.enqueue('other', tenant_id => 'globex', idempotency_key => 'k1',
