@@ -65,7 +65,7 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
         if Instant::now() < next_sweep {
             // Woken to relay: sleep out the rest of the interval.
             let left = next_sweep.saturating_duration_since(Instant::now());
-            if !BackgroundWorker::wait_latch(Some(left.max(relay::GAP))) {
+            if !BackgroundWorker::wait_latch(Some(left.max(relay::GAP))) || stopping() {
                 break;
             }
             continue;
@@ -93,7 +93,7 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
                     }
                     report_stats();
                     vacuum_if_due(&mut last_vacuum_check);
-                    if !full || BackgroundWorker::sigterm_received() {
+                    if !full || stopping() {
                         break;
                     }
                 }
@@ -103,12 +103,23 @@ pub extern "C-unwind" fn pg_jobs_sweeper_main(arg: pg_sys::Datum) {
         vacuum_if_due(&mut last_vacuum_check);
         next_sweep = Instant::now() + gucs::sweep_interval();
         relay_notifications();
-        if !BackgroundWorker::wait_latch(Some(gucs::sweep_interval())) {
+        if stopping() || !BackgroundWorker::wait_latch(Some(gucs::sweep_interval())) {
             break;
         }
     }
     log!("{NAME}: stopping in database {database:?}");
     exit(1);
+}
+
+/// Whether a SIGTERM came: once seen, for the rest of the process. pgrx's
+/// `sigterm_received()` answers it once and clears it (so does `wait_latch`, which calls it):
+/// a check between two passes then swallowed the signal, and the worker swept on.
+fn stopping() -> bool {
+    static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if BackgroundWorker::sigterm_received() {
+        STOPPING.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    STOPPING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Ends the process: `proc_exit`, which does not return (its binding says so on some releases
@@ -162,7 +173,7 @@ fn vacuum_if_due(last_check: &mut Instant) {
     let Some(every) = gucs::vacuum_interval() else {
         return;
     };
-    if last_check.elapsed() < every || BackgroundWorker::sigterm_received() {
+    if last_check.elapsed() < every || stopping() {
         return;
     }
     *last_check = Instant::now();

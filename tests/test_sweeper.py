@@ -255,3 +255,32 @@ def test_a_sigterm_ends_a_vacuum_in_progress(swept):
     # The postmaster starts a new worker, which sweeps.
     abandon_final_attempt(swept)
     eventually(swept, "select state::text from jobs.jobs where name = 'abandoned'", "dead")
+
+
+def test_a_sigterm_during_back_to_back_passes_ends_the_worker(swept):
+    """A pg_terminate_backend that lands while the worker runs full passes back to back (here
+    100,000 lapsed leases, 5,000 a pass) ends it: the launcher starts another. Checked to fail
+    without the guard: pgrx's sigterm_received() clears the flag it answers, so the check
+    between passes swallowed the signal and the same worker swept on (its pid still there at
+    the deadline)."""
+    eventually(swept, "select count(*) from pg_stat_activity where backend_type = 'pg_jobs sweeper'", 1)
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("alter system set pg_jobs.sweep_interval = '1h'")  # passes only when full
+        conn.execute("select pg_reload_conf()")
+        conn.execute(
+            """insert into jobs_data.jobs (id, run_id, name, queue, state, attempt, max_attempts, claim,
+                                           lease_expires_at, lease_scan_at, payload, enqueued_at,
+                                           created_at, updated_at)
+               select u, u, 'lapsed', 'default', 'running', 1, 5, 1, now() - interval '1 hour',
+                      now() - interval '1 hour', '{}', now(), now(), now()
+               from (select gen_random_uuid() as u from generate_series(1, 100000)) as g""")
+        conn.execute("alter system set pg_jobs.sweep_interval = '100ms'")
+        conn.execute("select pg_reload_conf()")
+    # Terminate it once it is in the passes (some leases released, most not).
+    deadline = time.monotonic() + DEADLINE
+    while one(swept, "select count(*) from jobs_data.jobs where state = 'ready'") == 0:
+        assert time.monotonic() < deadline, "the worker never started on the lapsed leases"
+        time.sleep(0.01)
+    pid = worker_pid(swept)
+    assert one(swept, "select pg_terminate_backend(%s)", (pid,))
+    eventually(swept, f"select count(*) from pg_stat_activity where pid = {pid}", 0)
