@@ -72,22 +72,24 @@ begin atomic
   end;
 end;
 
--- The first of p_specs (its ordinal) whose run_id names a run of another tenant, or NULL. A
--- run belongs to the tenant of its jobs: a job attaches to a run (and may then write its
--- steps) only where no job of that run has another tenant. Apart from jobs._spec_problem,
--- which must stay a plain expression to be inlined, and called only when a spec has a
--- run_id: the primary key, then jobs_attached_idx.
+-- The first of p_specs (its ordinal) whose run names a run of another tenant, or NULL. A run
+-- belongs to the tenant of its jobs: a job attaches to a run (and may then write its steps)
+-- only where no job of that run has another tenant. A job with a caller-allocated id and no
+-- run_id starts the run of that id, which another tenant's jobs may have attached to before
+-- it existed (and saved steps there): refused too, or each would read the other's steps.
+-- Apart from jobs._spec_problem, which must stay a plain expression to be inlined, and called
+-- only when a spec has a run_id or an id: the primary key, then jobs_attached_idx.
 create function jobs._run_problem(p_specs jobs.job_spec[])
 returns int
 language plpgsql stable
 as $$
 begin
   return (select s.ordinality from unnest(p_specs) with ordinality as s
-          where s.run_id is not null
+          where coalesce(s.run_id, s.id) is not null
             and (exists (select from jobs_data.jobs as r
                          where r.id = s.run_id and r.tenant_id is distinct from s.tenant_id)
                  or exists (select from jobs_data.jobs as r
-                            where r.run_id = s.run_id and r.run_id <> r.id
+                            where r.run_id = coalesce(s.run_id, s.id) and r.run_id <> r.id
                               and r.tenant_id is distinct from s.tenant_id))
           order by s.ordinality limit 1);
 end
@@ -239,13 +241,14 @@ begin
       case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
            else p_caller || ': spec ' || v_i || ': ' end || v_problem[2], v_problem[3]);
   end if;
-  if exists (select from unnest(p_specs) as s where s.run_id is not null) then
+  if exists (select from unnest(p_specs) as s where s.run_id is not null or s.id is not null) then
     v_i := jobs._run_problem(p_specs);
     if v_i is not null then
       perform jobs._raise('22023',
         case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
              else p_caller || ': spec ' || v_i || ': ' end
-        || format('run_id %s is a run of another tenant', p_specs[v_i].run_id),
+        || format('run_id %s is a run of another tenant',
+                  coalesce(p_specs[v_i].run_id, p_specs[v_i].id)),
         'attach a job only to a run of its own tenant_id, or pass NULL to start a new run');
     end if;
   end if;

@@ -768,11 +768,11 @@ language plpgsql stable
 as $$
 begin
   return (select s.ordinality from unnest(p_specs) with ordinality as s
-          where s.run_id is not null
+          where coalesce(s.run_id, s.id) is not null
             and (exists (select from jobs_data.jobs as r
                          where r.id = s.run_id and r.tenant_id is distinct from s.tenant_id)
                  or exists (select from jobs_data.jobs as r
-                            where r.run_id = s.run_id and r.run_id <> r.id
+                            where r.run_id = coalesce(s.run_id, s.id) and r.run_id <> r.id
                               and r.tenant_id is distinct from s.tenant_id))
           order by s.ordinality limit 1);
 end
@@ -913,13 +913,14 @@ begin
       case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
            else p_caller || ': spec ' || v_i || ': ' end || v_problem[2], v_problem[3]);
   end if;
-  if exists (select from unnest(p_specs) as s where s.run_id is not null) then
+  if exists (select from unnest(p_specs) as s where s.run_id is not null or s.id is not null) then
     v_i := jobs._run_problem(p_specs);
     if v_i is not null then
       perform jobs._raise('22023',
         case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
              else p_caller || ': spec ' || v_i || ': ' end
-        || format('run_id %s is a run of another tenant', p_specs[v_i].run_id),
+        || format('run_id %s is a run of another tenant',
+                  coalesce(p_specs[v_i].run_id, p_specs[v_i].id)),
         'attach a job only to a run of its own tenant_id, or pass NULL to start a new run');
     end if;
   end if;

@@ -141,6 +141,17 @@ select jobs.enqueue('intruder', run_id => '00000000-0000-0000-0000-0000000007a1'
 select count(*) from jobs.enqueue_batch('[{"name": "intruder", "tenant_id": "other", "run_id": "00000000-0000-0000-0000-0000000007a1"}]');
 \echo :LAST_ERROR_SQLSTATE
 select name from jobs.jobs where run_id = '00000000-0000-0000-0000-0000000007a1' order by name;
+-- A run named before its first job exists is taken by whoever names it first: the job whose
+-- id it is (an outbox id, a spawned child's derived id), enqueued later for another tenant,
+-- is refused rather than share the steps saved there. Checked: without the test of a spec's
+-- own id, the job was enqueued and read the steps the other tenant had saved in its run.
+select (jobs.enqueue('squatter', queue => 'squat', tenant_id => 'other',
+                     run_id => '00000000-0000-0000-0000-0000000007b1')).run_id;
+select id, claim from jobs.claim('w', array['squat']) \gset squat_
+select jobs.save_step(:'squat_id', :squat_claim, 'planted', '{"from": "other"}');
+select jobs.enqueue('victim', tenant_id => 'acme', id => '00000000-0000-0000-0000-0000000007b1');
+\echo :LAST_ERROR_SQLSTATE
+select count(*) as victims from jobs.jobs where id = '00000000-0000-0000-0000-0000000007b1';
 
 -- 6. Roles bound to tenants: a producer enqueues (and dedupes) for its tenants only, a
 -- worker is handed only their jobs and reads only their runs' steps; the binding is a
