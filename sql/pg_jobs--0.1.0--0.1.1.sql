@@ -706,6 +706,19 @@ begin atomic
          or jobs._outcome(p_queue, case when p_state = 'delayed' then 'retried' else p_state::text end, p_id));
 end;
 
+create or replace function jobs._check_size(p_what text, p_value jsonb)
+returns void
+language plpgsql stable
+as $$
+begin
+  if pg_column_size(p_value) > jobs._max_payload_size() then
+    perform jobs._raise('22023', format('%s must be at most %s bytes (pg_jobs.max_payload_size), got %s',
+      p_what, jobs._max_payload_size(), pg_column_size(p_value)),
+      'keep large data elsewhere (a table, object storage) and return a reference to it');
+  end if;
+end
+$$;
+
 create or replace function jobs._spec_problem(s jobs.job_spec)
 returns text[]
 language sql stable parallel safe
@@ -1747,6 +1760,9 @@ declare
   v_counted boolean;
 begin
   perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
+  if complete.result is not null then
+    perform jobs._check_size('jobs.complete: result', complete.result);
+  end if;
   if jobs._keeps_no_completed() then
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
@@ -1820,6 +1836,9 @@ begin
       perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
         'pass the id and claim token of every job');
     end if;
+  end if;
+  if results is not null then
+    perform jobs._check_size('jobs.complete_many: a result', r.result) from unnest(results) as r(result);
   end if;
 
   -- Each branch is one statement, fenced per row, and collects the ids that landed. A role
@@ -2079,6 +2098,7 @@ begin
     perform jobs._raise('22023', 'jobs.save_step: step must be 1 to 200 characters, got '
       || length(save_step.step), 'use a short, stable step name');
   end if;
+  perform jobs._check_size('jobs.save_step: output', save_step.output);
   -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
   -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
   select j.run_id, j.attempt into v_run, v_attempt

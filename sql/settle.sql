@@ -116,6 +116,9 @@ declare
   v_counted boolean;
 begin
   perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
+  if complete.result is not null then
+    perform jobs._check_size('jobs.complete: result', complete.result);
+  end if;
   if jobs._keeps_no_completed() then
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim
@@ -188,6 +191,9 @@ begin
       perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
         'pass the id and claim token of every job');
     end if;
+  end if;
+  if results is not null then
+    perform jobs._check_size('jobs.complete_many: a result', r.result) from unnest(results) as r(result);
   end if;
 
   -- Each branch is one statement, fenced per row, and collects the ids that landed. A role

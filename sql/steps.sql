@@ -66,6 +66,7 @@ begin
     perform jobs._raise('22023', 'jobs.save_step: step must be 1 to 200 characters, got '
       || length(save_step.step), 'use a short, stable step name');
   end if;
+  perform jobs._check_size('jobs.save_step: output', save_step.output);
   -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
   -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
   select j.run_id, j.attempt into v_run, v_attempt

@@ -240,3 +240,21 @@ select affected as an_hour_later from jobs.sweep() where task = 'queues_deleted'
 reset pg_jobs.clock_offset;
 select count(*) as registered_again from jobs.enqueue_batch('[{"name": "z", "queue": "again"}]');
 select queue from jobs.queues where queue = 'again';
+
+-- 8. Results and step outputs are bounded by pg_jobs.max_payload_size, as payloads are: a
+-- larger one is refused (22023) and nothing is written (at 551070c 50 MB were accepted).
+truncate jobs_data.jobs, jobs_data.steps;
+set pg_jobs.max_payload_size = '1kB';
+select jobs.enqueue('big_result', queue => 'sizes') is not null as enqueued;
+select id, claim from jobs.claim('w', array['sizes']) \gset big_
+select jobs.complete(:'big_id', :big_claim, jsonb_build_object('blob', repeat('x', 5000)));
+\echo :LAST_ERROR_SQLSTATE
+select * from jobs.complete_many(array[:'big_id']::uuid[], array[:big_claim]::bigint[],
+                                 array[jsonb_build_object('blob', repeat('x', 5000))]);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.save_step(:'big_id', :big_claim, 'huge', jsonb_build_object('blob', repeat('x', 5000)));
+\echo :LAST_ERROR_SQLSTATE
+select state, result from jobs.jobs where id = :'big_id';
+select count(*) as steps from jobs.steps;
+select jobs.complete(:'big_id', :big_claim, '{"small": true}') as completed;
+reset pg_jobs.max_payload_size;
