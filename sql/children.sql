@@ -154,7 +154,7 @@ begin
   -- below), held until this transaction ends, so a cancel of the parent waits for it.
   select j.id, j.tenant_id into v_parent
   from jobs_data.jobs as j
-  where j.id = spawn.id and j.claim = spawn.claim
+  where j.id = spawn.id and j.claim = spawn.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
@@ -207,7 +207,7 @@ begin
   -- Under the parent's row lock, which every change of its count of live children waits for.
   select j.children_live into v_live
   from jobs_data.jobs as j
-  where j.id = await_children.id and j.claim = await_children.claim
+  where j.id = await_children.id and j.claim = await_children.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then

@@ -224,6 +224,7 @@ declare
   v_spec     jobs.job_spec;
   v_fid      uuid;
   v_frun     uuid;
+  v_ften     text;     -- the tenant of the job found under a caller-allocated id
   v_i        int;
   v_pos      int;
   v_ins      record;
@@ -313,7 +314,14 @@ begin
       -- Nothing inserted under an id the caller allocated: that job is the answer, whatever
       -- its state (the outbox publishing one staged row twice).
       if v_spec.id is not null then
-        select j.id, j.run_id into v_fid, v_frun from jobs_data.jobs j where j.id = v_spec.id;
+        select j.id, j.run_id, j.tenant_id into v_fid, v_frun, v_ften from jobs_data.jobs j where j.id = v_spec.id;
+        -- Another tenant's job is not handed back (nor its run): the id is refused.
+        if v_fid is not null and v_ften is distinct from v_spec.tenant_id then
+          perform jobs._raise('PJ002', case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
+                                            else p_caller || ': spec ' || v_i || ': ' end
+            || format('id %s is taken by a job of another tenant', v_spec.id),
+            'allocate a new id (a random UUID) for this job');
+        end if;
       end if;
       -- A live job of this name, in this tenant, holds the key. Name and tenant are both in
       -- the lookup: without them the answer could be another name's or another tenant's job.

@@ -134,7 +134,7 @@ begin
   perform jobs._event_lock(await_event.name, v_key);
   select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until into v_job
   from jobs_data.jobs as j
-  where j.id = await_event.id and j.claim = await_event.claim
+  where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then

@@ -719,6 +719,13 @@ begin
 end
 $$;
 
+create or replace function jobs._tenant_ok(p_tenant text)
+returns boolean
+language sql stable
+begin atomic
+  select jobs._tenants() is null or p_tenant = any(jobs._tenants());
+end;
+
 create or replace function jobs._spec_problem(s jobs.job_spec)
 returns text[]
 language sql stable parallel safe
@@ -909,6 +916,7 @@ declare
   v_spec     jobs.job_spec;
   v_fid      uuid;
   v_frun     uuid;
+  v_ften     text;     -- the tenant of the job found under a caller-allocated id
   v_i        int;
   v_pos      int;
   v_ins      record;
@@ -998,7 +1006,14 @@ begin
       -- Nothing inserted under an id the caller allocated: that job is the answer, whatever
       -- its state (the outbox publishing one staged row twice).
       if v_spec.id is not null then
-        select j.id, j.run_id into v_fid, v_frun from jobs_data.jobs j where j.id = v_spec.id;
+        select j.id, j.run_id, j.tenant_id into v_fid, v_frun, v_ften from jobs_data.jobs j where j.id = v_spec.id;
+        -- Another tenant's job is not handed back (nor its run): the id is refused.
+        if v_fid is not null and v_ften is distinct from v_spec.tenant_id then
+          perform jobs._raise('PJ002', case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
+                                            else p_caller || ': spec ' || v_i || ': ' end
+            || format('id %s is taken by a job of another tenant', v_spec.id),
+            'allocate a new id (a random UUID) for this job');
+        end if;
       end if;
       -- A live job of this name, in this tenant, holds the key. Name and tenant are both in
       -- the lookup: without them the answer could be another name's or another tenant's job.
@@ -1690,7 +1705,8 @@ begin atomic
        when j.claim <> p_claim then 'the job was claimed again'
        else format('its lease expired at %s', j.lease_expires_at)
      end
-     from jobs_data.jobs j where j.id = p_id),
+     from jobs_data.jobs j
+     where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()))),
     'no job has this id');
 end;
 
@@ -1723,7 +1739,7 @@ begin
     lease_scan_at = case
       when j.lease_scan_at > v_now and j.lease_scan_at <= v_now + coalesce(heartbeat.lease, j.lease)
       then j.lease_scan_at else least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline) end
-  where j.id = heartbeat.id and j.claim = heartbeat.claim
+  where j.id = heartbeat.id and j.claim = heartbeat.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.lease_expires_at into v_expires;
   return v_expires;
@@ -1765,7 +1781,7 @@ begin
   end if;
   if jobs._keeps_no_completed() then
     delete from jobs_data.jobs as j
-    where j.id = complete.id and j.claim = complete.claim
+    where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
       and (j.parent_id is null or not jobs._parent_live(j.parent_id))
     returning j.run_id, j.last_error is not null,
@@ -1784,7 +1800,7 @@ begin
   update jobs_data.jobs as j set
     state = 'completed', result = complete.result, lease_expires_at = null,
     finished_at = v_now, updated_at = v_now
-  where j.id = complete.id and j.claim = complete.claim
+  where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
     into v_counted;
@@ -1978,7 +1994,7 @@ begin
   from (select h.name, h.attempt < h.max_attempts and fail.retryable as retry
         from jobs_data.jobs h where h.id = fail.id) as r
   cross join lateral jobs._policy(r.name) as p
-  where j.id = fail.id and j.claim = fail.claim
+  where j.id = fail.id and j.claim = fail.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue,
             jobs._outcome(j.queue, case when j.state = 'delayed' then 'retried' else j.state::text end,
@@ -2021,7 +2037,7 @@ begin
   update jobs_data.jobs as j set
     state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
     lease_expires_at = null, updated_at = jobs.clock()
-  where j.id = snooze.id and j.claim = snooze.claim
+  where j.id = snooze.id and j.claim = snooze.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
   if v_queue is null then
@@ -2042,7 +2058,7 @@ as $$
 begin
   perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
   perform from jobs_data.jobs as j
-  where j.id = assert_claim.id and j.claim = assert_claim.claim
+  where j.id = assert_claim.id and j.claim = assert_claim.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if not found then
@@ -2103,7 +2119,7 @@ begin
   -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
   select j.run_id, j.attempt into v_run, v_attempt
   from jobs_data.jobs as j
-  where j.id = save_step.id and j.claim = save_step.claim
+  where j.id = save_step.id and j.claim = save_step.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if v_run is null then
@@ -2260,7 +2276,7 @@ begin
   perform jobs._event_lock(await_event.name, v_key);
   select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until into v_job
   from jobs_data.jobs as j
-  where j.id = await_event.id and j.claim = await_event.claim
+  where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
@@ -2580,7 +2596,7 @@ begin
   -- below), held until this transaction ends, so a cancel of the parent waits for it.
   select j.id, j.tenant_id into v_parent
   from jobs_data.jobs as j
-  where j.id = spawn.id and j.claim = spawn.claim
+  where j.id = spawn.id and j.claim = spawn.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
@@ -2634,7 +2650,7 @@ begin
   -- Under the parent's row lock, which every change of its count of live children waits for.
   select j.children_live into v_live
   from jobs_data.jobs as j
-  where j.id = await_children.id and j.claim = await_children.claim
+  where j.id = await_children.id and j.claim = await_children.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then

@@ -124,3 +124,13 @@ begin
   end if;
 end
 $$;
+
+-- Whether a job of this tenant is the caller's to act on: any, for a role bound to no tenant;
+-- else one of its tenants. In every fence of a held job's writes (a role bound to tenants
+-- holds only their jobs, and a guessed token of another tenant's job lands nothing).
+create function jobs._tenant_ok(p_tenant text)
+returns boolean
+language sql stable
+begin atomic
+  select jobs._tenants() is null or p_tenant = any(jobs._tenants());
+end;

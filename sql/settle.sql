@@ -21,7 +21,8 @@ begin
 end
 $$;
 
--- Why a claim is not held, in words, for lease_lost messages.
+-- Why a claim is not held, in words, for lease_lost messages. Another tenant's job, to a role
+-- bound to tenants, is as no job: its state is not the caller's to learn.
 create function jobs._lost_reason(p_id uuid, p_claim bigint)
 returns text
 language sql stable
@@ -32,7 +33,8 @@ begin atomic
        when j.claim <> p_claim then 'the job was claimed again'
        else format('its lease expired at %s', j.lease_expires_at)
      end
-     from jobs_data.jobs j where j.id = p_id),
+     from jobs_data.jobs j
+     where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()))),
     'no job has this id');
 end;
 
@@ -65,7 +67,7 @@ begin
     lease_scan_at = case
       when j.lease_scan_at > v_now and j.lease_scan_at <= v_now + coalesce(heartbeat.lease, j.lease)
       then j.lease_scan_at else least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline) end
-  where j.id = heartbeat.id and j.claim = heartbeat.claim
+  where j.id = heartbeat.id and j.claim = heartbeat.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.lease_expires_at into v_expires;
   return v_expires;
@@ -121,7 +123,7 @@ begin
   end if;
   if jobs._keeps_no_completed() then
     delete from jobs_data.jobs as j
-    where j.id = complete.id and j.claim = complete.claim
+    where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
       and (j.parent_id is null or not jobs._parent_live(j.parent_id))
     returning j.run_id, j.last_error is not null,
@@ -140,7 +142,7 @@ begin
   update jobs_data.jobs as j set
     state = 'completed', result = complete.result, lease_expires_at = null,
     finished_at = v_now, updated_at = v_now
-  where j.id = complete.id and j.claim = complete.claim
+  where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
     into v_counted;
@@ -337,7 +339,7 @@ begin
   from (select h.name, h.attempt < h.max_attempts and fail.retryable as retry
         from jobs_data.jobs h where h.id = fail.id) as r
   cross join lateral jobs._policy(r.name) as p
-  where j.id = fail.id and j.claim = fail.claim
+  where j.id = fail.id and j.claim = fail.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue,
             jobs._outcome(j.queue, case when j.state = 'delayed' then 'retried' else j.state::text end,
@@ -379,7 +381,7 @@ begin
   update jobs_data.jobs as j set
     state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
     lease_expires_at = null, updated_at = jobs.clock()
-  where j.id = snooze.id and j.claim = snooze.claim
+  where j.id = snooze.id and j.claim = snooze.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
   if v_queue is null then
@@ -399,7 +401,7 @@ as $$
 begin
   perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
   perform from jobs_data.jobs as j
-  where j.id = assert_claim.id and j.claim = assert_claim.claim
+  where j.id = assert_claim.id and j.claim = assert_claim.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if not found then

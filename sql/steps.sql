@@ -71,7 +71,7 @@ begin
   -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
   select j.run_id, j.attempt into v_run, v_attempt
   from jobs_data.jobs as j
-  where j.id = save_step.id and j.claim = save_step.claim
+  where j.id = save_step.id and j.claim = save_step.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if v_run is null then

@@ -211,6 +211,14 @@ select id as globex_id, claim as globex_claim from jobs.claim('other-worker', ma
 \c - pgj_acme_worker
 \set VERBOSITY terse
 select landed from jobs.complete_many(array[:'globex_id']::uuid[], array[:globex_claim]::bigint[]);
+-- Every fence of a held job's writes takes a bound role's token only for its tenants' jobs
+-- (here assert_claim, given the real token), and the refusal tells it nothing of that job;
+-- an enqueue under that job's id is refused rather than hand back the job and its run.
+-- Checked: without jobs._tenant_ok in the fence the assert held, and without the tenant test
+-- of a caller-allocated id the enqueue answered the globex job, deduped.
+select jobs.assert_claim(:'globex_id', :globex_claim);
+select jobs.enqueue('mine', tenant_id => 'acme', id => :'globex_id');
+\echo :LAST_ERROR_SQLSTATE
 \c - postgres
 select state from jobs.jobs where id = :'globex_id';
 \set VERBOSITY terse
