@@ -15,6 +15,11 @@
 -- await_event sees the event.
 --
 -- Lock order: the (name, key) lock slot, then job rows. Keys are stored as '' for none.
+--
+-- Tenants: an event may belong to a tenant (tenant_id): only that tenant's jobs receive it, or
+-- are woken by it. A role bound to tenants publishes for them only (its one tenant unless it
+-- names another of its own); an unbound role publishes for every tenant unless it names one.
+-- So a tenant can neither read another's events nor forge one its jobs accept.
 
 create table jobs_data.events (
   id           uuid primary key,
@@ -22,7 +27,8 @@ create table jobs_data.events (
   key          text not null default '' check (octet_length(key) <= 512),
   payload      jsonb,
   published_at timestamptz not null,
-  expires_at   timestamptz not null
+  expires_at   timestamptz not null,
+  tenant_id    text   -- only this tenant's jobs receive it; NULL: every job
 );
 create index events_lookup_idx on jobs_data.events (name, key, published_at desc);
 create index events_expiry_idx on jobs_data.events (expires_at);
@@ -58,7 +64,7 @@ end
 $$;
 
 create function jobs.publish(name text, payload jsonb default null, key text default null,
-                             ttl interval default '7 days')
+                             ttl interval default '7 days', tenant_id text default null)
 returns uuid
 language plpgsql volatile
 as $$
@@ -68,8 +74,15 @@ declare
   v_key    text := coalesce(publish.key, '');
   v_queues text[];
   v_woken  uuid[];
+  v_bound  text[] := jobs._tenants();
+  v_tenant text := coalesce(publish.tenant_id, case when cardinality(v_bound) = 1 then v_bound[1] end);
 begin
   perform jobs._check_event_args('jobs.publish', publish.name, publish.key);
+  if v_bound is not null and (v_tenant is null or v_tenant <> all(v_bound)) then
+    perform jobs._raise('PJ007', format('jobs.publish: this role is bound to the tenants %s and may not '
+      'publish for %s', array_to_string(v_bound, ', '), coalesce(quote_literal(v_tenant), 'every tenant')),
+      'pass tenant_id => one of the role''s tenants');
+  end if;
   if publish.ttl is null then
     perform jobs._raise('22004', 'jobs.publish: ttl must not be NULL',
       'pass how long the event stays receivable, e.g. interval ''1 day''');
@@ -82,12 +95,13 @@ begin
       'store large data elsewhere (a table, object storage) and pass its key in the payload');
   end if;
   perform jobs._event_lock(publish.name, v_key);
-  insert into jobs_data.events (id, name, key, payload, published_at, expires_at)
-  values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl);
+  insert into jobs_data.events (id, name, key, payload, published_at, expires_at, tenant_id)
+  values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl, v_tenant);
   -- Wake the waiters: claimable now, and their await_event will find this event.
   with woken as (
     update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
     where j.state = 'suspended' and j.wait_event = publish.name and j.wait_key = v_key
+      and (v_tenant is null or j.tenant_id = v_tenant)
     returning j.id, j.queue
   )
   select array_agg(distinct w.queue), array_agg(w.id) into v_queues, v_woken from woken as w;
@@ -97,8 +111,9 @@ begin
   return v_id;
 end
 $$;
-comment on function jobs.publish(text, jsonb, text, interval) is
-  'Store an event for ttl and wake every job waiting on its name and key; answers its id';
+comment on function jobs.publish(text, jsonb, text, interval, text) is
+  'Store an event for ttl (for one tenant''s jobs, or every job) and wake every job waiting on '
+  'its name and key; answers its id';
 
 -- The step that memoises an event wait's answer: 'event:' || name || ':' || key, or, where that
 -- would pass the 200 characters of a step name (a long name and key), 'event#' and their digest.
@@ -132,7 +147,7 @@ begin
     'pass how long to wait, or NULL to wait until the event is published');
 
   perform jobs._event_lock(await_event.name, v_key);
-  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until into v_job
+  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until, j.tenant_id into v_job
   from jobs_data.jobs as j
   where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
@@ -155,6 +170,7 @@ begin
   select jsonb_build_object('status', 'received', 'payload', e.payload) into v_memo
   from jobs_data.events as e
   where e.name = await_event.name and e.key = v_key and e.expires_at > v_now
+    and (e.tenant_id is null or e.tenant_id = v_job.tenant_id)
   order by e.published_at desc
   limit 1;
   if v_memo is null and v_job.wait_event = await_event.name and v_job.wait_key = v_key

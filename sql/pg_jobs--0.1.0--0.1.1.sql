@@ -34,6 +34,7 @@
 -- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
 --     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
 -- 18. Child jobs: jobs.spawn, jobs.await_children, the close policy (sql/children.sql).
+-- 20. Events per tenant: jobs_data.events.tenant_id, jobs.publish(..., tenant_id).
 -- 19. Waiting claims on a full limit sleep until a slot of it can free (jobs._held_back, and
 --     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
 
@@ -551,6 +552,16 @@ select set_config('pg_jobs_upgrade.enqueue_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, text, text, text, uuid, uuid);
+-- 20. Events per tenant: jobs.publish takes a last argument, tenant_id; who may call it is
+-- kept aside, as above.
+alter table jobs_data.events add column tenant_id text;
+select set_config('pg_jobs_upgrade.publish_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.publish(text, jsonb, text, interval)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.publish(text, jsonb, text, interval);
 -- (a composite type's new attributes: job_spec)
 alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text;
 
@@ -2201,7 +2212,7 @@ end
 $$;
 
 create or replace function jobs.publish(name text, payload jsonb default null, key text default null,
-                             ttl interval default '7 days')
+                             ttl interval default '7 days', tenant_id text default null)
 returns uuid
 language plpgsql volatile
 as $$
@@ -2211,8 +2222,15 @@ declare
   v_key    text := coalesce(publish.key, '');
   v_queues text[];
   v_woken  uuid[];
+  v_bound  text[] := jobs._tenants();
+  v_tenant text := coalesce(publish.tenant_id, case when cardinality(v_bound) = 1 then v_bound[1] end);
 begin
   perform jobs._check_event_args('jobs.publish', publish.name, publish.key);
+  if v_bound is not null and (v_tenant is null or v_tenant <> all(v_bound)) then
+    perform jobs._raise('PJ007', format('jobs.publish: this role is bound to the tenants %s and may not '
+      'publish for %s', array_to_string(v_bound, ', '), coalesce(quote_literal(v_tenant), 'every tenant')),
+      'pass tenant_id => one of the role''s tenants');
+  end if;
   if publish.ttl is null then
     perform jobs._raise('22004', 'jobs.publish: ttl must not be NULL',
       'pass how long the event stays receivable, e.g. interval ''1 day''');
@@ -2225,12 +2243,13 @@ begin
       'store large data elsewhere (a table, object storage) and pass its key in the payload');
   end if;
   perform jobs._event_lock(publish.name, v_key);
-  insert into jobs_data.events (id, name, key, payload, published_at, expires_at)
-  values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl);
+  insert into jobs_data.events (id, name, key, payload, published_at, expires_at, tenant_id)
+  values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl, v_tenant);
   -- Wake the waiters: claimable now, and their await_event will find this event.
   with woken as (
     update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
     where j.state = 'suspended' and j.wait_event = publish.name and j.wait_key = v_key
+      and (v_tenant is null or j.tenant_id = v_tenant)
     returning j.id, j.queue
   )
   select array_agg(distinct w.queue), array_agg(w.id) into v_queues, v_woken from woken as w;
@@ -2241,8 +2260,9 @@ begin
 end
 $$;
 
-comment on function jobs.publish(text, jsonb, text, interval) is
-  'Store an event for ttl and wake every job waiting on its name and key; answers its id';
+comment on function jobs.publish(text, jsonb, text, interval, text) is
+  'Store an event for ttl (for one tenant''s jobs, or every job) and wake every job waiting on '
+  'its name and key; answers its id';
 
 create or replace function jobs._event_step(p_name text, p_key text)
 returns text
@@ -2274,7 +2294,7 @@ begin
     'pass how long to wait, or NULL to wait until the event is published');
 
   perform jobs._event_lock(await_event.name, v_key);
-  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until into v_job
+  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until, j.tenant_id into v_job
   from jobs_data.jobs as j
   where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
@@ -2297,6 +2317,7 @@ begin
   select jsonb_build_object('status', 'received', 'payload', e.payload) into v_memo
   from jobs_data.events as e
   where e.name = await_event.name and e.key = v_key and e.expires_at > v_now
+    and (e.tenant_id is null or e.tenant_id = v_job.tenant_id)
   order by e.published_at desc
   limit 1;
   if v_memo is null and v_job.wait_event = await_event.name and v_job.wait_key = v_key
@@ -3391,6 +3412,15 @@ revoke all on all functions in schema jobs from public;
 
 revoke all on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec from public;
 
+-- 20. ... and may call the new publish.
+do $$
+begin
+  if current_setting('pg_jobs_upgrade.publish_grantees') <> '' then
+    execute 'grant execute on function jobs.publish(text, jsonb, text, interval, text) to '
+      || current_setting('pg_jobs_upgrade.publish_grantees');
+  end if;
+end
+$$;
 -- 18. ... and may call the new enqueue.
 do $$
 begin

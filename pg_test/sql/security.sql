@@ -266,3 +266,27 @@ select state, result from jobs.jobs where id = :'big_id';
 select count(*) as steps from jobs.steps;
 select jobs.complete(:'big_id', :big_claim, '{"small": true}') as completed;
 reset pg_jobs.max_payload_size;
+
+-- 9. Events per tenant: a bound producer's event belongs to its tenant, wakes and reaches only
+-- that tenant's jobs, and it cannot publish for another. Checked: at 551070c (events shared)
+-- acme's forged event woke globex's waiting job, which then received acme's payload.
+truncate jobs_data.jobs, jobs_data.steps, jobs_data.events;
+create role pgj_acme_publisher login;
+select jobs.grant_producer('pgj_acme_publisher', tenant => 'acme');
+select jobs.enqueue('waits', tenant_id => 'globex', queue => 'ev') is not null as enqueued;
+select id, claim from jobs.claim('w', array['ev']) \gset globex_
+select status from jobs.await_event(:'globex_id', :globex_claim, 'order_paid', 'o-1');
+\c - pgj_acme_publisher
+\set VERBOSITY terse
+select jobs.publish('order_paid', '{"forged": true}', 'o-1') is not null as published;
+select jobs.publish('order_paid', '{"forged": true}', 'o-1', tenant_id => 'globex');
+\echo :LAST_ERROR_SQLSTATE
+\c - postgres
+\set VERBOSITY terse
+select state from jobs.jobs where id = :'globex_id';
+select tenant_id from jobs.events;
+select jobs.publish('order_paid', '{"real": true}', 'o-1', tenant_id => 'globex') is not null as published;
+select id, claim from jobs.claim('w', array['ev']) \gset globex_
+select status, payload from jobs.await_event(:'globex_id', :globex_claim, 'order_paid', 'o-1');
+drop owned by pgj_acme_publisher;
+drop role pgj_acme_publisher;

@@ -5,7 +5,8 @@
 select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'deadline', 'claimed_at', 'parent_id', 'close_policy', 'children_live'])::text as r from jobs.jobs t) as t;
 select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.steps t;
-select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.events t;
+select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
+from (select (to_jsonb(t) - 'tenant_id')::text as r from jobs.events t) as t;
 select 'job_types ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'rate_limit', 'rate_period', 'rate_limit_per_key'])::text as r
       from jobs.job_types t) as t;

@@ -32,6 +32,7 @@
 -- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
 --     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
 -- 18. Child jobs: jobs.spawn, jobs.await_children, the close policy (sql/children.sql).
+-- 20. Events per tenant: jobs_data.events.tenant_id, jobs.publish(..., tenant_id).
 -- 19. Waiting claims on a full limit sleep until a slot of it can free (jobs._held_back, and
 --     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
 
@@ -271,9 +272,28 @@ select set_config('pg_jobs_upgrade.enqueue_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, text, text, text, uuid, uuid);
+-- 20. Events per tenant: jobs.publish takes a last argument, tenant_id; who may call it is
+-- kept aside, as above.
+alter table jobs_data.events add column tenant_id text;
+select set_config('pg_jobs_upgrade.publish_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.publish(text, jsonb, text, interval)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.publish(text, jsonb, text, interval);
 -- (a composite type's new attributes: job_spec)
 alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text;
 -- @after
+-- 20. ... and may call the new publish.
+do $$
+begin
+  if current_setting('pg_jobs_upgrade.publish_grantees') <> '' then
+    execute 'grant execute on function jobs.publish(text, jsonb, text, interval, text) to '
+      || current_setting('pg_jobs_upgrade.publish_grantees');
+  end if;
+end
+$$;
 -- 18. ... and may call the new enqueue.
 do $$
 begin
