@@ -15,8 +15,11 @@
 //! Falls back to the in-transaction NOTIFY of before, decided at the call: without preload,
 //! when the database has no sweeper (`pg_jobs.max_databases` reached, `pg_jobs.database_name`
 //! names another) or its sweeper is vacuuming, and for a queue name longer than a ring entry
-//! holds. A full ring loses no wake-up: the sweeper is told, and notifies every queue of its
-//! database. A sweeper that exits between a call and its commit loses that commit's
+//! holds. Each database has a share of the ring (`SHARE` entries), so one database's burst
+//! cannot crowd out another's. A full share loses no wake-up: the sweeper is told, and sends
+//! one `NOTIFY pg_jobs, '*'` (every queue: a listening worker claims from all its queues), not
+//! a notification per queue of the database (which one transaction waking 257 queues turned
+//! into 51,389, one per queue ever used). A sweeper that exits between a call and its commit loses that commit's
 //! notifications (workers that LISTEN poll as well); a savepoint rolled back after the call
 //! still notifies at the commit (a worker woken for nothing claims nothing).
 //!
@@ -34,8 +37,12 @@ use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Queue names the ring holds between two relays (all databases).
-const RING: usize = 256;
+/// Entries the ring holds between two relays (all databases).
+const RING: usize = 1024;
+/// Entries of one database the ring holds (a database's share): a transaction waking many
+/// queues, or signalling many jobs, in one database fills its share and not the ring, so the
+/// other databases' wake-ups and signals still fit.
+const SHARE: u16 = 64;
 /// The longest queue name (in bytes) the ring holds; longer ones are notified in the
 /// transaction.
 const NAME_BYTES: usize = 200;
@@ -92,7 +99,9 @@ struct Relay {
     latch: usize,
     /// Relaying now: false while the sweeper vacuums.
     ready: bool,
-    /// The ring was full: notify every queue of the database.
+    /// Entries of this database in the ring now (at most SHARE).
+    held: u16,
+    /// Its share was full: notify `*` (every queue) once.
     overflowed: bool,
     /// The ring was full: signals were lost.
     lost_signals: bool,
@@ -187,13 +196,14 @@ pub fn end_of_transaction(commit: bool) {
         return; // its sweeper is gone
     };
     for queue in &queues {
-        if ring.len == RING {
+        if ring.len == RING || ring.relays[at].held >= SHARE {
             ring.relays[at].overflowed = true;
             break;
         }
         let len = ring.len;
         ring.entries[len] = Entry::new(db, Kind::Wake, queue);
         ring.len += 1;
+        ring.relays[at].held += 1;
     }
     let latch = ring.relays[at].latch as *mut pg_sys::Latch;
     unsafe { pg_sys::SetLatch(latch) };
@@ -220,6 +230,7 @@ pub fn register() {
             pid: unsafe { pg_sys::MyProcPid },
             latch: unsafe { pg_sys::MyLatch } as usize,
             ready: true,
+            held: 0,
             overflowed: false,
             lost_signals: false,
         };
@@ -299,6 +310,7 @@ pub fn take() -> Due {
     }
     ring.len = kept;
     for r in ring.relays.iter_mut().filter(|r| r.pid == pid) {
+        r.held = 0;
         due.every_queue |= std::mem::take(&mut r.overflowed);
         due.lost_signals |= std::mem::take(&mut r.lost_signals);
     }
@@ -367,7 +379,7 @@ pub fn hand_over(signals: &[Signal]) {
         return; // its sweeper is gone
     };
     for signal in signals {
-        if ring.len == RING {
+        if ring.len == RING || ring.relays[at].held >= SHARE {
             ring.relays[at].lost_signals = true;
             break;
         }
@@ -387,6 +399,7 @@ pub fn hand_over(signals: &[Signal]) {
         let len = ring.len;
         ring.entries[len] = entry;
         ring.len += 1;
+        ring.relays[at].held += 1;
     }
     let latch = ring.relays[at].latch as *mut pg_sys::Latch;
     unsafe { pg_sys::SetLatch(latch) };

@@ -202,17 +202,8 @@ fn relay_notifications() {
     }
     BackgroundWorker::transaction(move || {
         let mut queues = due.queues;
-        if due.every_queue && matches!(hold_extension(), Held::Yes) {
-            let every: Vec<String> = Spi::connect(|client| {
-                client
-                    .select("select queue from jobs_data.queues", None, &[])
-                    .map(|rows| {
-                        rows.filter_map(|r| r.get::<String>(1).ok().flatten())
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            });
-            queues.extend(every);
+        if due.every_queue {
+            queues.insert("*".to_owned()); // some did not fit: every queue
         }
         durability::commit_without_flush();
         relay::send(&queues);

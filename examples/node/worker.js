@@ -182,7 +182,7 @@ async function main() {
   // pg_jobs: work in a queue; pg_jobs_cancel: a running job was cancelled (maybe ours).
   listener.on('notification', (n) => {
     if (n.channel === 'pg_jobs_cancel') beats.check(n.payload);
-    else if (args.queues.includes(n.payload)) wake();
+    else if (n.payload === '*' || args.queues.includes(n.payload)) wake(); // '*': every queue
   });
   await listener.query('listen pg_jobs');
   await listener.query('listen pg_jobs_cancel');
