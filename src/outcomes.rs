@@ -12,8 +12,10 @@
 //! them with atomic increments (a queue's slot is found under a shared lock once per backend,
 //! and made under the exclusive lock the first time a queue is counted). No row is written,
 //! so settles do not wait on each other for it. Counting starts with the server (and again
-//! after a crash restart: `since`). Queues beyond the table's room are counted together, in a
-//! row whose queue is NULL. Without preload there is no shared memory: nothing is counted,
+//! after a crash restart: `since`). A database takes at most `PER_DATABASE` slots: its queues
+//! beyond them (and names over `NAME_BYTES`) are counted together in its row whose queue is
+//! NULL, so a database making thousands of queues leaves the other databases their room;
+//! queues beyond the whole table's room are counted in a NULL row shown to every database. Without preload there is no shared memory: nothing is counted,
 //! and `jobs.outcome_stats` answers no rows.
 //!
 //! Signals: a running job cancelled (`jobs._cancelling`) is signalled on `pg_jobs_cancel`
@@ -43,7 +45,10 @@ pub const OUTCOMES: [&str; 7] = [
 ];
 const DEAD: usize = 2;
 /// Queue slots in shared memory (all databases).
-const SLOTS: usize = 1024;
+const SLOTS: usize = 2048;
+/// Queue slots one database may take (its queues beyond them are counted in its row whose
+/// queue is NULL), so one database's thousands of queues leave room for the others'.
+const PER_DATABASE: usize = 128;
 /// The longest queue name (in bytes) a slot holds: any (128 characters of 4 bytes).
 const NAME_BYTES: usize = 512;
 
@@ -127,8 +132,9 @@ fn slot_of(queue: &str) -> Option<usize> {
         return known;
     }
     let db = this_database();
-    let probe = |names: &Names| -> Result<usize, Option<usize>> {
-        // Ok: the queue's slot; Err: the first free slot on its path (None: no room).
+    let probe = |names: &Names, queue: &str| -> Result<usize, Option<usize>> {
+        // Ok: the queue's slot; Err: the first free slot on its path (None: no room). The
+        // queue "" is the database's row for the queues beyond its share.
         let start = home(db, queue);
         for step in 0..SLOTS {
             let at = (start + step) % SLOTS;
@@ -142,13 +148,15 @@ fn slot_of(queue: &str) -> Option<usize> {
         }
         Err(None)
     };
-    let shared = probe(&NAMES.share()); // (the shared lock is released here)
+    let shared = probe(&NAMES.share(), queue); // (the shared lock is released here)
     let found = match shared {
         Ok(at) => Some(at),
-        Err(_) if queue.len() > NAME_BYTES => None,
         Err(_) => {
             let mut names = NAMES.exclusive();
-            match probe(&names) {
+            let full = queue.len() > NAME_BYTES
+                || names.names.iter().filter(|n| n.db == db && n.len > 0).count() >= PER_DATABASE;
+            let queue = if full { "" } else { queue };
+            match probe(&names, queue) {
                 Ok(at) => Some(at),
                 Err(None) => None,
                 Err(Some(at)) => {
@@ -410,7 +418,7 @@ fn outcome_stats() -> TableIterator<
         for (at, name) in names.names.iter().enumerate() {
             if name.db == db {
                 let queue = String::from_utf8_lossy(&name.bytes[..name.len as usize]).into_owned();
-                rows.push(row(Some(queue), &c.counts[at]));
+                rows.push(row((name.len > 0).then_some(queue), &c.counts[at]));
             }
         }
     }

@@ -10,6 +10,7 @@ guard.
 
 import json
 import threading
+import uuid
 
 import psycopg
 import pytest
@@ -259,3 +260,35 @@ def test_signals_are_relayed_by_the_sweeper(make_db):  # noqa: F811
         assert got == [("pg_jobs_cancel", str(running), relay),
                        ("pg_jobs_dead", json.dumps({"count": 1, "id": str(dead), "queue": "default"},
                                                    separators=(",", ":")), relay)]
+
+
+def test_a_database_takes_at_most_its_share_of_the_counters(dsn, server_dsn):
+    """A database whose jobs end in 200 queues takes 128 counter slots, the rest of its queues
+    counted in its own row whose queue is NULL; another database still gets a row per queue.
+    Checked to fail without the guard: at 551070c 1,100 queues made in one database took the
+    whole server's 1,024 slots, and every other database's new queues were counted together
+    in one NULL row."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""select count(*) from jobs.enqueue_batch(
+                          (select jsonb_agg(jsonb_build_object('name', 'n', 'queue', 'share_' || g))
+                           from generate_series(1, 200) as g))""")
+        conn.execute("update jobs_data.jobs set state = 'running', claim = 7, lease_expires_at = now() + interval '1 hour'")
+        conn.execute("select count(*) from jobs.complete_many(array(select id from jobs_data.jobs order by id),"
+                     " array(select 7::bigint from jobs_data.jobs))")
+        named, unnamed, total = conn.execute(
+            "select count(*) filter (where queue is not null), sum(completed) filter (where queue is null),"
+            " sum(completed) from jobs.outcome_stats").fetchone()
+    assert (named, unnamed, total) == (128, 72, 200)
+    other = "t_share_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f"create database {other}")
+    try:
+        with psycopg.connect(f"{server_dsn} dbname={other}", autocommit=True) as conn:
+            conn.execute("create extension pg_jobs")
+            conn.execute("select jobs.enqueue('n', queue => 'mine')")
+            job_id, claim = conn.execute("select id, claim from jobs.claim('w', array['mine'])").fetchone()
+            conn.execute("select jobs.complete(%s, %s)", (job_id, claim))
+            assert conn.execute("select queue, completed from jobs.outcome_stats").fetchall() == [("mine", 1)]
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f"drop database {other} with (force)")
