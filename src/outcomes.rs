@@ -154,7 +154,12 @@ fn slot_of(queue: &str) -> Option<usize> {
         Err(_) => {
             let mut names = NAMES.exclusive();
             let full = queue.len() > NAME_BYTES
-                || names.names.iter().filter(|n| n.db == db && n.len > 0).count() >= PER_DATABASE;
+                || names
+                    .names
+                    .iter()
+                    .filter(|n| n.db == db && n.len > 0)
+                    .count()
+                    >= PER_DATABASE;
             let queue = if full { "" } else { queue };
             match probe(&names, queue) {
                 Ok(at) => Some(at),
