@@ -12,7 +12,9 @@ use std::ffi::CString;
 use std::time::Duration;
 
 pub static DATABASE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
-pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(8);
+/// 4 by default: the launcher and 4 sweepers leave 3 of the default max_worker_processes (8)
+/// to parallel queries and other workers.
+pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(4);
 pub static SWEEP_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static VACUUM_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static COMPLETED_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 24 * 3600);

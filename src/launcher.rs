@@ -119,11 +119,15 @@ enum State {
         created: u64,
     },
     /// Not running; start it at this instant, or, when the last sweeper found no pg_jobs
-    /// (`no_extension`), as soon as CREATED moves past `created`.
+    /// (`no_extension`), as soon as CREATED moves past `created`. `kept`: its sweeper stopped
+    /// (terminated, an error) and is started again after RESTART: its place among the
+    /// `max_databases` swept keeps it, so databases made meanwhile (clones of a template with
+    /// pg_jobs, say) cannot take it.
     Waiting {
         at: Instant,
         no_extension: bool,
         created: u64,
+        kept: bool,
     },
 }
 
@@ -162,6 +166,7 @@ pub extern "C-unwind" fn pg_jobs_launcher_main(_arg: pg_sys::Datum) {
                     at: Instant::now(),
                     no_extension: false,
                     created: 0,
+                    kept: false,
                 };
                 if let State::Running { handle, .. } = std::mem::replace(state, idle) {
                     let _ = handle.terminate();
@@ -173,13 +178,14 @@ pub extern "C-unwind" fn pg_jobs_launcher_main(_arg: pg_sys::Datum) {
 
         let mut running = databases
             .values()
-            .filter(|s| matches!(s, State::Running { .. }))
+            .filter(|s| matches!(s, State::Running { .. } | State::Waiting { kept: true, .. }))
             .count();
         for (db, name) in &wanted {
             let state = databases.entry(*db).or_insert(State::Waiting {
                 at: Instant::now(),
                 no_extension: false,
                 created: 0,
+                kept: false,
             });
             if let State::Running { handle, created } = state {
                 match handle.pid() {
@@ -191,8 +197,11 @@ pub extern "C-unwind" fn pg_jobs_launcher_main(_arg: pg_sys::Datum) {
                             at: Instant::now() + wait,
                             no_extension,
                             created: *created,
+                            kept: !no_extension,
                         };
-                        running -= 1;
+                        if no_extension {
+                            running -= 1;
+                        }
                     }
                 }
             }
@@ -200,6 +209,7 @@ pub extern "C-unwind" fn pg_jobs_launcher_main(_arg: pg_sys::Datum) {
                 at,
                 no_extension,
                 created,
+                kept,
             } = *state
             else {
                 continue;
@@ -209,7 +219,7 @@ pub extern "C-unwind" fn pg_jobs_launcher_main(_arg: pg_sys::Datum) {
             if Instant::now() < at && !created_since {
                 continue;
             }
-            if running >= gucs::max_databases() {
+            if running >= gucs::max_databases() && !kept {
                 if !cap_logged {
                     log!(
                         "{NAME}: pg_jobs.max_databases ({}) reached: database {name:?} is not \
@@ -225,12 +235,15 @@ pub extern "C-unwind" fn pg_jobs_launcher_main(_arg: pg_sys::Datum) {
             let created = created_count();
             if let Some(handle) = start_sweeper(*db, name, generation) {
                 *state = State::Running { handle, created };
-                running += 1;
+                if !kept {
+                    running += 1;
+                }
             } else {
                 *state = State::Waiting {
                     at: Instant::now() + RESTART,
                     no_extension,
                     created,
+                    kept,
                 };
             }
         }

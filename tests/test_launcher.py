@@ -205,3 +205,23 @@ def test_a_killed_launcher_comes_back_and_no_database_gets_two_sweepers(server, 
         time.sleep(0.05)
     abandon_final_attempt(dsn)
     eventually(dsn, "select state::text from jobs.jobs", "dead")
+
+
+def test_a_database_whose_sweeper_restarts_keeps_its_place_under_the_cap(server, make_db):
+    """With pg_jobs.max_databases = 1, a database whose sweeper is terminated gets it back
+    after the restart delay; a database made meanwhile (a CREATEDB role's clone, say) does not
+    take its place. Checked to fail without the guard: the new database's sweeper started
+    while the first one's restarted, and the first database was left unswept for good."""
+    try:
+        one(server["dsn"], "alter system set pg_jobs.max_databases = 1")
+        one(server["dsn"], "select pg_reload_conf()")
+        a, dsn_a = make_db()
+        eventually(dsn_a, sweepers(a), 1)
+        pid = sweeper_pid(dsn_a, a)
+        assert one(dsn_a, "select pg_terminate_backend(%s)", (pid,))
+        b, dsn_b = make_db()
+        eventually(dsn_a, sweepers(a) + f" and pid <> {pid}", 1)
+        assert one(dsn_b, sweepers(b)) == 0
+    finally:
+        one(server["dsn"], "alter system reset pg_jobs.max_databases")
+        one(server["dsn"], "select pg_reload_conf()")
