@@ -1,9 +1,11 @@
-"""A/B of what 8e49a44's limits wake-ups and counts of live children added to the hot paths:
-jobs._slot_freed in the RETURNING lists of jobs.complete and jobs.complete_many (and the
-claim's burials), the claim's wait moved into a subtransaction per look, and the statement-
-level trigger jobs_family_statement_end, which every UPDATE and DELETE of jobs_data.jobs
-fires. ab_new (this build) against ab_old (the same build with that trigger dropped and the
-bodies of jobs.claim, jobs.complete, jobs.complete_many and jobs._family_changed of 551070c).
+"""A/B of what the fixes after 551070c added to the hot paths: jobs._slot_freed in the
+RETURNING lists of jobs.complete and jobs.complete_many (and the claim's burials), the claim's
+wait moved into a subtransaction per look, the statement-level trigger
+jobs_family_statement_end, which every UPDATE and DELETE of jobs_data.jobs fires, and the
+tenant test in every fence (jobs._tenant_ok, and the bound tenants in complete_many). ab_new
+(this build) against ab_old (the same build with that trigger dropped and the bodies of
+jobs.claim, jobs.complete, jobs.complete_many, jobs.heartbeat and jobs._family_changed of
+551070c).
 Run on a cluster that preloads pg_jobs (the wake-ups are noted only then). The same
 measurements as bench/ab/claim_check_cost.py: CPU-bound, 4 clients, 8 repetitions. Then the
 cost of one jobs._slot_freed call, a million in one transaction against the same query
@@ -23,6 +25,7 @@ def make_old(dsn):
     for fn, path in (("jobs.claim(text, text[], int, interval, interval)", "sql/claim.sql"),
                      ("jobs.complete(uuid, bigint, jsonb)", "sql/settle.sql"),
                      ("jobs.complete_many(uuid[], bigint[], jsonb[])", "sql/settle.sql"),
+                     ("jobs.heartbeat(uuid, bigint, interval)", "sql/settle.sql"),
                      ("jobs._family_changed()", "sql/children.sql")):
         body_from(dsn, fn, "551070c", path)
 
