@@ -38,6 +38,8 @@ CONF
       tries=$((tries + 1))
       if [ "$tries" -ge 10 ] || ! tail -5 "$dir/log" | grep -q "Address already in use"; then
         tail -20 "$dir/log" >&2
+        # Who holds the port, when another socket does (ss, from iproute2).
+        if command -v ss >/dev/null; then ss -tanp 2>/dev/null | grep -E "[:.]$port[[:space:]]" >&2 || true; fi
         exit 1
       fi
       sleep 1
