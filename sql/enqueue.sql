@@ -72,6 +72,16 @@ begin atomic
   end;
 end;
 
+-- How a refusal of jobs.enqueue or jobs.enqueue_batch names what it refuses: 'jobs.enqueue: '
+-- (one job), or '<caller>: spec <n>: '.
+create function jobs._spec_ref(p_caller text, p_n int)
+returns text
+language sql immutable
+begin atomic
+  select case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
+              else p_caller || ': spec ' || p_n || ': ' end;
+end;
+
 -- The first of p_specs (its ordinal) whose run names a run of another tenant, or NULL. A run
 -- belongs to the tenant of its jobs: a job attaches to a run (and may then write its steps)
 -- only where no job of that run has another tenant. A job with a caller-allocated id and no
@@ -176,7 +186,7 @@ begin
                         where x.id is not null and not coalesce(p_deduped[x.ordinality], false));
   if v_bad is not null then
     perform jobs._raise('22023',
-      case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: ' else p_caller || ': spec ' || v_bad || ': ' end
+      jobs._spec_ref(p_caller, v_bad)
       || format('parent_id %s is a job of this same call', p_specs[v_bad].parent_id),
       'enqueue the parent first, in an earlier call, then its children');
   end if;
@@ -198,7 +208,7 @@ begin
   where w.parent_id not in (select c.id from counted as c);
   if v_bad is not null then
     perform jobs._raise('22023',
-      case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: ' else p_caller || ': spec ' || v_bad || ': ' end
+      jobs._spec_ref(p_caller, v_bad)
       || format('parent_id %s is not a live job of this tenant', p_specs[v_bad].parent_id),
       'a child attaches to a ready, delayed, running or suspended job of its own tenant_id');
   end if;
@@ -239,15 +249,13 @@ begin
   if v_i is not null then
     v_problem := jobs._spec_problem(p_specs[v_i]);
     perform jobs._raise(v_problem[1],
-      case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
-           else p_caller || ': spec ' || v_i || ': ' end || v_problem[2], v_problem[3]);
+      jobs._spec_ref(p_caller, v_i) || v_problem[2], v_problem[3]);
   end if;
   if exists (select from unnest(p_specs) as s where s.run_id is not null or s.id is not null) then
     v_i := jobs._run_problem(p_specs);
     if v_i is not null then
       perform jobs._raise('22023',
-        case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
-             else p_caller || ': spec ' || v_i || ': ' end
+        jobs._spec_ref(p_caller, v_i)
         || format('run_id %s is a run of another tenant',
                   coalesce(p_specs[v_i].run_id, p_specs[v_i].id)),
         'attach a job only to a run of its own tenant_id, or pass NULL to start a new run');
@@ -317,8 +325,7 @@ begin
         select j.id, j.run_id, j.tenant_id into v_fid, v_frun, v_ften from jobs_data.jobs j where j.id = v_spec.id;
         -- Another tenant's job is not handed back (nor its run): the id is refused.
         if v_fid is not null and v_ften is distinct from v_spec.tenant_id then
-          perform jobs._raise('PJ002', case when p_caller = 'jobs.enqueue' then 'jobs.enqueue: '
-                                            else p_caller || ': spec ' || v_i || ': ' end
+          perform jobs._raise('PJ002', jobs._spec_ref(p_caller, v_i)
             || format('id %s is taken by a job of another tenant', v_spec.id),
             'allocate a new id (a random UUID) for this job');
         end if;
