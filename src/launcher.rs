@@ -46,6 +46,8 @@ const RECHECK: Duration = Duration::from_secs(60);
 /// DATABASE waits up to 5 s for the others to leave.
 const PAUSE_US: i64 = 10_000_000;
 const PAUSES: usize = 16;
+/// How long the hook waits for a stopped sweeper to leave (a DROP DATABASE waits as long).
+const EXIT_WAIT: Duration = Duration::from_secs(5);
 const NAME: &str = "pg_jobs launcher";
 
 #[derive(Copy, Clone, Default)]
@@ -428,6 +430,19 @@ fn pause(name: *const std::ffi::c_char) {
     };
     if let Some(pid) = pid {
         unsafe { libc::kill(pid, libc::SIGTERM) };
+        await_exit(pid);
+    }
+}
+
+/// Waits (up to `EXIT_WAIT`, interruptibly) until process `pid` has left the process array.
+/// `DROP DATABASE ... WITH (FORCE)` terminates the sessions it finds at once, and a database
+/// owner who is not a superuser may not terminate the sweeper, a superuser's process: the
+/// statement failed on a sweeper still exiting.
+fn await_exit(pid: i32) {
+    let started = Instant::now();
+    while started.elapsed() < EXIT_WAIT && !unsafe { pg_sys::BackendPidGetProc(pid) }.is_null() {
+        pgrx::check_for_interrupts!();
+        unsafe { pg_sys::pg_usleep(10_000) };
     }
 }
 

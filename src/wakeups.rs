@@ -3,8 +3,9 @@
 //! Each queue of each database hashes to one of `BUCKETS` counters. A transaction that makes
 //! work in a queue (a job ready or due sooner: enqueue, publish, requeue, promote, a retry, a
 //! snooze, an event wait with a timeout, a queue resumed) notes the queue's bucket
-//! (`jobs._signal_work`), and at its commit, once its rows are visible, bumps the counters and
-//! broadcasts one condition variable. A claim that found nothing reads its queues' counters
+//! (`jobs._signal_work`), and at its commit, once its rows are visible, bumps the counters and,
+//! when a claim waits on one of those buckets, broadcasts one condition variable (a commit to
+//! queues nobody waits on wakes nobody). A claim that found nothing reads its queues' counters
 //! before it looks (`jobs._work_seen`) and sleeps on the condition variable until one of them
 //! moves, or its next due time or its deadline passes (`jobs._await_work`). Reading before
 //! looking makes the wake-up impossible to miss: a commit before the read is seen by the look,
@@ -36,8 +37,8 @@ const POLL: Duration = Duration::from_millis(100);
 
 pub struct Wakeups {
     counters: [AtomicU64; BUCKETS],
-    /// Claims asleep in `_await_work` now.
-    waiting: AtomicU64,
+    /// Claims asleep in `_await_work` now, per bucket they wait on.
+    waiting: [AtomicU64; BUCKETS],
     cv: UnsafeCell<pg_sys::ConditionVariable>,
 }
 
@@ -56,7 +57,7 @@ pub fn init() {
             unsafe { pg_sys::ConditionVariableInit(&mut cv) };
             Wakeups {
                 counters: std::array::from_fn(|_| AtomicU64::new(0)),
-                waiting: AtomicU64::new(0),
+                waiting: std::array::from_fn(|_| AtomicU64::new(0)),
                 cv: UnsafeCell::new(cv),
             }
         }
@@ -88,7 +89,7 @@ thread_local! {
 
 /// `jobs._signal_work(queues)`: at this transaction's commit, wakes the claims waiting on
 /// these queues. On every enqueue: a set insert, and at commit an atomic add per bucket and,
-/// only while some claim waits, one broadcast.
+/// only while some claim waits on one of them, one broadcast.
 #[pg_extern(volatile, parallel_unsafe, name = "_signal_work")]
 fn signal_work(queues: Vec<Option<String>>) {
     if shared().is_none() {
@@ -189,12 +190,15 @@ unsafe extern "C-unwind" fn at_transaction_end(
         return;
     }
     if let Some(w) = shared() {
-        for b in buckets {
+        for &b in &buckets {
             w.counters[b].fetch_add(1, Ordering::SeqCst);
         }
-        // A claim counts itself in `waiting` before it checks the counters and sleeps, so
-        // one that this load misses sees the counters moved and does not sleep.
-        if w.waiting.load(Ordering::SeqCst) > 0 {
+        // A claim counts itself in `waiting` of its buckets before it checks their counters
+        // and sleeps, so one that these loads miss sees a counter moved and does not sleep.
+        if buckets
+            .iter()
+            .any(|&b| w.waiting[b].load(Ordering::SeqCst) > 0)
+        {
             unsafe { pg_sys::ConditionVariableBroadcast(w.cv.get()) };
         }
     }
@@ -250,7 +254,7 @@ fn await_work(queues: Vec<Option<String>>, seen: Vec<i64>, until: TimestampWithT
             .zip(seen.iter())
             .any(|(b, s)| w.counters[*b].load(Ordering::SeqCst) as i64 != *s)
     };
-    let _counted = Counted::new(w);
+    let _counted = Counted::new(w, buckets.clone());
     unsafe { pg_sys::ConditionVariablePrepareToSleep(w.cv.get()) };
     loop {
         if moved() {
@@ -274,43 +278,51 @@ fn await_work(queues: Vec<Option<String>>, seen: Vec<i64>, until: TimestampWithT
     unsafe { pg_sys::ConditionVariableCancelSleep() };
 }
 
-/// Counts a claim in `waiting` for as long as it waits: taken out when its wait ends, also by
-/// an error (cancel), when the unwinding drops it, and by the exit of its process (a shutdown
-/// or `pg_terminate_backend` ends the process without unwinding).
-struct Counted(&'static Wakeups);
+/// Counts a claim in `waiting` of its buckets for as long as it waits: taken out when its wait
+/// ends, also by an error (cancel), when the unwinding drops it, and by the exit of its
+/// process (a shutdown or `pg_terminate_backend` ends the process without unwinding).
+struct Counted;
 
 thread_local! {
-    static COUNTED: Cell<bool> = const { Cell::new(false) };
+    /// The buckets this backend is counted in now.
+    static COUNTED: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     static EXIT_HOOKED: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Counted {
-    fn new(w: &'static Wakeups) -> Self {
+    fn new(w: &'static Wakeups, buckets: Vec<usize>) -> Self {
         if !EXIT_HOOKED.with(Cell::get) {
             EXIT_HOOKED.with(|h| h.set(true));
             unsafe { pg_sys::before_shmem_exit(Some(uncount_at_exit), pg_sys::Datum::from(0)) };
         }
-        w.waiting.fetch_add(1, Ordering::SeqCst);
-        COUNTED.with(|c| c.set(true));
-        Counted(w)
+        uncount();
+        for &b in &buckets {
+            w.waiting[b].fetch_add(1, Ordering::SeqCst);
+        }
+        COUNTED.with(|c| *c.borrow_mut() = buckets);
+        Counted
+    }
+}
+
+/// Takes this backend out of `waiting` of the buckets it is counted in.
+fn uncount() {
+    let buckets = COUNTED.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if let Some(w) = shared() {
+        for b in buckets {
+            w.waiting[b].fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        if COUNTED.with(|c| c.replace(false)) {
-            self.0.waiting.fetch_sub(1, Ordering::SeqCst);
-        }
+        uncount();
     }
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn uncount_at_exit(_code: i32, _arg: pg_sys::Datum) {
-    if COUNTED.with(|c| c.replace(false)) {
-        if let Some(w) = shared() {
-            w.waiting.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
+    uncount();
 }
 
 /// Takes this backend out of vacuum's horizon for the wait (`backend_xmin` NULL), when no

@@ -101,10 +101,14 @@ def test_drop_extension_ends_that_database_sweeper_only(make_db):
     assert one(dsn_b, sweepers(b)) == 1
 
 
-def test_drop_database_of_a_swept_database_succeeds_and_the_launcher_carries_on(server, make_db):
-    """DROP DATABASE (without FORCE, by its owner, not a superuser) fails while any other
-    session is connected to it; the sweeper is one. The utility hook stops it first. Without
-    the hook the DROP failed: 'database ... is being accessed by other users'."""
+@pytest.mark.parametrize("force", ["", " with (force)"])
+def test_drop_database_of_a_swept_database_succeeds_and_the_launcher_carries_on(server, make_db, force):
+    """DROP DATABASE (by its owner, not a superuser) fails while any other session is
+    connected to it; the sweeper is one. The utility hook stops it first. Without the hook
+    the DROP failed: 'database ... is being accessed by other users'. WITH (FORCE) terminates
+    the sessions it finds at once, and the owner may not terminate the sweeper (a
+    superuser's): the hook waits for it to leave. Without that wait the FORCE drop failed:
+    'permission denied to terminate process'."""
     with psycopg.connect(server["dsn"], autocommit=True) as admin:
         admin.execute("drop role if exists launcher_owner")
         admin.execute("create role launcher_owner login createdb")
@@ -112,7 +116,7 @@ def test_drop_database_of_a_swept_database_succeeds_and_the_launcher_carries_on(
     eventually(dsn, sweepers(name), 1)
     owner = f"{server['dsn']} user=launcher_owner"
     with psycopg.connect(owner, autocommit=True) as conn:
-        conn.execute(f"drop database {name}")
+        conn.execute(f"drop database {name}{force}")
     assert one(server["dsn"], "select count(*) from pg_database where datname = %s", (name,)) == 0
     # The launcher is not wedged by the database it lost: a new one is swept.
     other, dsn_other = make_db()
