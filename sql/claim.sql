@@ -13,9 +13,9 @@
 -- Then one statement reads the policy of each job name among the candidates (jobs._policy:
 -- lease, dead-lettering, concurrency), once per call, not once per candidate.
 --
--- Limits (only when a candidate has a concurrency_key or its job type a concurrency):
--- jobs._within_limits locks the slot of each limited name and key (jobs_data.lock_slots, in slot
--- order, so claimers never deadlock), then counts the running jobs in a new statement, whose snapshot sees every
+-- Limits (only when a candidate has a concurrency_key or its job type a concurrency), per
+-- tenant: jobs._within_limits locks the slot of each limited name and key of a tenant
+-- (jobs_data.lock_slots, in one order, so claimers never deadlock), then counts the running jobs in a new statement, whose snapshot sees every
 -- claim committed under those locks, and keeps the candidates that fit. A candidate held back
 -- is not updated, so it is charged no attempt.
 --
@@ -51,29 +51,25 @@ returns table (ids uuid[], names text[], bury boolean[])
 language plpgsql volatile
 as $$
 declare
-  v_slots  int[];
-  v_locked int[];
-  v_at     timestamptz;
+  v_tenants text[];
+  v_slots   int[];
+  v_locked  text[];
+  v_at      timestamptz;
 begin
-  -- Serialise the claimers of each limited name and key until they commit, so the counts
-  -- below see every claim made under the same limit. In slot order: one lock order for all.
-  v_slots := array(
-    select distinct hashtext(x.lock_key) & 1023
+  -- Serialise the claimers of each limited name and key of a tenant until they commit, so
+  -- the counts below see every claim made under the same limit (jobs._lock_slots, in one
+  -- lock order for all).
+  select coalesce(array_agg(w.tenant), '{}'), coalesce(array_agg(w.slot), '{}')
+    into v_tenants, v_slots
+  from (
+    select distinct coalesce(j.tenant_id, '') as tenant, hashtext(x.lock_key) & 1023 as slot
     from jobs_data.jobs as j
     left join jobs_data.job_types as t on t.name = j.name
     cross join lateral (values ('name:' || j.name, t.concurrency is not null or t.rate_limit is not null),
                                ('key:' || j.concurrency_key, j.concurrency_key is not null))
                as x(lock_key, limited)
-    where j.id = any(p_ids) and x.limited
-    order by 1);
-  if p_wait then
-    perform from jobs_data.lock_slots as s where s.slot = any(v_slots)
-    order by s.slot for no key update;
-    v_locked := v_slots;
-  else
-    v_locked := array(select s.slot from jobs_data.lock_slots as s where s.slot = any(v_slots)
-                      order by s.slot for no key update skip locked);
-  end if;
+    where j.id = any(p_ids) and x.limited) as w;
+  v_locked := jobs._lock_slots(v_tenants, v_slots, case when p_wait then 'wait' else 'skip' end);
   v_at := jobs.clock();
 
   -- Starts that left their window count no more.
@@ -87,80 +83,83 @@ begin
   -- A new statement, so a new snapshot: it sees the claims committed under those locks.
   return query
   with c as (  -- a lookup per candidate, not a join (see the UPDATE in jobs.claim)
-    select u.id, u.name, u.bury, u.ord, k.concurrency_key, t.concurrency, t.rate_limit,
+    select u.id, u.name, u.bury, u.ord, k.concurrency_key, k.tenant, t.concurrency, t.rate_limit,
            t.rate_period, coalesce(t.rate_limit_per_key, false) as per_key,
            (t.concurrency is null and t.rate_limit is null
-              or hashtext('name:' || u.name) & 1023 = any(v_locked))
+              or (hashtext('name:' || u.name) & 1023) || ':' || k.tenant = any(v_locked))
            and (k.concurrency_key is null
-                or hashtext('key:' || k.concurrency_key) & 1023 = any(v_locked)) as locked
+                or (hashtext('key:' || k.concurrency_key) & 1023) || ':' || k.tenant = any(v_locked)) as locked
     from unnest(p_ids, p_names, p_bury) with ordinality as u(id, name, bury, ord)
-    cross join lateral (select j.concurrency_key from jobs_data.jobs as j where j.id = u.id) as k
+    cross join lateral (select j.concurrency_key, coalesce(j.tenant_id, '') as tenant
+                        from jobs_data.jobs as j where j.id = u.id) as k
     left join lateral (select t.concurrency, t.rate_limit, t.rate_period, t.rate_limit_per_key
                        from jobs_data.job_types as t where t.name = u.name) as t on true
   ),
   -- The jobs running now under a candidate's name or key. No candidate is among them: a
   -- lapsed one's lease ended by p_now (jobs.claim found it so and holds its row), and the
-  -- others are not running.
+  -- others are not running. Each tenant's limits count its own jobs only.
   held as (
-    select r.name, r.concurrency_key
+    select r.name, r.concurrency_key, coalesce(r.tenant_id, '') as tenant
     from jobs_data.jobs as r
     where r.state = 'running' and r.lease_scan_at is not null  -- all running jobs: jobs_lease_idx
       and r.lease_expires_at > p_now
       and (r.name in (select c.name from c where c.concurrency is not null)
            or r.concurrency_key in (select c.concurrency_key from c))
     union all
-    select r.name, r.concurrency_key
+    select r.name, r.concurrency_key, coalesce(r.tenant_id, '')
     from unnest(p_kept, p_kept_bury) as k(id, bury)
     join jobs_data.jobs as r on r.id = k.id
     where not k.bury
   ),
   held_per_name as (
-    select h.name, count(*) as n from held as h group by h.name
+    select h.name, h.tenant, count(*) as n from held as h group by h.name, h.tenant
   ),
   -- The starts in each rate-limited name's window, per name and key.
   started as (
-    select r.name, r.key, count(*) as n
+    select r.name, r.tenant, r.key, count(*) as n
     from jobs_data.rate_starts as r
     join jobs_data.job_types as t on t.name = r.name
     where r.name in (select c.name from c where c.rate_limit is not null)
       and r.started_at > v_at - t.rate_period
-    group by r.name, r.key
+    group by r.name, r.tenant, r.key
   ),
   ranked as (
     select c.*,
-           row_number() over (partition by c.name order by c.ord) as nth_of_name,
-           row_number() over (partition by c.concurrency_key order by c.ord) as nth_of_key,
-           row_number() over (partition by c.name, c.concurrency_key order by c.ord) as nth_of_name_key
+           row_number() over (partition by c.tenant, c.name order by c.ord) as nth_of_name,
+           row_number() over (partition by c.tenant, c.concurrency_key order by c.ord) as nth_of_key,
+           row_number() over (partition by c.tenant, c.name, c.concurrency_key order by c.ord) as nth_of_name_key
     from c where not c.bury
   ),
   fits as (
-    select c.id, c.name, c.bury, c.ord, null::text as start_key, false as starts
+    select c.id, c.name, c.bury, c.ord, c.tenant, null::text as start_key, false as starts
     from c where c.bury
     union all
     -- A join and a hashed IN: a count or an EXISTS per candidate read all of held for each.
-    select r.id, r.name, r.bury, r.ord, case when r.per_key then r.concurrency_key end,
+    select r.id, r.name, r.bury, r.ord, r.tenant, case when r.per_key then r.concurrency_key end,
            r.rate_limit is not null
     from ranked as r
-    left join held_per_name as hn on hn.name = r.name
+    left join held_per_name as hn on hn.name = r.name and hn.tenant = r.tenant
     where r.locked
       and (r.concurrency is null or r.nth_of_name + coalesce(hn.n, 0) <= r.concurrency)
       and (r.concurrency_key is null
            or (r.nth_of_key = 1
-               and not (r.concurrency_key in (select h.concurrency_key from held as h
-                                              where h.concurrency_key is not null))))
+               and not ((r.concurrency_key, r.tenant) in (select h.concurrency_key, h.tenant from held as h
+                                                          where h.concurrency_key is not null))))
       and (r.rate_limit is null
            or case when r.per_key
                 then r.nth_of_name_key + coalesce((select s.n from started as s where s.name = r.name
+                                                    and s.tenant = r.tenant
                                                     and s.key is not distinct from r.concurrency_key), 0)
-                else r.nth_of_name + coalesce((select sum(s.n) from started as s where s.name = r.name), 0)
+                else r.nth_of_name + coalesce((select sum(s.n) from started as s
+                                               where s.name = r.name and s.tenant = r.tenant), 0)
               end <= r.rate_limit)
   ),
   kept as (
     select * from fits as f order by f.ord limit p_max
   ),
   logged as (
-    insert into jobs_data.rate_starts (name, key, started_at)
-    select k.name, k.start_key, v_at from kept as k where k.starts
+    insert into jobs_data.rate_starts (name, key, started_at, tenant)
+    select k.name, k.start_key, v_at, k.tenant from kept as k where k.starts
   )
   select array_agg(k.id order by k.ord), array_agg(k.name order by k.ord),
          array_agg(k.bury order by k.ord)

@@ -10,9 +10,9 @@
 -- An expired event is invisible at once: every read filters on expires_at.
 --
 -- No lost wake-up: "no event yet, so suspend" (await_event) and "insert the event, then wake
--- the waiters" (publish) both hold the lock slot of (name, key) (jobs_data.lock_slots), so one
--- of them commits before the other looks: publish then sees the suspended waiter, or
--- await_event sees the event.
+-- the waiters" (publish) both hold the lock slot of (name, key) (jobs_data.lock_slots, the
+-- slots of the job's tenant; jobs._event_lock), so one of them commits before the other looks:
+-- publish then sees the suspended waiter, or await_event sees the event.
 --
 -- Lock order: the (name, key) lock slot, then job rows. Keys are stored as '' for none.
 --
@@ -34,14 +34,21 @@ create index events_lookup_idx on jobs_data.events (name, key, published_at desc
 create index events_expiry_idx on jobs_data.events (expires_at);
 comment on table jobs_data.events is 'Published events; a row past expires_at is invisible and swept';
 
-create function jobs._event_lock(p_name text, p_key text)
+-- The lock of an event's (name, key) slot: a publish locks its tenant's slot ('' for a
+-- publish to every tenant); an await locks its job's tenant's slot and, for a tenant's job,
+-- shares the slot of publishes to every tenant, so it is ordered against both kinds of publish
+-- that can wake it, and against no other tenant's.
+create function jobs._event_lock(p_name text, p_key text, p_tenant text, p_await boolean)
 returns void
 language plpgsql volatile
 as $$
+declare
+  v_slot int := 1024 + (hashtext(p_name || '/' || p_key) & 1023);
 begin
-  perform from jobs_data.lock_slots as s
-  where s.slot = 1024 + (hashtext(p_name || '/' || p_key) & 1023)
-  for no key update;
+  perform jobs._lock_slots(array[coalesce(p_tenant, '')], array[v_slot], 'wait');
+  if p_await and p_tenant is not null then
+    perform jobs._lock_slots(array[''], array[v_slot], 'share');
+  end if;
 end
 $$;
 
@@ -94,7 +101,7 @@ begin
       '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), pg_column_size(publish.payload)),
       'store large data elsewhere (a table, object storage) and pass its key in the payload');
   end if;
-  perform jobs._event_lock(publish.name, v_key);
+  perform jobs._event_lock(publish.name, v_key, v_tenant, false);
   insert into jobs_data.events (id, name, key, payload, published_at, expires_at, tenant_id)
   values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl, v_tenant);
   -- Wake the waiters: claimable now, and their await_event will find this event.
@@ -146,7 +153,10 @@ begin
   perform jobs._check_interval('jobs.await_event: timeout', await_event.timeout, interval '10 years',
     'pass how long to wait, or NULL to wait until the event is published');
 
-  perform jobs._event_lock(await_event.name, v_key);
+  -- The job's tenant picks its lock slot: read before the lock (it never changes), checked
+  -- with the claim under it.
+  perform jobs._event_lock(await_event.name, v_key,
+    (select j.tenant_id from jobs_data.jobs as j where j.id = await_event.id), true);
   select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until, j.tenant_id into v_job
   from jobs_data.jobs as j
   where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)

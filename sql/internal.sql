@@ -14,7 +14,50 @@ comment on table jobs_data.maintenance is 'When jobs.sweep last pruned jobs.queu
 -- per event on slots 1024-2047 (a key hashes to a slot: two keys may share one, which only
 -- serialises them). Advisory locks would do the same, but their keys are public: any role
 -- that can connect could take and hold them and stall every limited claim and event wait.
-create table jobs_data.lock_slots (slot int primary key);
+-- Each tenant has slots of its own (tenant ''; jobs of no tenant), made at its first use, so
+-- a tenant's open transaction holding every slot it can reach stalls only that tenant.
+create table jobs_data.lock_slots (
+  tenant text not null default '',
+  slot   int  not null,
+  primary key (tenant, slot)
+);
 insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
 comment on table jobs_data.lock_slots is
-  'Lock slots for concurrency limits (0-1023) and events (1024-2047); rows never change';
+  'Lock slots for concurrency limits (0-1023) and events (1024-2047), per tenant; rows never change';
+
+-- Locks the slots (p_tenants[i], p_slots[i]) in (tenant, slot) order, one lock order for all:
+-- p_how 'wait' waits for each and answers them all; 'skip' takes those free now and answers
+-- which; 'share' waits for a share lock on each (answers them all). Slots are answered as
+-- slot || ':' || tenant. A tenant's slots are inserted at its first use; the insert waits
+-- only on that tenant's own first use in an open transaction.
+create function jobs._lock_slots(p_tenants text[], p_slots int[], p_how text)
+returns text[]
+language plpgsql volatile
+as $$
+begin
+  if exists (select from unnest(p_tenants, p_slots) as w(tenant, slot)
+             where w.tenant <> ''
+               and not exists (select from jobs_data.lock_slots as s
+                               where s.tenant = w.tenant and s.slot = w.slot)) then
+    insert into jobs_data.lock_slots (tenant, slot)
+    select distinct w.tenant, w.slot from unnest(p_tenants, p_slots) as w(tenant, slot)
+    where w.tenant <> ''
+    order by 1, 2
+    on conflict do nothing;
+  end if;
+  if p_how = 'skip' then
+    return array(select s.slot || ':' || s.tenant from jobs_data.lock_slots as s
+                 where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+                 order by s.tenant, s.slot for no key update skip locked);
+  elsif p_how = 'share' then
+    perform from jobs_data.lock_slots as s
+    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+    order by s.tenant, s.slot for share;
+  else
+    perform from jobs_data.lock_slots as s
+    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+    order by s.tenant, s.slot for no key update;
+  end if;
+  return array(select w.slot || ':' || w.tenant from unnest(p_tenants, p_slots) as w(tenant, slot));
+end
+$$;

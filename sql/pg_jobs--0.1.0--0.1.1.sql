@@ -66,7 +66,8 @@ comment on table jobs_data.attempts is
 create table jobs_data.rate_starts (
   name       text not null,
   key        text,              -- the concurrency_key, with rate_limit_per_key
-  started_at timestamptz not null
+  started_at timestamptz not null,
+  tenant     text not null default ''  -- the job's tenant_id ('': none): each has its own limit
 );
 
 create index rate_starts_idx on jobs_data.rate_starts (name, started_at);
@@ -510,6 +511,8 @@ comment on function jobs.run_schedules(int) is
 create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)
   where state = 'running' and lease_scan_at is not null;
 drop function jobs._within_limits(uuid[], text[], boolean[], boolean[], timestamptz);
+-- Event locks take the tenant's lock slot (jobs._event_lock(name, key, tenant, await)).
+drop function jobs._event_lock(text, text);
 
 -- 6.
 alter table jobs_data.jobs set (vacuum_truncate = false);
@@ -524,12 +527,48 @@ insert into jobs_data.maintenance default values;
 
 comment on table jobs_data.maintenance is 'When jobs.sweep last pruned jobs.queues (at most hourly)';
 
-create table jobs_data.lock_slots (slot int primary key);
+create table jobs_data.lock_slots (
+  tenant text not null default '',
+  slot   int  not null,
+  primary key (tenant, slot)
+);
 
 insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
 
 comment on table jobs_data.lock_slots is
-  'Lock slots for concurrency limits (0-1023) and events (1024-2047); rows never change';
+  'Lock slots for concurrency limits (0-1023) and events (1024-2047), per tenant; rows never change';
+
+create function jobs._lock_slots(p_tenants text[], p_slots int[], p_how text)
+returns text[]
+language plpgsql volatile
+as $$
+begin
+  if exists (select from unnest(p_tenants, p_slots) as w(tenant, slot)
+             where w.tenant <> ''
+               and not exists (select from jobs_data.lock_slots as s
+                               where s.tenant = w.tenant and s.slot = w.slot)) then
+    insert into jobs_data.lock_slots (tenant, slot)
+    select distinct w.tenant, w.slot from unnest(p_tenants, p_slots) as w(tenant, slot)
+    where w.tenant <> ''
+    order by 1, 2
+    on conflict do nothing;
+  end if;
+  if p_how = 'skip' then
+    return array(select s.slot || ':' || s.tenant from jobs_data.lock_slots as s
+                 where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+                 order by s.tenant, s.slot for no key update skip locked);
+  elsif p_how = 'share' then
+    perform from jobs_data.lock_slots as s
+    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+    order by s.tenant, s.slot for share;
+  else
+    perform from jobs_data.lock_slots as s
+    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+    order by s.tenant, s.slot for no key update;
+  end if;
+  return array(select w.slot || ':' || w.tenant from unnest(p_tenants, p_slots) as w(tenant, slot));
+end
+$$;
 alter table jobs_data.events drop constraint events_key_check,
   add constraint events_key_check check (octet_length(key) <= 512);
 
@@ -627,6 +666,38 @@ begin
   if not isfinite(p_value) then
     perform jobs._raise('22023', format('%s must be a finite time, got %s', p_what, p_value), p_hint);
   end if;
+end
+$$;
+
+create or replace function jobs._lock_slots(p_tenants text[], p_slots int[], p_how text)
+returns text[]
+language plpgsql volatile
+as $$
+begin
+  if exists (select from unnest(p_tenants, p_slots) as w(tenant, slot)
+             where w.tenant <> ''
+               and not exists (select from jobs_data.lock_slots as s
+                               where s.tenant = w.tenant and s.slot = w.slot)) then
+    insert into jobs_data.lock_slots (tenant, slot)
+    select distinct w.tenant, w.slot from unnest(p_tenants, p_slots) as w(tenant, slot)
+    where w.tenant <> ''
+    order by 1, 2
+    on conflict do nothing;
+  end if;
+  if p_how = 'skip' then
+    return array(select s.slot || ':' || s.tenant from jobs_data.lock_slots as s
+                 where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+                 order by s.tenant, s.slot for no key update skip locked);
+  elsif p_how = 'share' then
+    perform from jobs_data.lock_slots as s
+    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+    order by s.tenant, s.slot for share;
+  else
+    perform from jobs_data.lock_slots as s
+    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+    order by s.tenant, s.slot for no key update;
+  end if;
+  return array(select w.slot || ':' || w.tenant from unnest(p_tenants, p_slots) as w(tenant, slot));
 end
 $$;
 
@@ -1200,29 +1271,25 @@ returns table (ids uuid[], names text[], bury boolean[])
 language plpgsql volatile
 as $$
 declare
-  v_slots  int[];
-  v_locked int[];
-  v_at     timestamptz;
+  v_tenants text[];
+  v_slots   int[];
+  v_locked  text[];
+  v_at      timestamptz;
 begin
-  -- Serialise the claimers of each limited name and key until they commit, so the counts
-  -- below see every claim made under the same limit. In slot order: one lock order for all.
-  v_slots := array(
-    select distinct hashtext(x.lock_key) & 1023
+  -- Serialise the claimers of each limited name and key of a tenant until they commit, so
+  -- the counts below see every claim made under the same limit (jobs._lock_slots, in one
+  -- lock order for all).
+  select coalesce(array_agg(w.tenant), '{}'), coalesce(array_agg(w.slot), '{}')
+    into v_tenants, v_slots
+  from (
+    select distinct coalesce(j.tenant_id, '') as tenant, hashtext(x.lock_key) & 1023 as slot
     from jobs_data.jobs as j
     left join jobs_data.job_types as t on t.name = j.name
     cross join lateral (values ('name:' || j.name, t.concurrency is not null or t.rate_limit is not null),
                                ('key:' || j.concurrency_key, j.concurrency_key is not null))
                as x(lock_key, limited)
-    where j.id = any(p_ids) and x.limited
-    order by 1);
-  if p_wait then
-    perform from jobs_data.lock_slots as s where s.slot = any(v_slots)
-    order by s.slot for no key update;
-    v_locked := v_slots;
-  else
-    v_locked := array(select s.slot from jobs_data.lock_slots as s where s.slot = any(v_slots)
-                      order by s.slot for no key update skip locked);
-  end if;
+    where j.id = any(p_ids) and x.limited) as w;
+  v_locked := jobs._lock_slots(v_tenants, v_slots, case when p_wait then 'wait' else 'skip' end);
   v_at := jobs.clock();
 
   -- Starts that left their window count no more.
@@ -1236,80 +1303,83 @@ begin
   -- A new statement, so a new snapshot: it sees the claims committed under those locks.
   return query
   with c as (  -- a lookup per candidate, not a join (see the UPDATE in jobs.claim)
-    select u.id, u.name, u.bury, u.ord, k.concurrency_key, t.concurrency, t.rate_limit,
+    select u.id, u.name, u.bury, u.ord, k.concurrency_key, k.tenant, t.concurrency, t.rate_limit,
            t.rate_period, coalesce(t.rate_limit_per_key, false) as per_key,
            (t.concurrency is null and t.rate_limit is null
-              or hashtext('name:' || u.name) & 1023 = any(v_locked))
+              or (hashtext('name:' || u.name) & 1023) || ':' || k.tenant = any(v_locked))
            and (k.concurrency_key is null
-                or hashtext('key:' || k.concurrency_key) & 1023 = any(v_locked)) as locked
+                or (hashtext('key:' || k.concurrency_key) & 1023) || ':' || k.tenant = any(v_locked)) as locked
     from unnest(p_ids, p_names, p_bury) with ordinality as u(id, name, bury, ord)
-    cross join lateral (select j.concurrency_key from jobs_data.jobs as j where j.id = u.id) as k
+    cross join lateral (select j.concurrency_key, coalesce(j.tenant_id, '') as tenant
+                        from jobs_data.jobs as j where j.id = u.id) as k
     left join lateral (select t.concurrency, t.rate_limit, t.rate_period, t.rate_limit_per_key
                        from jobs_data.job_types as t where t.name = u.name) as t on true
   ),
   -- The jobs running now under a candidate's name or key. No candidate is among them: a
   -- lapsed one's lease ended by p_now (jobs.claim found it so and holds its row), and the
-  -- others are not running.
+  -- others are not running. Each tenant's limits count its own jobs only.
   held as (
-    select r.name, r.concurrency_key
+    select r.name, r.concurrency_key, coalesce(r.tenant_id, '') as tenant
     from jobs_data.jobs as r
     where r.state = 'running' and r.lease_scan_at is not null  -- all running jobs: jobs_lease_idx
       and r.lease_expires_at > p_now
       and (r.name in (select c.name from c where c.concurrency is not null)
            or r.concurrency_key in (select c.concurrency_key from c))
     union all
-    select r.name, r.concurrency_key
+    select r.name, r.concurrency_key, coalesce(r.tenant_id, '')
     from unnest(p_kept, p_kept_bury) as k(id, bury)
     join jobs_data.jobs as r on r.id = k.id
     where not k.bury
   ),
   held_per_name as (
-    select h.name, count(*) as n from held as h group by h.name
+    select h.name, h.tenant, count(*) as n from held as h group by h.name, h.tenant
   ),
   -- The starts in each rate-limited name's window, per name and key.
   started as (
-    select r.name, r.key, count(*) as n
+    select r.name, r.tenant, r.key, count(*) as n
     from jobs_data.rate_starts as r
     join jobs_data.job_types as t on t.name = r.name
     where r.name in (select c.name from c where c.rate_limit is not null)
       and r.started_at > v_at - t.rate_period
-    group by r.name, r.key
+    group by r.name, r.tenant, r.key
   ),
   ranked as (
     select c.*,
-           row_number() over (partition by c.name order by c.ord) as nth_of_name,
-           row_number() over (partition by c.concurrency_key order by c.ord) as nth_of_key,
-           row_number() over (partition by c.name, c.concurrency_key order by c.ord) as nth_of_name_key
+           row_number() over (partition by c.tenant, c.name order by c.ord) as nth_of_name,
+           row_number() over (partition by c.tenant, c.concurrency_key order by c.ord) as nth_of_key,
+           row_number() over (partition by c.tenant, c.name, c.concurrency_key order by c.ord) as nth_of_name_key
     from c where not c.bury
   ),
   fits as (
-    select c.id, c.name, c.bury, c.ord, null::text as start_key, false as starts
+    select c.id, c.name, c.bury, c.ord, c.tenant, null::text as start_key, false as starts
     from c where c.bury
     union all
     -- A join and a hashed IN: a count or an EXISTS per candidate read all of held for each.
-    select r.id, r.name, r.bury, r.ord, case when r.per_key then r.concurrency_key end,
+    select r.id, r.name, r.bury, r.ord, r.tenant, case when r.per_key then r.concurrency_key end,
            r.rate_limit is not null
     from ranked as r
-    left join held_per_name as hn on hn.name = r.name
+    left join held_per_name as hn on hn.name = r.name and hn.tenant = r.tenant
     where r.locked
       and (r.concurrency is null or r.nth_of_name + coalesce(hn.n, 0) <= r.concurrency)
       and (r.concurrency_key is null
            or (r.nth_of_key = 1
-               and not (r.concurrency_key in (select h.concurrency_key from held as h
-                                              where h.concurrency_key is not null))))
+               and not ((r.concurrency_key, r.tenant) in (select h.concurrency_key, h.tenant from held as h
+                                                          where h.concurrency_key is not null))))
       and (r.rate_limit is null
            or case when r.per_key
                 then r.nth_of_name_key + coalesce((select s.n from started as s where s.name = r.name
+                                                    and s.tenant = r.tenant
                                                     and s.key is not distinct from r.concurrency_key), 0)
-                else r.nth_of_name + coalesce((select sum(s.n) from started as s where s.name = r.name), 0)
+                else r.nth_of_name + coalesce((select sum(s.n) from started as s
+                                               where s.name = r.name and s.tenant = r.tenant), 0)
               end <= r.rate_limit)
   ),
   kept as (
     select * from fits as f order by f.ord limit p_max
   ),
   logged as (
-    insert into jobs_data.rate_starts (name, key, started_at)
-    select k.name, k.start_key, v_at from kept as k where k.starts
+    insert into jobs_data.rate_starts (name, key, started_at, tenant)
+    select k.name, k.start_key, v_at, k.tenant from kept as k where k.starts
   )
   select array_agg(k.id order by k.ord), array_agg(k.name order by k.ord),
          array_agg(k.bury order by k.ord)
@@ -2187,14 +2257,17 @@ $$;
 comment on function jobs.get_step(uuid, text) is
   'Whether a step of a run was saved, and its output: replay it instead of redoing it';
 
-create or replace function jobs._event_lock(p_name text, p_key text)
+create or replace function jobs._event_lock(p_name text, p_key text, p_tenant text, p_await boolean)
 returns void
 language plpgsql volatile
 as $$
+declare
+  v_slot int := 1024 + (hashtext(p_name || '/' || p_key) & 1023);
 begin
-  perform from jobs_data.lock_slots as s
-  where s.slot = 1024 + (hashtext(p_name || '/' || p_key) & 1023)
-  for no key update;
+  perform jobs._lock_slots(array[coalesce(p_tenant, '')], array[v_slot], 'wait');
+  if p_await and p_tenant is not null then
+    perform jobs._lock_slots(array[''], array[v_slot], 'share');
+  end if;
 end
 $$;
 
@@ -2247,7 +2320,7 @@ begin
       '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), pg_column_size(publish.payload)),
       'store large data elsewhere (a table, object storage) and pass its key in the payload');
   end if;
-  perform jobs._event_lock(publish.name, v_key);
+  perform jobs._event_lock(publish.name, v_key, v_tenant, false);
   insert into jobs_data.events (id, name, key, payload, published_at, expires_at, tenant_id)
   values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl, v_tenant);
   -- Wake the waiters: claimable now, and their await_event will find this event.
@@ -2298,7 +2371,10 @@ begin
   perform jobs._check_interval('jobs.await_event: timeout', await_event.timeout, interval '10 years',
     'pass how long to wait, or NULL to wait until the event is published');
 
-  perform jobs._event_lock(await_event.name, v_key);
+  -- The job's tenant picks its lock slot: read before the lock (it never changes), checked
+  -- with the claim under it.
+  perform jobs._event_lock(await_event.name, v_key,
+    (select j.tenant_id from jobs_data.jobs as j where j.id = await_event.id), true);
   select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until, j.tenant_id into v_job
   from jobs_data.jobs as j
   where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
@@ -3166,28 +3242,57 @@ begin atomic
   select min(l.run_at) from levels as l;
 end;
 
+create or replace function jobs.queue_stats()
+returns table (queue text, paused boolean, ready bigint, delayed bigint, running bigint,
+               suspended bigint, completed bigint, failed bigint, dead bigint, cancelled bigint,
+               oldest_ready_age interval)
+language sql stable  -- security definer: sql/privileges.sql
+begin atomic
+  select q.queue,
+         q.paused,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
+            and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
+         jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
+  from jobs_data.queues as q;
+end;
+
+comment on function jobs.queue_stats() is
+  'Per queue: paused, a count per state, and how long the oldest ready job has waited (what '
+  'monitors read: no other role can stall it)';
+
 create or replace view jobs.queue_stats as
-select q.queue,
-       q.paused,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
-          and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
-       jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
-from jobs_data.queues as q;
+select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
+       s.dead, s.cancelled, s.oldest_ready_age
+from jobs.queue_stats() as s;
 
 comment on view jobs.queue_stats is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited';
 
+create or replace function jobs.outcome_stats()
+returns table (queue text, completed bigint, retried bigint, dead bigint, failed bigint,
+               cancelled bigint, timed_out bigint, lease_lapsed bigint, since timestamptz)
+language sql volatile
+begin atomic
+  select s.queue, s.completed, s.retried, s.dead, s.failed, s.cancelled, s.timed_out,
+         s.lease_lapsed, s.since
+  from jobs._outcome_stats() as s;
+end;
+
+comment on function jobs.outcome_stats() is
+  'Per queue, counters since the server started (what monitors read: no other role can stall '
+  'it; see jobs.queue_stats())';
+
 create or replace view jobs.outcome_stats as
 select s.queue, s.completed, s.retried, s.dead, s.failed, s.cancelled, s.timed_out,
        s.lease_lapsed, s.since
-from jobs._outcome_stats() as s;
+from jobs.outcome_stats() as s;
 
 comment on view jobs.outcome_stats is
   'Per queue, counters since the server started: completed, retried, dead, failed, cancelled, '
@@ -3267,9 +3372,10 @@ begin
     perform jobs._raise('22023', format('%s: role %I does not exist', p_fn, p_role),
       format('create it first: create role %I login', p_role));
   end if;
+  -- No USAGE on pg_jobs's types: calling with or reading their values needs none, and with
+  -- it a role could make a table (a temporary one) of jobs.job_spec, which blocks
+  -- DROP EXTENSION and every upgrade that changes the type.
   execute format('grant usage on schema jobs to %I', p_role);
-  execute format('grant usage on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec to %I',
-                 p_role);
   for v_fn in
     select p.oid::regprocedure from pg_catalog.pg_proc as p
     where p.pronamespace = 'jobs'::regnamespace and (p_admin or p.proname = any(p_functions))
@@ -3368,13 +3474,15 @@ returns void
 language plpgsql volatile
 as $$
 begin
-  perform jobs._grant('jobs.grant_monitor', role, array['clock', '_oldest_ready', '_outcome_stats'], false);
+  perform jobs._grant('jobs.grant_monitor', role,
+    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
 end
 $$;
 
 comment on function jobs.grant_monitor(name) is
-  'Let a role read jobs.queue_stats and jobs.outcome_stats, and nothing else (for postgres_exporter and alerts)';
+  'Let a role read jobs.queue_stats and jobs.outcome_stats (the views and the functions), and nothing '
+  'else (for postgres_exporter and alerts)';
 
 do $$
 declare
@@ -3388,7 +3496,7 @@ begin
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
-                        'grant_admin', 'grant_monitor', '_oldest_ready')
+                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '
@@ -3416,6 +3524,35 @@ $$;
 revoke all on all functions in schema jobs from public;
 
 revoke all on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec from public;
+
+do $$
+declare
+  v_grant record;
+begin
+  for v_grant in
+    select distinct t.oid::regtype as type, a.grantee::regrole as role
+    from pg_catalog.pg_type as t
+    cross join lateral pg_catalog.aclexplode(t.typacl) as a
+    where t.typnamespace = 'jobs'::regnamespace and a.grantee not in (0, t.typowner)
+  loop
+    execute format('revoke all on type %s from %s', v_grant.type, v_grant.role);
+  end loop;
+end
+$$;
+
+do $$
+declare
+  v_grantees text;
+begin
+  select string_agg(distinct quote_ident(a.grantee::regrole::text), ',') into v_grantees
+  from pg_catalog.pg_class as c, pg_catalog.aclexplode(c.relacl) as a
+  where c.oid = 'jobs.queue_stats'::regclass
+    and a.privilege_type = 'SELECT' and a.grantee <> c.relowner and a.grantee <> 0;
+  if v_grantees is not null then
+    execute 'grant execute on function jobs.queue_stats(), jobs.outcome_stats() to ' || v_grantees;
+  end if;
+end
+$$;
 
 -- 20. ... and may call the new publish.
 do $$

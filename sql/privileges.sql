@@ -39,9 +39,10 @@ begin
     perform jobs._raise('22023', format('%s: role %I does not exist', p_fn, p_role),
       format('create it first: create role %I login', p_role));
   end if;
+  -- No USAGE on pg_jobs's types: calling with or reading their values needs none, and with
+  -- it a role could make a table (a temporary one) of jobs.job_spec, which blocks
+  -- DROP EXTENSION and every upgrade that changes the type.
   execute format('grant usage on schema jobs to %I', p_role);
-  execute format('grant usage on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec to %I',
-                 p_role);
   for v_fn in
     select p.oid::regprocedure from pg_catalog.pg_proc as p
     where p.pronamespace = 'jobs'::regnamespace and (p_admin or p.proname = any(p_functions))
@@ -142,12 +143,14 @@ returns void
 language plpgsql volatile
 as $$
 begin
-  perform jobs._grant('jobs.grant_monitor', role, array['clock', '_oldest_ready', '_outcome_stats'], false);
+  perform jobs._grant('jobs.grant_monitor', role,
+    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
 end
 $$;
 comment on function jobs.grant_monitor(name) is
-  'Let a role read jobs.queue_stats and jobs.outcome_stats, and nothing else (for postgres_exporter and alerts)';
+  'Let a role read jobs.queue_stats and jobs.outcome_stats (the views and the functions), and nothing '
+  'else (for postgres_exporter and alerts)';
 
 do $$
 declare
@@ -161,7 +164,7 @@ begin
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
-                        'grant_admin', 'grant_monitor', '_oldest_ready')
+                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '
@@ -194,3 +197,35 @@ $$;
 
 revoke all on all functions in schema jobs from public;
 revoke all on type jobs.job_state, jobs.claimed_job, jobs.enqueued, jobs.job_spec from public;
+-- ... and from the roles 0.1.0 granted it to.
+do $$
+declare
+  v_grant record;
+begin
+  for v_grant in
+    select distinct t.oid::regtype as type, a.grantee::regrole as role
+    from pg_catalog.pg_type as t
+    cross join lateral pg_catalog.aclexplode(t.typacl) as a
+    where t.typnamespace = 'jobs'::regnamespace and a.grantee not in (0, t.typowner)
+  loop
+    execute format('revoke all on type %s from %s', v_grant.type, v_grant.role);
+  end loop;
+end
+$$;
+
+-- Monitors read the stats through functions (jobs.queue_stats(), jobs.outcome_stats()), which
+-- no other role can stall; the roles that may read the views may call them (monitors granted
+-- before 0.1.1 included).
+do $$
+declare
+  v_grantees text;
+begin
+  select string_agg(distinct quote_ident(a.grantee::regrole::text), ',') into v_grantees
+  from pg_catalog.pg_class as c, pg_catalog.aclexplode(c.relacl) as a
+  where c.oid = 'jobs.queue_stats'::regclass
+    and a.privilege_type = 'SELECT' and a.grantee <> c.relowner and a.grantee <> 0;
+  if v_grantees is not null then
+    execute 'grant execute on function jobs.queue_stats(), jobs.outcome_stats() to ' || v_grantees;
+  end if;
+end
+$$;

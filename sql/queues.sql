@@ -26,20 +26,39 @@ begin atomic
   select min(l.run_at) from levels as l;
 end;
 
+-- jobs.queue_stats() is what monitors read: a function takes no lock that another role can
+-- queue behind. Any role with USAGE on the schema jobs can queue a lock on a view there
+-- (CREATE RULE or CREATE TRIGGER naming it requests its lock before PostgreSQL checks
+-- ownership): behind a reader's open transaction, that request waits, and every later reader
+-- of the view waits behind it. The view reads the function, for DBAs at a psql prompt.
+create function jobs.queue_stats()
+returns table (queue text, paused boolean, ready bigint, delayed bigint, running bigint,
+               suspended bigint, completed bigint, failed bigint, dead bigint, cancelled bigint,
+               oldest_ready_age interval)
+language sql stable  -- security definer: sql/privileges.sql
+begin atomic
+  select q.queue,
+         q.paused,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
+            and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
+         jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
+  from jobs_data.queues as q;
+end;
+comment on function jobs.queue_stats() is
+  'Per queue: paused, a count per state, and how long the oldest ready job has waited (what '
+  'monitors read: no other role can stall it)';
+
 create view jobs.queue_stats as
-select q.queue,
-       q.paused,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
-          and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
-       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
-       jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
-from jobs_data.queues as q;
+select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
+       s.dead, s.cancelled, s.oldest_ready_age
+from jobs.queue_stats() as s;
 comment on view jobs.queue_stats is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited';
 
@@ -50,10 +69,23 @@ comment on view jobs.queue_stats is
 -- failed, cancelled count jobs by what happened to them; timed_out and lease_lapsed count
 -- attempts by how they ended (a timed-out attempt counts in retried, dead or failed as well).
 -- Needs shared_preload_libraries = 'pg_jobs'; without it the view has no rows.
+create function jobs.outcome_stats()
+returns table (queue text, completed bigint, retried bigint, dead bigint, failed bigint,
+               cancelled bigint, timed_out bigint, lease_lapsed bigint, since timestamptz)
+language sql volatile
+begin atomic
+  select s.queue, s.completed, s.retried, s.dead, s.failed, s.cancelled, s.timed_out,
+         s.lease_lapsed, s.since
+  from jobs._outcome_stats() as s;
+end;
+comment on function jobs.outcome_stats() is
+  'Per queue, counters since the server started (what monitors read: no other role can stall '
+  'it; see jobs.queue_stats())';
+
 create view jobs.outcome_stats as
 select s.queue, s.completed, s.retried, s.dead, s.failed, s.cancelled, s.timed_out,
        s.lease_lapsed, s.since
-from jobs._outcome_stats() as s;
+from jobs.outcome_stats() as s;
 comment on view jobs.outcome_stats is
   'Per queue, counters since the server started: completed, retried, dead, failed, cancelled, '
   'timed out and lease-lapsed (needs shared_preload_libraries; no rows without)';

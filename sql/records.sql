@@ -24,7 +24,8 @@ comment on table jobs_data.attempts is
 create table jobs_data.rate_starts (
   name       text not null,
   key        text,              -- the concurrency_key, with rate_limit_per_key
-  started_at timestamptz not null
+  started_at timestamptz not null,
+  tenant     text not null default ''  -- the job's tenant_id ('': none): each has its own limit
 );
 create index rate_starts_idx on jobs_data.rate_starts (name, started_at);
 comment on table jobs_data.rate_starts is

@@ -67,6 +67,8 @@ def mallory(swept):
     with psycopg.connect(swept, autocommit=True) as conn:
         conn.execute("create role mallory login")
         conn.execute("select jobs.grant_worker('mallory')")
+        # pg_jobs grants no USAGE on its types; an admin might, and then these plants are made.
+        conn.execute("grant usage on type jobs.job_state to mallory")
         conn.execute("grant create on schema public to mallory")
         conn.execute("create schema postgres authorization mallory")
         conn.execute("create table public.pwned (who text, backend text)")

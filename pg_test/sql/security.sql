@@ -25,6 +25,9 @@ create schema mallory authorization pgj_mallory;
 create table public.pwned (fn text);
 grant insert on public.pwned to public;
 select jobs.grant_worker('pgj_mallory');
+-- pg_jobs grants no USAGE on its types (part 10); an admin might, and then the plants below
+-- are possible.
+grant usage on type jobs.job_state to pgj_mallory;
 set role pgj_mallory;
 create function mallory.eq_oid_regclass(a oid, b regclass) returns boolean language plpgsql
 as $$ begin insert into public.pwned values ('oid = regclass'); return a = b::oid; end $$;
@@ -290,3 +293,20 @@ select id, claim from jobs.claim('w', array['ev']) \gset globex_
 select status, payload from jobs.await_event(:'globex_id', :globex_claim, 'order_paid', 'o-1');
 drop owned by pgj_acme_publisher;
 drop role pgj_acme_publisher;
+
+-- 10. A role pg_jobs granted cannot make an object of pg_jobs's types (a temporary table of
+-- jobs.job_spec blocked DROP EXTENSION and every upgrade that changes the type): no USAGE on
+-- them is granted, and calling with values of them needs none. Checked to fail on 515c644,
+-- whose jobs.grant_producer granted USAGE: the table was made.
+create role pgj_typer;
+select jobs.grant_producer('pgj_typer');
+set role pgj_typer;
+create temporary table spec_hold (s jobs.job_spec);
+create temporary table state_hold (s jobs.job_state);
+select count(*) as enqueued from jobs.enqueue_batch('[{"name": "typed"}]');
+select (row('typed_row', '{}', 'default', null, 0, null, null, null, null, null, null, null,
+  null, null, null)::jobs.job_spec).name as a_value_needs_no_usage;
+reset role;
+select count(*) as spec_tables from pg_attribute where atttypid = 'jobs.job_spec'::regtype;
+drop owned by pgj_typer;
+drop role pgj_typer;

@@ -244,6 +244,8 @@ AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
 create index jobs_lease_idx on jobs_data.jobs (queue, lease_scan_at)
   where state = 'running' and lease_scan_at is not null;
 drop function jobs._within_limits(uuid[], text[], boolean[], boolean[], timestamptz);
+-- Event locks take the tenant's lock slot (jobs._event_lock(name, key, tenant, await)).
+drop function jobs._event_lock(text, text);
 
 -- 6.
 alter table jobs_data.jobs set (vacuum_truncate = false);

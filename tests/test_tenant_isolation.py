@@ -1,0 +1,96 @@
+"""Tenants who stall each other (docs/SECURITY.md): each tenant has its own limits and its own
+lock slots, so neither another tenant's running jobs nor its open transaction holding every
+slot it can reach holds back or stalls a tenant's claims, publishes and event waits. Each
+test acts as the bound roles would, with a lock_timeout: a statement that waits on the other
+tenant fails with 55P03 instead of returning.
+
+How each was checked to fail without its guard is said in its docstring.
+"""
+
+import uuid
+
+import psycopg
+import pytest
+
+
+@pytest.fixture
+def roles(dsn):
+    """A bound worker and a bound producer for the tenants acme and globex."""
+    suffix = uuid.uuid4().hex[:8]
+    made = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for tenant in ("acme", "globex"):
+            for kind in ("worker", "producer"):
+                role = f"t_{tenant}_{kind}_{suffix}"
+                conn.execute(f"create role {role} login")
+                conn.execute(f"select jobs.grant_{kind}(%s, tenant => %s)", (role, tenant))
+                made[(tenant, kind)] = f"{dsn} user={role}"
+    yield made
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for tenant, kind in made:
+            role = f"t_{tenant}_{kind}_{suffix}"
+            conn.execute(f"drop owned by {role} cascade")
+            conn.execute(f"drop role {role}")
+
+
+def impatient(dsn):
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("set lock_timeout = '2s'")
+    return conn
+
+
+def test_a_tenants_running_jobs_and_open_claim_hold_back_no_other_tenant(dsn, roles):
+    """acme's jobs run under a job type's concurrency (1), a concurrency key and a rate limit
+    (1 an hour), and acme's worker then holds an open transaction whose claim holds the lock
+    slots of those limits. globex's worker claims its jobs of the same names and key at once.
+    Checked to fail without the guard: at 515c644 (limits and slots shared by all tenants)
+    globex's claim waited on acme's slot until lock_timeout (55P03)."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("insert into jobs_data.job_types (name, concurrency) values ('limited', 1)")
+        admin.execute("insert into jobs_data.job_types (name, rate_limit, rate_period) values ('rated', 1, '1 hour')")
+        for tenant in ("acme", "globex"):
+            admin.execute("select jobs.enqueue('limited', tenant_id => %s)", (tenant,))
+            admin.execute("select jobs.enqueue('keyed', tenant_id => %s, concurrency_key => 'k')", (tenant,))
+            admin.execute("select jobs.enqueue('rated', tenant_id => %s)", (tenant,))
+        admin.execute("select jobs.enqueue('keyed', tenant_id => 'acme', concurrency_key => 'k2')")
+        admin.execute("select jobs.enqueue('limited', tenant_id => 'acme')")
+        admin.execute("select jobs.enqueue('rated', tenant_id => 'acme')")
+    with psycopg.connect(roles[("acme", "worker")], autocommit=True) as acme:
+        names = acme.execute("select name from jobs.claim('acme-1', max_jobs => 10) order by name").fetchall()
+        assert [n for (n,) in names] == ["keyed", "keyed", "limited", "rated"]
+    with psycopg.connect(roles[("acme", "worker")]) as acme:
+        # Its second 'limited' and 'rated' are held back: the claim holds their slots.
+        assert acme.execute("select count(*) from jobs.claim('acme-2', max_jobs => 10)").fetchone()[0] == 0
+        with impatient(roles[("globex", "worker")]) as globex:
+            got = globex.execute("select name from jobs.claim('globex-1', max_jobs => 10) order by name").fetchall()
+            assert [n for (n,) in got] == ["keyed", "limited", "rated"]
+        acme.rollback()
+
+
+def test_a_tenants_open_transaction_on_an_event_stalls_no_other_tenant(dsn, roles):
+    """acme's worker suspends its job on an event (name, key) and leaves its transaction open;
+    acme's producer publishes another in an open transaction. globex's producer publishes the
+    first at once, and globex's worker waits on the second at once ('waiting': acme's
+    event is not globex's). Checked to fail without the guard: at 515c644 (one slot per name
+    and key for every tenant) both waited on acme's transactions until lock_timeout (55P03)."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        for tenant in ("acme", "globex"):
+            admin.execute("select jobs.enqueue('waiter', tenant_id => %s)", (tenant,))
+    with psycopg.connect(roles[("acme", "worker")]) as acme, \
+            psycopg.connect(roles[("acme", "producer")]) as acme_producer:
+        job_id, claim = acme.execute("select id, claim from jobs.claim('acme')").fetchone()
+        assert acme.execute("select status from jobs.await_event(%s, %s, 'paid', 'order-1')",
+                            (job_id, claim)).fetchone()[0] == "waiting"
+        acme_producer.execute("select jobs.publish('paid', '{}', 'order-2')")
+        with impatient(roles[("globex", "producer")]) as globex_producer:
+            globex_producer.execute("select jobs.publish('paid', '{}', 'order-1')")
+        with impatient(roles[("globex", "worker")]) as globex:
+            job_id, claim = globex.execute("select id, claim from jobs.claim('globex')").fetchone()
+            assert globex.execute("select status from jobs.await_event(%s, %s, 'paid', 'order-2')",
+                                  (job_id, claim)).fetchone()[0] == "waiting"
+        acme.commit()
+        acme_producer.commit()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        states = admin.execute("select tenant_id, state::text from jobs.jobs order by tenant_id").fetchall()
+        # globex's event does not wake acme's waiter, nor acme's globex's.
+        assert states == [("acme", "suspended"), ("globex", "suspended")]
