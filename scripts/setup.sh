@@ -62,6 +62,10 @@ if [ ! -d examples/node/node_modules ]; then
   say "npm ci in examples/node (its node_modules)"
   step bash -c "cd examples/node && npm ci --no-audit --no-fund --silent"
 fi
+if [ ! -d clients/node/node_modules ]; then
+  say "npm ci in clients/node (the Node.js library's build and lint tools)"
+  step bash -c "cd clients/node && npm ci --no-audit --no-fund --silent"
+fi
 
 # Another release (PG_JOBS_PG=16, 17 or 18): its server under /opt/pg_jobs-pg/N.
 if [ "$PG_MAJOR" != 15 ]; then

@@ -13,8 +13,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
 echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example); ruff (the Python); eslint (the Node.js)"
-.venv/bin/python -m ruff check tests examples bench scripts
+.venv/bin/python -m ruff check tests examples bench scripts clients
 (cd examples/node && npx --no-install eslint .)
+(cd clients/node && npx --no-install eslint . && npx --no-install tsc --noEmit -p tsconfig.test.json)
 cargo fmt --check
 cargo clippy --features "pg15 pg_test" --all-targets -- -D warnings
 cargo fmt --check --manifest-path examples/rust/Cargo.toml
@@ -43,6 +44,9 @@ trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
 export PG_JOBS_DSN
 .venv/bin/python -m pytest -q -rA tests
+echo "== the Node.js library (clients/node): its tests, and the conformance suite with its worker"
+(cd clients/node && PG_JOBS_DSN="postgres://postgres@127.0.0.1:${PG_JOBS_E2E_PORT:-54392}/postgres" npm test --silent)
+.venv/bin/python -m pytest -q -rA clients/conformance
 bash scripts/cluster.sh stop "$dir"
 
 bash scripts/test-releases.sh

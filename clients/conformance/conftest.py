@@ -1,0 +1,135 @@
+"""Fixtures of the conformance suite: a database per test, and the library's conformance
+worker (README.md) started against it as a process of its own."""
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+import uuid
+
+import psycopg
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_WORKER = f"node {ROOT}/clients/node/conformance/worker.mjs"
+TABLES = """
+create table conformance_rows (job_id uuid not null, n int);
+create table conformance_step_runs (job_id uuid not null, step text not null);
+create table conformance_aborts (job_id uuid not null, reason text not null);
+"""
+
+
+def pytest_report_header():
+    return f"conformance worker: {worker_command()}"
+
+
+def worker_command():
+    return shlex.split(os.environ.get("PG_JOBS_CONFORMANCE_WORKER", DEFAULT_WORKER))
+
+
+@pytest.fixture(scope="session")
+def server_dsn():
+    dsn = os.environ.get("PG_JOBS_DSN")
+    if not dsn:
+        pytest.fail("PG_JOBS_DSN is not set: run the suite through scripts/test.sh")
+    return dsn
+
+
+@pytest.fixture
+def db(server_dsn):
+    """A new database with pg_jobs and the tables the handlers write; its URL."""
+    name = "conf_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f"create database {name}")
+    dsn = f"{server_dsn} dbname={name}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("create extension pg_jobs")
+        conn.execute(TABLES)
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    url = (f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:"
+           f"{params.get('port', 5432)}/{name}")
+    yield Database(dsn, url)
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f"drop database {name} with (force)")
+
+
+class Database:
+    def __init__(self, dsn, url):
+        self.dsn = dsn
+        self.url = url
+
+    def one(self, sql, args=None):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute(sql, args).fetchone()
+
+    def all(self, sql, args=None):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def execute(self, sql, args=None):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(sql, args)
+
+    def enqueue(self, name, payload=None, **options):
+        spec = {"name": name, "payload": payload or {}, **options}
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute("select id from jobs.enqueue_batch(%s)",
+                                (psycopg.types.json.Jsonb([spec]),)).fetchone()[0]
+
+    def eventually(self, sql, wanted, timeout=60, args=None):
+        """Polls sql until its first column is `wanted`; fails with the last answer at the
+        bound (a bound on a wait, not a timing assertion)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.one(sql, args)
+            got = got[0] if got else None
+            if got == wanted:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"{sql!r} answered {got!r}, not {wanted!r}, within {timeout} s")
+            time.sleep(0.05)
+
+
+class Worker:
+    """A conformance worker process."""
+
+    def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10):
+        args = ["--dsn", db.url, "--concurrency", str(concurrency), "--lease", str(lease),
+                "--shutdown-grace", str(grace)]
+        for queue in queues:
+            args += ["--queue", queue]
+        self.log = open(f"/tmp/pg_jobs-conformance-{uuid.uuid4().hex[:8]}.log", "w+")
+        self.process = subprocess.Popen(worker_command() + args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def terminate(self):
+        self.process.send_signal(signal.SIGTERM)
+
+    def kill(self):
+        self.process.kill()
+        self.process.wait()
+
+    def wait(self, timeout):
+        return self.process.wait(timeout)
+
+    def output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+
+@pytest.fixture
+def start_worker():
+    started = []
+
+    def start(db, **options):
+        worker = Worker(db, **options)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.kill()
+        worker.log.close()
+        os.unlink(worker.log.name)

@@ -1,0 +1,169 @@
+"""The behaviour every pg_jobs library promises, checked from outside against its conformance
+worker (README.md). Each scenario names what it guards; the waits below are bounds, not
+timing assertions: a scenario that passes does so by what the database holds."""
+
+import time
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+
+def test_a_drain_with_a_worker_killed_completes_every_job_once(db, start_worker):
+    """1. 10,000 jobs, 4 workers of concurrency 8, one SIGKILLed mid-run: every job completes,
+    and the handlers' writes through the transaction land exactly once each (the killed
+    worker's open transactions roll back; its jobs run again once their 2 s leases lapse)."""
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object("
+               "'name', 'write', 'payload', jsonb_build_object('n', g))) from generate_series(1, 10000) as g))")
+    workers = [start_worker(db, concurrency=8, lease=2) for _ in range(4)]
+    db.eventually("select count(*) >= 2000 from jobs.jobs where state = 'completed'", True)
+    workers[0].kill()
+    db.eventually("select count(*) from jobs.jobs where state = 'completed'", 10000, timeout=240)
+    rows, jobs = db.one("select count(*), count(distinct job_id) from conformance_rows")
+    assert (rows, jobs) == (10000, 10000)
+    assert db.one("select count(*) from conformance_rows as r join jobs.jobs as j on j.id = r.job_id "
+                  "where (j.payload->>'n')::int = r.n")[0] == 10000
+
+
+def test_a_slow_job_holds_back_no_other(db, start_worker):
+    """2. One 10 s job among 100 quick ones, concurrency 4: the quick ones all complete while
+    the slow one still runs (a free slot claims at once; nothing waits for a batch)."""
+    slow = db.enqueue("sleep", {"ms": 10000}, priority=10)
+    start_worker(db, concurrency=4)
+    db.eventually("select state::text from jobs.jobs where id = %s", "running", args=(slow,))
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'noop')) "
+               "from generate_series(1, 100)))")
+    db.eventually("select count(*) from jobs.jobs where name = 'noop' and state = 'completed'", 100, timeout=30)
+    assert db.one("select state::text from jobs.jobs where id = %s", (slow,))[0] == "running"
+
+
+def test_an_unknown_name_keeps_its_attempts(db, start_worker):
+    """3. A job no handler knows is parked, not failed: no attempt used, no error recorded,
+    and the worker goes on with the jobs it knows."""
+    unknown = db.enqueue("no_such_job", max_attempts=1)
+    known = db.enqueue("noop")
+    start_worker(db, concurrency=2)
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(known,))
+    db.eventually("select state::text from jobs.jobs where id = %s", "suspended", args=(unknown,))
+    assert db.one("select attempt, max_attempts, last_error from jobs.jobs where id = %s", (unknown,)) == (0, 1, None)
+
+
+def test_a_killed_heartbeat_connection_does_not_lose_the_job(db, start_worker):
+    """4. The worker's heartbeat connection terminated (pg_terminate_backend) while a job
+    runs past several leases: the connection is made again and the job completes on its first
+    attempt, its lease never lapsed."""
+    job = db.enqueue("sleep", {"ms": 7000})
+    start_worker(db, concurrency=1, lease=2)
+    db.eventually("select state::text from jobs.jobs where id = %s", "running", args=(job,))
+    db.eventually("select count(*) > 0 from pg_stat_activity where application_name = 'pg-jobs heartbeat' "
+                  "and datname = current_database()", True)
+    db.execute("select pg_terminate_backend(pid) from pg_stat_activity "
+               "where application_name = 'pg-jobs heartbeat' and datname = current_database()")
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
+    assert db.one("select attempt from jobs.jobs where id = %s", (job,))[0] == 1
+
+
+def test_a_cancelled_job_is_stopped_and_its_writes_do_not_commit(db, start_worker):
+    """6. A running job cancelled: its handler's signal aborts for the cancel (the
+    pg_jobs_cancel listener heartbeats it at once; a lapse would say 'lost', 30 s later), the
+    job ends cancelled, and the row its handler wrote is rolled back."""
+    job = db.enqueue("write", {"n": 1, "ms": 60000})
+    start_worker(db, concurrency=1)
+    db.eventually("select state::text from jobs.jobs where id = %s", "running", args=(job,))
+    time.sleep(0.5)  # the handler has written its row (uncommitted) and sleeps
+    assert db.one("select jobs.cancel(%s)", (job,))[0] is True
+    db.eventually("select reason from conformance_aborts where job_id = %s", "cancelled", args=(job,), timeout=10)
+    assert db.one("select state::text from jobs.jobs where id = %s", (job,))[0] == "cancelled"
+    assert db.one("select count(*) from conformance_rows where job_id = %s", (job,))[0] == 0
+
+
+def test_a_handler_past_its_deadline_is_stopped_and_retried_as_timed_out(db, start_worker):
+    """7. A job type with a 1 s timeout and a handler that would sleep 60 s: the handler's
+    signal aborts at the deadline, and the attempt is settled as timed out and retried."""
+    db.execute("insert into jobs.job_types (name, timeout, backoff_base) values ('sleep', '1 second', '1 hour')")
+    job = db.enqueue("sleep", {"ms": 60000}, max_attempts=3)
+    start_worker(db, concurrency=1)
+    db.eventually("select reason from conformance_aborts where job_id = %s", "deadline", args=(job,), timeout=15)
+    db.eventually("select last_error like 'timed out%%' from jobs.jobs where id = %s", True, args=(job,), timeout=15)
+    assert db.one("select state::text, attempt from jobs.jobs where id = %s", (job,)) == ("delayed", 1)
+
+
+def test_sigterm_lets_running_jobs_finish_within_the_grace_and_hands_back_the_rest(db, start_worker):
+    """8. SIGTERM with a 3 s grace while two 1 s jobs and two 60 s jobs run: the short ones
+    complete, the long ones are stopped at the grace and handed back with their attempts
+    unchanged (claimable again at once), and the worker exits 0."""
+    short = [db.enqueue("sleep", {"ms": 1000}) for _ in range(2)]
+    long = [db.enqueue("sleep", {"ms": 60000}) for _ in range(2)]
+    worker = start_worker(db, concurrency=4, grace=3)
+    db.eventually("select count(*) from jobs.jobs where state = 'running'", 4)
+    worker.terminate()
+    assert worker.wait(timeout=15) == 0, worker.output()
+    for job in short:
+        assert db.one("select state::text from jobs.jobs where id = %s", (job,))[0] == "completed"
+    for job in long:
+        state, attempt, due = db.one("select state::text, attempt, run_at <= now() from jobs.jobs where id = %s", (job,))
+        assert (state, attempt, due) == ("suspended", 0, True), worker.output()
+        assert db.one("select reason from conformance_aborts where job_id = %s", (job,))[0] == "shutdown"
+
+
+def test_a_step_done_before_a_failure_is_not_run_again(db, start_worker):
+    """9. A job that fails after its first step runs again (attempt 2) and completes; its first
+    step ran once, and the second attempt got its saved result."""
+    job = db.enqueue("two_steps", {"fail_after_first": True})
+    db.execute("insert into jobs.job_types (name, backoff_base, jitter) values ('two_steps', '100 milliseconds', 0)")
+    start_worker(db, concurrency=1)
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
+    assert db.all("select step, count(*) from conformance_step_runs where job_id = %s group by step order by step",
+                  (job,)) == [("one", 1), ("two", 1)]
+    assert db.one("select attempt, result from jobs.jobs where id = %s", (job,)) == (
+        2, {"one": {"first": 1}, "two": {"second": 2}})
+
+
+def test_a_job_waiting_for_an_event_gets_its_payload(db, start_worker):
+    """10. A job waits for an event: suspended (no attempt used) until jobs.publish, then runs
+    again and its handler gets the event's payload."""
+    job = db.enqueue("wait_event", {"event": "paid", "key": "order-1"})
+    start_worker(db, concurrency=1)
+    db.eventually("select state::text from jobs.jobs where id = %s", "suspended", args=(job,))
+    db.execute("select jobs.publish('paid', %s, 'order-1')", (Jsonb({"amount": 5}),))
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
+    assert db.one("select result from jobs.jobs where id = %s", (job,))[0] == {
+        "status": "received", "payload": {"amount": 5}}
+
+
+def test_a_fan_out_of_100_children_sums_their_results(db, start_worker):
+    """11. A job spawns 100 children, awaits them (parked, no attempt used) and sums their
+    results once they are done."""
+    job = db.enqueue("fan_out", {"children": 100})
+    start_worker(db, concurrency=8)
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=60)
+    assert db.one("select result, attempt from jobs.jobs where id = %s", (job,)) == (
+        {"sum": 4950, "children": 100}, 1)
+
+
+def test_a_worker_started_before_the_server_accepts_connections_keeps_trying(db, start_worker):
+    """A database error never ends the worker: with connections refused for its role at first
+    (CONNECTION LIMIT 0), it retries with backoff and works once they are allowed."""
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute("create role conformance_late login connection limit 0")
+        conn.execute("select jobs.grant_worker('conformance_late')")
+        conn.execute("grant insert on conformance_rows, conformance_step_runs, conformance_aborts to conformance_late")
+    try:
+        late = type(db)(db.dsn, db.url.replace("postgresql://postgres@", "postgresql://conformance_late@"))
+        job = db.enqueue("noop")
+        worker = start_worker(late, concurrency=1)
+        time.sleep(2)
+        assert worker.process.poll() is None, worker.output()
+        db.execute("alter role conformance_late connection limit -1")
+        try:
+            db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
+        except BaseException:
+            print(worker.output())
+            raise
+        worker.terminate()
+        assert worker.wait(timeout=15) == 0
+    finally:
+        with psycopg.connect(db.dsn, autocommit=True) as conn:
+            conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'conformance_late'")
+            conn.execute("drop owned by conformance_late")
+            conn.execute("drop role conformance_late")
+

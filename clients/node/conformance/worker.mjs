@@ -1,0 +1,104 @@
+// The conformance worker of the Node.js library (clients/conformance/README.md): the fixed set
+// of handlers every pg_jobs library registers, run until SIGTERM.
+//
+//   node conformance/worker.mjs --dsn DSN [--queue Q] [--concurrency N] [--lease S]
+//                               [--shutdown-grace S]
+import pg from 'pg';
+import { createWorker, defineJob } from '../dist/esm/index.js';
+
+const args = { dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10 };
+for (let i = 2; i < process.argv.length; i++) {
+  const flag = process.argv[i];
+  const value = process.argv[++i];
+  if (flag === '--dsn') args.dsn = value;
+  else if (flag === '--queue') args.queues.push(value);
+  else if (flag === '--concurrency') args.concurrency = Number(value);
+  else if (flag === '--lease') args.lease = Number(value);
+  else if (flag === '--shutdown-grace') args.grace = Number(value);
+  else throw new Error(`unknown argument ${flag}`);
+}
+
+// Writes that must outlive a rolled-back attempt (a step's run) go through this pool.
+const side = new pg.Pool({ connectionString: args.dsn, max: 2 });
+
+// Sleeps, unless the job's signal aborts first: then records why (conformance_aborts, through
+// the side pool, so a rolled-back attempt keeps it) and stops.
+const pause = (ms, ctx) => new Promise((resolve, reject) => {
+  const timer = setTimeout(resolve, ms);
+  ctx.signal.addEventListener('abort', () => {
+    clearTimeout(timer);
+    side.query('insert into conformance_aborts (job_id, reason) values ($1, $2)', [ctx.job.id, String(ctx.signal.reason)])
+      .finally(() => reject(new Error(`stopped: ${ctx.signal.reason}`)));
+  }, { once: true });
+});
+
+const jobs = [
+  defineJob({ name: 'noop', handler: () => ({ ok: true }) }),
+  defineJob({
+    name: 'sleep',
+    async handler(payload, ctx) {
+      await pause(payload.ms ?? 1000, ctx);
+      return { slept: payload.ms ?? 1000 };
+    },
+  }),
+  defineJob({
+    name: 'fail',
+    handler(payload) {
+      throw new Error(payload.message ?? 'failed on purpose');
+    },
+  }),
+  defineJob({
+    name: 'write',
+    async handler(payload, ctx) {
+      await ctx.tx.query('insert into conformance_rows (job_id, n) values ($1, $2)', [ctx.job.id, payload.n ?? 0]);
+      if (payload.ms) await pause(payload.ms, ctx);
+      return { wrote: payload.n ?? 0 };
+    },
+  }),
+  defineJob({
+    name: 'two_steps',
+    async handler(payload, ctx) {
+      const one = await ctx.step('one', async () => {
+        await side.query('insert into conformance_step_runs (job_id, step) values ($1, $2)', [ctx.job.id, 'one']);
+        return { first: ctx.job.attempt };
+      });
+      if (payload.fail_after_first && ctx.job.attempt === 1) throw new Error('failing after the first step');
+      const two = await ctx.step('two', async () => {
+        await side.query('insert into conformance_step_runs (job_id, step) values ($1, $2)', [ctx.job.id, 'two']);
+        return { second: ctx.job.attempt };
+      });
+      return { one, two };
+    },
+  }),
+  defineJob({
+    name: 'wait_event',
+    async handler(payload, ctx) {
+      const got = await ctx.waitForEvent(payload.event, { key: payload.key });
+      return { status: got.status, payload: got.payload };
+    },
+  }),
+  defineJob({
+    name: 'fan_out',
+    async handler(payload, ctx) {
+      for (let i = 0; i < (payload.children ?? 10); i++) {
+        await ctx.spawn(`child-${i}`, 'child', { i });
+      }
+      const children = await ctx.awaitChildren();
+      return { sum: children.reduce((total, c) => total + (c.result?.value ?? 0), 0), children: children.length };
+    },
+  }),
+  defineJob({ name: 'child', handler: (payload) => ({ value: payload.i }) }),
+];
+
+const worker = createWorker({
+  connectionString: args.dsn,
+  queues: args.queues,
+  concurrency: args.concurrency,
+  jobs,
+  leaseMs: args.lease * 1000,
+  shutdownGraceMs: args.grace * 1000,
+  pollMs: 1000,
+});
+process.once('SIGTERM', () => worker.stop().then(() => side.end()).then(() => process.exit(0)));
+process.once('SIGINT', () => worker.stop().then(() => side.end()).then(() => process.exit(0)));
+await worker.start();

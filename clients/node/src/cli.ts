@@ -1,0 +1,114 @@
+#!/usr/bin/env node
+// pg-jobs worker: runs the jobs a module exports until SIGTERM or SIGINT, then exits 0.
+
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { isJobDefinition, type JobDefinition } from './jobs.js';
+import { createWorker } from './worker.js';
+
+const USAGE = `usage: pg-jobs worker [options] MODULE
+
+Runs the jobs MODULE exports (its named exports and the array it exports by default that are
+defineJob results) until SIGTERM or SIGINT; then stops claiming, lets running jobs finish for
+the shutdown grace, hands the rest back (no attempt used), and exits 0.
+
+options:
+  --dsn DSN                 the database (default: $PG_JOBS_DSN, else $DATABASE_URL)
+  --queue Q                 a queue to work; repeat for more (default: default)
+  --concurrency N           jobs run at once (default: 10)
+  --lease SECONDS           the lease of a claim, renewed every third of it (default: 30)
+  --shutdown-grace SECONDS  how long running jobs may finish at a stop (default: 10)
+  --poll SECONDS            how long one claim waits in the server (default: 5)
+  --worker-id ID            the name in jobs.jobs.claimed_by (default: host:pid)
+  --help                    this text
+`;
+
+interface Args {
+  dsn: string | undefined;
+  queues: string[];
+  concurrency: number;
+  lease: number;
+  grace: number;
+  poll: number;
+  workerId: string | undefined;
+  module: string | undefined;
+}
+
+function fail(message: string): never {
+  process.stderr.write(`pg-jobs: ${message}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+function number(flag: string, value: string | undefined): number {
+  const n = Number(value);
+  if (value === undefined || !Number.isFinite(n) || n <= 0) fail(`${flag} needs a positive number, got ${value ?? 'nothing'}`);
+  return n;
+}
+
+export function parse(argv: string[]): Args {
+  const args: Args = {
+    dsn: process.env.PG_JOBS_DSN ?? process.env.DATABASE_URL, queues: [], concurrency: 10, lease: 30,
+    grace: 10, poll: 5, workerId: undefined, module: undefined,
+  };
+  const rest = [...argv];
+  if (rest[0] === '--help' || rest[0] === '-h') {
+    process.stdout.write(USAGE);
+    process.exit(0);
+  }
+  if (rest.shift() !== 'worker') fail('the one command is: worker');
+  while (rest.length > 0) {
+    const flag = rest.shift() as string;
+    switch (flag) {
+      case '--help': case '-h': process.stdout.write(USAGE); process.exit(0); break;
+      case '--dsn': args.dsn = rest.shift(); break;
+      case '--queue': args.queues.push(rest.shift() ?? fail('--queue needs a name')); break;
+      case '--concurrency': args.concurrency = number(flag, rest.shift()); break;
+      case '--lease': args.lease = number(flag, rest.shift()); break;
+      case '--shutdown-grace': args.grace = number(flag, rest.shift()); break;
+      case '--poll': args.poll = number(flag, rest.shift()); break;
+      case '--worker-id': args.workerId = rest.shift(); break;
+      default:
+        if (flag.startsWith('-')) fail(`unknown option ${flag}`);
+        if (args.module !== undefined) fail(`one module only, got ${args.module} and ${flag}`);
+        args.module = flag;
+    }
+  }
+  if (!args.module) fail('name the module whose jobs to run');
+  if (!args.dsn) fail('pass --dsn, or set PG_JOBS_DSN');
+  return args;
+}
+
+/** The job definitions among a module's exports. */
+export function jobsOf(exports: Record<string, unknown>): JobDefinition[] {
+  const found = new Map<string, JobDefinition>();
+  const visit = (value: unknown): void => {
+    if (isJobDefinition(value)) found.set(value.name, value);
+    else if (Array.isArray(value)) value.forEach(visit);
+  };
+  for (const [key, value] of Object.entries(exports)) {
+    if (key === 'default' && value !== null && typeof value === 'object' && !Array.isArray(value)
+      && !isJobDefinition(value)) {
+      Object.values(value).forEach(visit); // a CommonJS module's exports
+    } else visit(value);
+  }
+  return [...found.values()];
+}
+
+async function main(): Promise<void> {
+  const args = parse(process.argv.slice(2));
+  const exports = await import(pathToFileURL(path.resolve(args.module as string)).href) as Record<string, unknown>;
+  const jobs = jobsOf(exports);
+  if (jobs.length === 0) fail(`${args.module} exports no job (defineJob results, or an array of them by default)`);
+  await createWorker({
+    connectionString: args.dsn, queues: args.queues, concurrency: args.concurrency, jobs,
+    leaseMs: args.lease * 1000, shutdownGraceMs: args.grace * 1000, pollMs: args.poll * 1000,
+    workerId: args.workerId,
+  }).run();
+}
+
+if (require.main === module) {
+  main().catch((err: unknown) => {
+    process.stderr.write(`pg-jobs: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

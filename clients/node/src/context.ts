@@ -1,0 +1,170 @@
+// The handler's context: the job, its AbortSignal, the transaction that completes it, and the
+// durable operations of a held job (steps, events, children, snooze), each fenced by the claim
+// in the server. Parking a job (waiting for an event or children, snoozing) ends the handler
+// with a Parked signal the worker understands: no attempt is used.
+
+import type { PoolClient } from 'pg';
+import { fromDriver } from './errors.js';
+import type { Queryable } from './db.js';
+import type { JobDefinition } from './jobs.js';
+
+/** A claimed job, as jobs.claim answers it. */
+export interface Job<P = unknown> {
+  id: string;
+  runId: string;
+  name: string;
+  queue: string;
+  payload: P;
+  attempt: number;
+  maxAttempts: number;
+  claim: string;
+  /** When this attempt times out (its job type's or its own timeout); null for none. */
+  deadline: Date | null;
+  tenantId: string | null;
+  priority: number;
+  enqueuedAt: Date;
+  lastError: string | null;
+}
+
+export interface ChildResult {
+  id: string;
+  name: string;
+  state: string;
+  result: unknown;
+  error: string | null;
+}
+
+export interface JobContext<P = unknown> {
+  readonly job: Job<P>;
+  /** Aborted when the claim is lost (lease lapsed, cancelled, claimed again), at the attempt's
+   * deadline, and at the end of a shutdown's grace. `signal.reason` says which. */
+  readonly signal: AbortSignal;
+  /** The client of the transaction that completes the job (autocommit when the job is not
+   * transactional). */
+  readonly tx: PoolClient;
+  /** Runs `fn` once per run: a later attempt gets the saved result without running it. */
+  step<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
+  /** The event's payload once published; or parks the job until it is (no attempt used). */
+  waitForEvent<T = unknown>(name: string, options?: { key?: string; timeoutMs?: number }):
+    Promise<{ status: 'received' | 'timed_out'; payload: T | null }>;
+  /** Enqueues a child of this job; the same key gives the same child on every attempt. */
+  spawn<C>(childKey: string, job: JobDefinition<C> | string, payload?: C,
+    options?: { queue?: string; priority?: number; maxAttempts?: number; closePolicy?: 'terminate' | 'abandon' }):
+    Promise<{ id: string; deduped: boolean }>;
+  /** The children's outcomes once none is live; or parks the job until then. */
+  awaitChildren(): Promise<ChildResult[]>;
+  /** Parks the job until `ms` from now (no attempt used) and ends the handler. */
+  snooze(ms: number): Promise<never>;
+}
+
+/** Thrown inside a handler to end it when the job was parked. */
+export class Parked extends Error {
+  readonly snoozeUntil: Date | undefined;
+
+  constructor(why: string, snoozeUntil?: Date) {
+    super(`the job was parked: ${why}`);
+    this.name = 'Parked';
+    this.snoozeUntil = snoozeUntil;
+  }
+}
+
+/** Runs a statement for a held job on the worker's control connection (committed at once,
+ * whatever the handler's transaction does). */
+export type Control = <R extends object>(text: string, values: unknown[]) => Promise<R[]>;
+
+export function makeContext<P>(job: Job<P>, signal: AbortSignal, tx: PoolClient, control: Control): JobContext<P> {
+  const call = async <R extends object>(text: string, values: unknown[]): Promise<R[]> => {
+    try {
+      return await control<R>(text, values);
+    } catch (err) {
+      throw fromDriver(err);
+    }
+  };
+  return {
+    job,
+    signal,
+    tx,
+    async step<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
+      const [saved] = await call<{ done: boolean; output: T }>(
+        'select done, output from jobs.get_step($1, $2)', [job.runId, name]);
+      if (saved?.done) return saved.output;
+      const output = await fn();
+      await call('select jobs.save_step($1, $2, $3, $4::jsonb)',
+        [job.id, job.claim, name, JSON.stringify(output ?? null)]);
+      return output;
+    },
+    async waitForEvent<T>(name: string, options: { key?: string; timeoutMs?: number } = {}) {
+      const [answer] = await call<{ status: string; payload: T | null }>(
+        'select status, payload from jobs.await_event($1, $2, $3, $4, $5::interval)',
+        [job.id, job.claim, name, options.key ?? null,
+          options.timeoutMs === undefined ? null : `${options.timeoutMs} milliseconds`]);
+      if (!answer || answer.status === 'waiting') throw new Parked(`waiting for event ${name}`);
+      return { status: answer.status as 'received' | 'timed_out', payload: answer.payload };
+    },
+    async spawn<C>(childKey: string, child: JobDefinition<C> | string, payload?: C,
+      options: { queue?: string; priority?: number; maxAttempts?: number; closePolicy?: 'terminate' | 'abandon' } = {}) {
+      const name = typeof child === 'string' ? child : child.name;
+      const spec: Record<string, unknown> = {
+        name, payload: payload ?? {}, child_key: childKey,
+        queue: options.queue ?? (typeof child === 'string' ? undefined : child.queue),
+        priority: options.priority, max_attempts: options.maxAttempts, close_policy: options.closePolicy,
+      };
+      const [made] = await call<{ id: string; deduped: boolean }>(
+        'select id, deduped from jobs.spawn($1, $2, $3::jsonb)', [job.id, job.claim, JSON.stringify(spec)]);
+      return { id: (made as { id: string }).id, deduped: (made as { deduped: boolean }).deduped };
+    },
+    async awaitChildren() {
+      const [answer] = await call<{ status: string; children: ChildResult[] }>(
+        'select status, children from jobs.await_children($1, $2)', [job.id, job.claim]);
+      if (!answer || answer.status === 'waiting') throw new Parked('waiting for its children');
+      return answer.children;
+    },
+    snooze(ms: number): Promise<never> {
+      return Promise.reject(new Parked(`snoozed for ${ms} ms`, new Date(Date.now() + ms)));
+    },
+  };
+}
+
+/** The worker's view of a claimed row. */
+export interface ClaimedRow {
+  id: string;
+  run_id: string;
+  name: string;
+  queue: string;
+  payload: unknown;
+  attempt: number;
+  max_attempts: number;
+  claim: string;
+  deadline: Date | null;
+  /** Milliseconds from the claim to the deadline, by the server's clock. */
+  time_left_ms: number | null;
+  tenant_id: string | null;
+  priority: number;
+  enqueued_at: Date;
+  last_error: string | null;
+}
+
+export const CLAIMED_COLUMNS =
+  'id, run_id, name, queue, payload, attempt, max_attempts, claim::text as claim, deadline, '
+  + 'tenant_id, priority, enqueued_at, last_error, '
+  + 'extract(epoch from deadline - clock_timestamp())::float8 * 1000 as time_left_ms';
+
+export function toJob<P>(row: ClaimedRow): Job<P> {
+  return {
+    id: row.id,
+    runId: row.run_id,
+    name: row.name,
+    queue: row.queue,
+    payload: row.payload as P,
+    attempt: row.attempt,
+    maxAttempts: row.max_attempts,
+    claim: row.claim,
+    deadline: row.deadline,
+    tenantId: row.tenant_id,
+    priority: row.priority,
+    enqueuedAt: row.enqueued_at,
+    lastError: row.last_error,
+  };
+}
+
+export type { Queryable };

@@ -1,0 +1,89 @@
+// Producers: jobs.enqueue and jobs.enqueue_batch, on whatever the application holds (a Pool,
+// a Client, a PoolClient inside its transaction, or an ORM's transaction through an adapter).
+
+import type { Queryable } from './db.js';
+import { fromDriver } from './errors.js';
+import type { JobDefinition } from './jobs.js';
+
+export interface EnqueueOptions {
+  queue?: string;
+  /** When the job may run; a time in the past, or none, makes it ready now. */
+  runAt?: Date;
+  /** Or: how long from now. */
+  delayMs?: number;
+  priority?: number;
+  maxAttempts?: number;
+  /** One live job per (name, tenant, key): a second enqueue gets the first back. */
+  idempotencyKey?: string;
+  tenantId?: string;
+  concurrencyKey?: string;
+  /** 'return' (the default): a duplicate key answers the live job; 'error': raises PJ002. */
+  onConflict?: 'return' | 'error';
+  id?: string;
+  runId?: string;
+  parentId?: string;
+  /** The most one attempt may run, overriding the job type's. */
+  timeoutMs?: number;
+}
+
+export interface Enqueued {
+  id: string;
+  runId: string;
+  deduped: boolean;
+}
+
+export interface EnqueueItem<P = unknown> extends EnqueueOptions {
+  job: JobDefinition<P> | string;
+  payload?: P;
+}
+
+function spec(job: JobDefinition | string, payload: unknown, options: EnqueueOptions = {}): Record<string, unknown> {
+  const name = typeof job === 'string' ? job : job.name;
+  const queue = options.queue ?? (typeof job === 'string' ? undefined : job.queue);
+  if (options.runAt !== undefined && options.delayMs !== undefined) {
+    throw new TypeError('enqueue: pass runAt or delayMs, not both');
+  }
+  const runAt = options.delayMs !== undefined ? new Date(Date.now() + options.delayMs) : options.runAt;
+  const out: Record<string, unknown> = {
+    name,
+    payload: payload ?? {},
+    queue,
+    run_at: runAt?.toISOString(),
+    priority: options.priority,
+    max_attempts: options.maxAttempts,
+    idempotency_key: options.idempotencyKey,
+    tenant_id: options.tenantId,
+    concurrency_key: options.concurrencyKey,
+    on_conflict: options.onConflict,
+    id: options.id,
+    run_id: options.runId,
+    parent_id: options.parentId,
+    timeout: options.timeoutMs === undefined ? undefined : `${options.timeoutMs} milliseconds`,
+  };
+  return Object.fromEntries(Object.entries(out).filter(([, value]) => value !== undefined));
+}
+
+/** Enqueues one job; answers its id and run id, and whether an existing job was handed back
+ * (an idempotency key or id a live job holds). Inside the caller's transaction when `db` is in
+ * one: rolled back, no job. */
+export async function enqueue<P>(db: Queryable, job: JobDefinition<P> | string, payload?: P,
+  options?: EnqueueOptions): Promise<Enqueued> {
+  const [first] = await enqueueMany(db, [{ ...options, job, payload }]);
+  return first as Enqueued;
+}
+
+/** Enqueues many jobs in one statement (at most 10,000); answers one result per item, in
+ * order. A refusal of any item enqueues none. */
+export async function enqueueMany(db: Queryable, items: readonly EnqueueItem[]): Promise<Enqueued[]> {
+  if (items.length === 0) return [];
+  const specs = items.map((item) => spec(item.job, item.payload, item));
+  try {
+    const { rows } = await db.query<{ id: string; run_id: string; deduped: boolean }>(
+      'select id, run_id, deduped from jobs.enqueue_batch($1::jsonb) order by ordinal',
+      [JSON.stringify(specs)],
+    );
+    return rows.map((r) => ({ id: r.id, runId: r.run_id, deduped: r.deduped }));
+  } catch (err) {
+    throw fromDriver(err);
+  }
+}

@@ -1,0 +1,13 @@
+// pg-jobs: workers and producers for pg_jobs, the job queue inside PostgreSQL.
+
+export { defineJob, syncPolicies, isJobDefinition } from './jobs.js';
+export type { JobDefinition, Handler, Policy } from './jobs.js';
+export { enqueue, enqueueMany } from './enqueue.js';
+export type { EnqueueOptions, EnqueueItem, Enqueued } from './enqueue.js';
+export { createWorker, Worker } from './worker.js';
+export type { WorkerOptions } from './worker.js';
+export type { Job, JobContext, ChildResult } from './context.js';
+export { codes, PgJobsError, LeaseLostError, NonRetryableError, RetryAfterError } from './errors.js';
+export { jsonLogger, silentLogger, CountingMetrics } from './log.js';
+export type { Logger, Metrics, Outcome } from './log.js';
+export type { Queryable } from './db.js';

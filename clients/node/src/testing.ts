@@ -1,0 +1,57 @@
+// Test helpers: run a worker until its queues have nothing left to do, and find the jobs a
+// test enqueued (inside the test's own transaction, whose rows only it sees). Both read
+// jobs.jobs: run them as a role that may (the database owner in tests, or jobs.grant_admin).
+
+import pg from 'pg';
+import type { Queryable } from './db.js';
+import { createWorker, type WorkerOptions } from './worker.js';
+import { sleep } from './session.js';
+
+/** Runs a worker until no job of its queues is ready, due or running, then stops it. Gives up after `timeoutMs` (default 30 s) with an error. */
+export async function runUntilEmpty(options: WorkerOptions & { timeoutMs?: number }): Promise<void> {
+  const worker = createWorker({ pollMs: 200, ...options });
+  const queues = options.queues?.length ? options.queues : ['default'];
+  const db = options.pool ?? null;
+  const check = db ?? new pg.Pool({ connectionString: options.connectionString, max: 1 });
+  const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+  await worker.start();
+  try {
+    for (;;) {
+      const { rows } = await check.query<{ left: string }>(
+        "select count(*) as left from jobs.jobs where queue = any($1) and (state = 'running' "
+        + "or state in ('ready', 'delayed', 'suspended') and run_at <= now())", [queues]);
+      if (Number(rows[0]?.left) === 0 && worker.running === 0) return;
+      if (Date.now() > deadline) throw new Error(`runUntilEmpty: jobs still left after ${options.timeoutMs ?? 30_000} ms`);
+      await sleep(50);
+    }
+  } finally {
+    await worker.stop({ graceMs: 0 });
+    if (!db) await check.end();
+  }
+}
+
+export interface EnqueuedJob {
+  id: string;
+  name: string;
+  queue: string;
+  payload: unknown;
+  state: string;
+}
+
+/** The jobs of this name whose payload contains `payload` (jsonb @>), as `db` sees them: in a
+ * test's transaction, the jobs it enqueued and has not committed too. */
+export async function enqueuedJobs(db: Queryable, name: string, payload: unknown = {}): Promise<EnqueuedJob[]> {
+  const { rows } = await db.query<EnqueuedJob>(
+    'select id::text, name, queue, payload, state::text from jobs.jobs where name = $1 and payload @> $2::jsonb order by id',
+    [name, JSON.stringify(payload)]);
+  return rows;
+}
+
+/** Throws unless exactly one job of this name whose payload contains `payload` was enqueued. */
+export async function assertEnqueued(db: Queryable, name: string, payload: unknown = {}): Promise<EnqueuedJob> {
+  const found = await enqueuedJobs(db, name, payload);
+  if (found.length !== 1) {
+    throw new Error(`expected one job ${name} with payload containing ${JSON.stringify(payload)}, found ${found.length}`);
+  }
+  return found[0] as EnqueuedJob;
+}

@@ -1,0 +1,127 @@
+// The library's own tests (the worker's behaviour is the conformance suite's): producers in
+// and out of a transaction, the testing helpers, both module formats, the command, and the
+// README's quick start, against a new database on PG_JOBS_DSN's server.
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { after, before, test } from 'node:test';
+import pg from 'pg';
+import { defineJob, enqueue, enqueueMany, PgJobsError } from 'pg-jobs';
+import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
+
+const server = process.env.PG_JOBS_DSN;
+assert.ok(server, 'PG_JOBS_DSN is not set (a superuser URL, e.g. postgres://postgres@127.0.0.1:54392/postgres)');
+const name = `node_${randomUUID().slice(0, 8)}`;
+const url = new URL(server);
+url.pathname = `/${name}`;
+const dsn = url.toString();
+let pool;
+
+before(async () => {
+  const admin = new pg.Client({ connectionString: server });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  pool = new pg.Pool({ connectionString: dsn });
+  await pool.query('create extension pg_jobs');
+  await pool.query('create table sent (address text)');
+});
+
+after(async () => {
+  await pool.end();
+  const admin = new pg.Client({ connectionString: server });
+  await admin.connect();
+  await admin.query(`drop database ${name} with (force)`);
+  await admin.end();
+});
+
+test('an enqueue in a transaction lands with its commit only', async () => {
+  const client = await pool.connect();
+  try {
+    await client.query('begin');
+    const job = await enqueue(client, 'in_tx', { n: 1 });
+    assert.equal((await assertEnqueued(client, 'in_tx', { n: 1 })).id, job.id);
+    await client.query('rollback');
+    assert.equal((await pool.query("select count(*)::int as n from jobs.jobs where name = 'in_tx'")).rows[0].n, 0);
+    await client.query('begin');
+    await enqueue(client, 'in_tx', { n: 2 });
+    await client.query('commit');
+    assert.equal((await pool.query("select count(*)::int as n from jobs.jobs where name = 'in_tx'")).rows[0].n, 1);
+  } finally {
+    client.release();
+  }
+});
+
+test('options reach jobs.enqueue: idempotency, delay, queue, priority, timeout', async () => {
+  const first = await enqueue(pool, 'opts', {}, { idempotencyKey: 'k1', delayMs: 60_000, queue: 'q', priority: 3, timeoutMs: 5000 });
+  const again = await enqueue(pool, 'opts', {}, { idempotencyKey: 'k1' });
+  assert.deepEqual([first.deduped, again.deduped, again.id], [false, true, first.id]);
+  const { rows } = await pool.query('select state::text, queue, priority from jobs.jobs where id = $1', [first.id]);
+  assert.deepEqual(rows[0], { state: 'delayed', queue: 'q', priority: 3 });
+  const many = await enqueueMany(pool, [{ job: 'many', payload: { i: 1 } }, { job: 'many', payload: { i: 2 } }]);
+  assert.equal(many.length, 2);
+});
+
+test('a refusal is a PgJobsError with its SQLSTATE, and enqueues nothing', async () => {
+  await enqueue(pool, 'dup', {}, { idempotencyKey: 'only' });
+  await assert.rejects(enqueue(pool, 'dup', {}, { idempotencyKey: 'only', onConflict: 'error' }),
+    (err) => err instanceof PgJobsError && err.code === 'PJ002');
+  assert.equal((await pool.query("select count(*)::int as n from jobs.jobs where name = 'dup'")).rows[0].n, 1);
+});
+
+test('runUntilEmpty drains a queue with the jobs given', async () => {
+  const seen = [];
+  const job = defineJob({ name: 'drained', queue: 'drain', handler: (payload) => { seen.push(payload.i); } });
+  await enqueueMany(pool, [1, 2, 3].map((i) => ({ job, payload: { i } })));
+  await runUntilEmpty({ pool, queues: ['drain'], concurrency: 2, jobs: [job], logger: { info() {}, warn() {}, error() {} } });
+  assert.deepEqual(seen.sort(), [1, 2, 3]);
+});
+
+test('require and import give the same API', () => {
+  const cjs = execFileSync(process.execPath, ['-e', "console.log(Object.keys(require('pg-jobs')).sort().join(','))"],
+    { encoding: 'utf8' }).trim();
+  const esm = execFileSync(process.execPath, ['--input-type=module', '-e',
+    "import * as m from 'pg-jobs'; console.log(Object.keys(m).filter((k) => k !== 'default').sort().join(','))"],
+  { encoding: 'utf8' }).trim();
+  assert.equal(cjs, esm);
+  assert.ok(cjs.includes('createWorker') && cjs.includes('enqueue'));
+});
+
+test('pg-jobs worker --help documents every flag; a wrong one exits 2', () => {
+  const help = execFileSync(process.execPath, ['dist/cjs/cli.js', 'worker', '--help'], { encoding: 'utf8' });
+  for (const flag of ['--dsn', '--queue', '--concurrency', '--lease', '--shutdown-grace', '--poll', '--worker-id']) {
+    assert.ok(help.includes(flag), flag);
+  }
+  assert.throws(() => execFileSync(process.execPath, ['dist/cjs/cli.js', 'worker', '--nope'], { stdio: 'pipe' }),
+    (err) => err.status === 2);
+});
+
+test("the README's quick start runs: the module enqueues, the command works it, SIGTERM exits 0", async () => {
+  const readme = readFileSync('README.md', 'utf8');
+  const [jobs, producer] = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+  // Beside the package, so that 'pg-jobs' resolves to it; the producer imports './jobs.mjs'.
+  writeFileSync('jobs.mjs', jobs);
+  const file = 'jobs.mjs';
+  writeFileSync('enqueue.mjs', producer);
+  try {
+    execFileSync(process.execPath, ['enqueue.mjs'], { env: { ...process.env, PG_JOBS_DSN: dsn } });
+    const worker = spawn(process.execPath, ['dist/cjs/cli.js', 'worker', '--dsn', dsn, '--concurrency', '2', file],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    worker.stderr.on('data', (d) => { log += d; });
+    for (let i = 0; i < 200; i++) {
+      const { rows } = await pool.query("select state::text from jobs.jobs where name = 'send_email'");
+      if (rows[0]?.state === 'completed') break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.deepEqual((await pool.query('select address from sent')).rows, [{ address: 'ada@example.com' }]);
+    worker.kill('SIGTERM');
+    const code = await new Promise((resolve) => worker.on('exit', resolve));
+    assert.equal(code, 0, log);
+    assert.match(log, /pg-jobs worker started.*"preloaded":(true|false)/);
+  } finally {
+    rmSync('jobs.mjs');
+    rmSync('enqueue.mjs');
+  }
+});
