@@ -29,18 +29,17 @@
 -- (jobs._family_apply); a parent that ends failed, dead or cancelled cancels, in one statement,
 -- every live descendant that its 'terminate' policy reaches (a child, its own 'terminate'
 -- children, and so on; an 'abandon' child and what hangs below it carry on), each holder
--- fenced: its claim advances. No recursion: the descendants' own firings of this trigger find
--- nothing left to cancel, so its depth does not grow with the family's, and the cost is linear
--- in the family's size (a cycle, which enqueue refuses, would be walked once).
+-- fenced: its claim advances (jobs._cascade_cancel). No recursion: the descendants' own firings
+-- of this trigger find nothing left to cancel, so its depth does not grow with the family's,
+-- and the cost is linear in the family's size (a cycle, which enqueue refuses, would be walked
+-- once).
 create function jobs._family_changed()
 returns trigger
 language plpgsql volatile
 as $$
 declare
-  v_now   timestamptz;
   v_was   boolean;  -- the row was live before
   v_is    boolean;  -- and is now
-  v_n     bigint;
 begin
   v_was := tg_op <> 'INSERT' and old.state in ('ready', 'delayed', 'running', 'suspended');
   v_is := tg_op = 'UPDATE' and new.state in ('ready', 'delayed', 'running', 'suspended');
@@ -52,28 +51,59 @@ begin
   end if;
   if tg_op = 'UPDATE' and old.children_live > 0 and v_was
      and new.state in ('failed', 'dead', 'cancelled') then
-    v_now := jobs.clock();
+    perform jobs._cascade_cancel(new.id);
+  end if;
+  return null;
+end
+$$;
+
+-- Cancels the live descendants of p_parent that its 'terminate' policy reaches (a child, its
+-- own 'terminate' children, and so on), each holder fenced: its claim advances. In the
+-- sweeper, a descendant another transaction holds is left for a later sweep, which the
+-- parent's mark in jobs_data.family_pending (a move of 0) asks for (jobs._family_pending_apply):
+-- the sweeper never waits on a row a client holds.
+create function jobs._cascade_cancel(p_parent uuid)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+  v_all uuid[];
+  v_ids uuid[];
+  v_n   bigint;
+begin
+  v_all := array(
     with recursive reached (id) as (
       select c.id from jobs_data.jobs as c
-      where c.parent_id = new.id and c.close_policy = 'terminate'
+      where c.parent_id = p_parent and c.close_policy = 'terminate'
         and c.state in ('ready', 'delayed', 'running', 'suspended')
       union
       select c.id from reached as r
       join jobs_data.jobs as c on c.parent_id = r.id
       where c.close_policy = 'terminate' and c.state in ('ready', 'delayed', 'running', 'suspended')
-    ),
-    closed as (
-      update jobs_data.jobs as c set
-        state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
-        wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
-        updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
-      where c.id in (select r.id from reached as r)
-        and c.state in ('ready', 'delayed', 'running', 'suspended')
-      returning jobs._outcome(c.queue, 'cancelled') and jobs._slot_freed(c.name, c.concurrency_key) as counted
     )
-    select count(*) into v_n from closed;
+    select r.id from reached as r);
+  if cardinality(v_all) = 0 then
+    return;
   end if;
-  return null;
+  v_ids := v_all;
+  if jobs._in_background_worker() then
+    v_ids := array(select x.id from jobs_data.jobs as x where x.id = any(v_all)
+                   order by x.id for no key update skip locked);
+    if cardinality(v_ids) < cardinality(v_all) then
+      insert into jobs_data.family_pending (parent_id, delta) values (p_parent, 0);
+    end if;
+  end if;
+  with closed as (
+    update jobs_data.jobs as c set
+      state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
+      wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
+      updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
+    where c.id = any(v_ids)
+      and c.state in ('ready', 'delayed', 'running', 'suspended')
+    returning jobs._outcome(c.queue, 'cancelled') and jobs._slot_freed(c.name, c.concurrency_key) as counted
+  )
+  select count(*) into v_n from closed;
 end
 $$;
 
@@ -88,8 +118,18 @@ as $$
 declare
   v_now   timestamptz := jobs.clock();
   v_queue text;
+  v_skip  boolean := jobs._in_background_worker();
 begin
   for i in 1 .. coalesce(cardinality(p_parents), 0) loop
+    -- The sweeper never waits on a parent another transaction holds: the move waits in
+    -- jobs_data.family_pending for a later sweep (jobs._family_pending_apply).
+    if v_skip then
+      perform from jobs_data.jobs as p where p.id = p_parents[i] for no key update skip locked;
+      if not found then
+        insert into jobs_data.family_pending (parent_id, delta) values (p_parents[i], p_deltas[i]);
+        continue;
+      end if;
+    end if;
     update jobs_data.jobs as p set
       children_live = greatest(coalesce(p.children_live, 0) + p_deltas[i], 0),
       state = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
@@ -109,6 +149,42 @@ end
 $$;
 
 -- The triggers that run it: sql/children_triggers.sql (the install and the upgrade run it).
+
+-- In each sweep: the moves in jobs_data.family_pending of parents no other transaction holds
+-- now, applied and deleted (and those of parents gone, deleted); how many parents moved.
+create function jobs._family_pending_apply(p_max int)
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_parents uuid[];
+  v_deltas  int[];
+begin
+  delete from jobs_data.family_pending as f
+  where not exists (select from jobs_data.jobs as j where j.id = f.parent_id);
+  with locked as (
+    select p.id from jobs_data.jobs as p
+    where p.id in (select distinct f.parent_id from jobs_data.family_pending as f limit p_max)
+    order by p.id
+    for no key update skip locked
+  ),
+  taken as (
+    delete from jobs_data.family_pending as f using locked as l
+    where f.parent_id = l.id
+    returning f.parent_id, f.delta
+  )
+  select array_agg(t.parent_id order by t.parent_id), array_agg(t.delta order by t.parent_id)
+    into v_parents, v_deltas
+  from (select t.parent_id, sum(t.delta)::int as delta from taken as t group by t.parent_id) as t;
+  perform jobs._family_apply(v_parents, v_deltas);
+  -- Descendants a sweep's cascade left (held then by another transaction): cancelled now, or
+  -- marked again for the next sweep.
+  perform jobs._cascade_cancel(p.id)
+  from jobs_data.jobs as p
+  where p.id = any(v_parents) and p.state in ('failed', 'dead', 'cancelled');
+  return coalesce(cardinality(v_parents), 0);
+end
+$$;
 
 create function jobs.spawn(id uuid, claim bigint, spec jsonb)
 returns jobs.enqueued
@@ -216,7 +292,10 @@ begin
              jobs._lost_reason(await_children.id, await_children.claim)),
       'stop working on this job; it runs again under a new claim');
   end if;
-  if coalesce(v_live, 0) = 0 then
+  -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
+  v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f
+                                             where f.parent_id = await_children.id), 0);
+  if v_live <= 0 then
     return query
     select 'done'::text,
            coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'name', c.name, 'state', c.state,

@@ -61,3 +61,15 @@ begin
   return array(select w.slot || ':' || w.tenant from unnest(p_tenants, p_slots) as w(tenant, slot));
 end
 $$;
+
+-- Moves of a parent's count of live children (jobs_data.jobs.children_live) that the sweeper
+-- made while another transaction held the parent's row (a producer attaching a child in an
+-- open transaction, say): the sweeper never waits on it. The next sweep that can lock the
+-- parent applies them (jobs._family_pending_apply); jobs.await_children counts them meanwhile.
+create table jobs_data.family_pending (
+  parent_id uuid not null,
+  delta     int  not null
+);
+create index family_pending_parent_idx on jobs_data.family_pending (parent_id);
+comment on table jobs_data.family_pending is
+  'Moves of children_live the sweep could not apply without waiting; applied by a later sweep';

@@ -228,6 +228,10 @@ CREATE  FUNCTION jobs."_family_statement_end"()
 	RETURNS TRIGGER
 	LANGUAGE c
 	AS 'MODULE_PATHNAME', '_family_statement_end_wrapper';
+CREATE  FUNCTION jobs."_in_background_worker"() RETURNS bool
+STABLE PARALLEL SAFE STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'in_background_worker_wrapper';
 CREATE  FUNCTION jobs."_outcome_stats"() RETURNS TABLE (
 	"queue" TEXT,
 	"completed" bigint,
@@ -569,6 +573,16 @@ begin
   return array(select w.slot || ':' || w.tenant from unnest(p_tenants, p_slots) as w(tenant, slot));
 end
 $$;
+
+create table jobs_data.family_pending (
+  parent_id uuid not null,
+  delta     int  not null
+);
+
+create index family_pending_parent_idx on jobs_data.family_pending (parent_id);
+
+comment on table jobs_data.family_pending is
+  'Moves of children_live the sweep could not apply without waiting; applied by a later sweep';
 alter table jobs_data.events drop constraint events_key_check,
   add constraint events_key_check check (octet_length(key) <= 512);
 
@@ -2587,10 +2601,8 @@ returns trigger
 language plpgsql volatile
 as $$
 declare
-  v_now   timestamptz;
   v_was   boolean;  -- the row was live before
   v_is    boolean;  -- and is now
-  v_n     bigint;
 begin
   v_was := tg_op <> 'INSERT' and old.state in ('ready', 'delayed', 'running', 'suspended');
   v_is := tg_op = 'UPDATE' and new.state in ('ready', 'delayed', 'running', 'suspended');
@@ -2602,28 +2614,54 @@ begin
   end if;
   if tg_op = 'UPDATE' and old.children_live > 0 and v_was
      and new.state in ('failed', 'dead', 'cancelled') then
-    v_now := jobs.clock();
+    perform jobs._cascade_cancel(new.id);
+  end if;
+  return null;
+end
+$$;
+
+create or replace function jobs._cascade_cancel(p_parent uuid)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+  v_all uuid[];
+  v_ids uuid[];
+  v_n   bigint;
+begin
+  v_all := array(
     with recursive reached (id) as (
       select c.id from jobs_data.jobs as c
-      where c.parent_id = new.id and c.close_policy = 'terminate'
+      where c.parent_id = p_parent and c.close_policy = 'terminate'
         and c.state in ('ready', 'delayed', 'running', 'suspended')
       union
       select c.id from reached as r
       join jobs_data.jobs as c on c.parent_id = r.id
       where c.close_policy = 'terminate' and c.state in ('ready', 'delayed', 'running', 'suspended')
-    ),
-    closed as (
-      update jobs_data.jobs as c set
-        state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
-        wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
-        updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
-      where c.id in (select r.id from reached as r)
-        and c.state in ('ready', 'delayed', 'running', 'suspended')
-      returning jobs._outcome(c.queue, 'cancelled') and jobs._slot_freed(c.name, c.concurrency_key) as counted
     )
-    select count(*) into v_n from closed;
+    select r.id from reached as r);
+  if cardinality(v_all) = 0 then
+    return;
   end if;
-  return null;
+  v_ids := v_all;
+  if jobs._in_background_worker() then
+    v_ids := array(select x.id from jobs_data.jobs as x where x.id = any(v_all)
+                   order by x.id for no key update skip locked);
+    if cardinality(v_ids) < cardinality(v_all) then
+      insert into jobs_data.family_pending (parent_id, delta) values (p_parent, 0);
+    end if;
+  end if;
+  with closed as (
+    update jobs_data.jobs as c set
+      state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
+      wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
+      updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
+    where c.id = any(v_ids)
+      and c.state in ('ready', 'delayed', 'running', 'suspended')
+    returning jobs._outcome(c.queue, 'cancelled') and jobs._slot_freed(c.name, c.concurrency_key) as counted
+  )
+  select count(*) into v_n from closed;
 end
 $$;
 
@@ -2634,8 +2672,18 @@ as $$
 declare
   v_now   timestamptz := jobs.clock();
   v_queue text;
+  v_skip  boolean := jobs._in_background_worker();
 begin
   for i in 1 .. coalesce(cardinality(p_parents), 0) loop
+    -- The sweeper never waits on a parent another transaction holds: the move waits in
+    -- jobs_data.family_pending for a later sweep (jobs._family_pending_apply).
+    if v_skip then
+      perform from jobs_data.jobs as p where p.id = p_parents[i] for no key update skip locked;
+      if not found then
+        insert into jobs_data.family_pending (parent_id, delta) values (p_parents[i], p_deltas[i]);
+        continue;
+      end if;
+    end if;
     update jobs_data.jobs as p set
       children_live = greatest(coalesce(p.children_live, 0) + p_deltas[i], 0),
       state = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
@@ -2651,6 +2699,40 @@ begin
       perform jobs._wake(array[v_queue], array[p_parents[i]]);  -- its last child ended
     end if;
   end loop;
+end
+$$;
+
+create or replace function jobs._family_pending_apply(p_max int)
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_parents uuid[];
+  v_deltas  int[];
+begin
+  delete from jobs_data.family_pending as f
+  where not exists (select from jobs_data.jobs as j where j.id = f.parent_id);
+  with locked as (
+    select p.id from jobs_data.jobs as p
+    where p.id in (select distinct f.parent_id from jobs_data.family_pending as f limit p_max)
+    order by p.id
+    for no key update skip locked
+  ),
+  taken as (
+    delete from jobs_data.family_pending as f using locked as l
+    where f.parent_id = l.id
+    returning f.parent_id, f.delta
+  )
+  select array_agg(t.parent_id order by t.parent_id), array_agg(t.delta order by t.parent_id)
+    into v_parents, v_deltas
+  from (select t.parent_id, sum(t.delta)::int as delta from taken as t group by t.parent_id) as t;
+  perform jobs._family_apply(v_parents, v_deltas);
+  -- Descendants a sweep's cascade left (held then by another transaction): cancelled now, or
+  -- marked again for the next sweep.
+  perform jobs._cascade_cancel(p.id)
+  from jobs_data.jobs as p
+  where p.id = any(v_parents) and p.state in ('failed', 'dead', 'cancelled');
+  return coalesce(cardinality(v_parents), 0);
 end
 $$;
 
@@ -2761,7 +2843,10 @@ begin
              jobs._lost_reason(await_children.id, await_children.claim)),
       'stop working on this job; it runs again under a new claim');
   end if;
-  if coalesce(v_live, 0) = 0 then
+  -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
+  v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f
+                                             where f.parent_id = await_children.id), 0);
+  if v_live <= 0 then
     return query
     select 'done'::text,
            coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'name', c.name, 'state', c.state,
@@ -3195,12 +3280,17 @@ begin
     perform set_config('enable_seqscan', 'off', true);
   end if;
   task := 'queues_deleted'; affected := v_n; return next;
+
+  -- Moves of children's counts that a sweep made while another transaction held the parent
+  -- (jobs._family_apply in the sweeper): applied to the parents free now.
+  task := 'family_moves_applied'; affected := jobs._family_pending_apply(max_rows); return next;
 end
 $$;
 
 comment on function jobs.sweep(int) is
   'One housekeeping pass, as the background worker runs it: lapsed leases, waiter timeouts, '
-  'expired events, due schedules, old rate-limit starts, retention. Each task handles at most max_rows rows. Answers (task, affected).';
+  'expired events, due schedules, old rate-limit starts, retention, children''s counts left for later. Each task handles at '
+  'most max_rows rows. Answers (task, affected).';
 
 create or replace function jobs._vacuum_due()
 returns boolean
@@ -3242,25 +3332,30 @@ begin atomic
   select min(l.run_at) from levels as l;
 end;
 
+create or replace view jobs_data.queue_stats as
+select q.queue,
+       q.paused,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
+          and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
+       (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
+       jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
+from jobs_data.queues as q;
+
 create or replace function jobs.queue_stats()
 returns table (queue text, paused boolean, ready bigint, delayed bigint, running bigint,
                suspended bigint, completed bigint, failed bigint, dead bigint, cancelled bigint,
                oldest_ready_age interval)
 language sql stable  -- security definer: sql/privileges.sql
 begin atomic
-  select q.queue,
-         q.paused,
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready') as ready,
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed') as delayed,
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
-            and j.lease_scan_at is not null) as running,  -- every running job has one: jobs_lease_idx
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended') as suspended,
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed') as completed,
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed') as failed,
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead') as dead,
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled') as cancelled,
-         jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
-  from jobs_data.queues as q;
+  select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
+         s.dead, s.cancelled, s.oldest_ready_age
+  from jobs_data.queue_stats as s;
 end;
 
 comment on function jobs.queue_stats() is
@@ -3270,7 +3365,7 @@ comment on function jobs.queue_stats() is
 create or replace view jobs.queue_stats as
 select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
        s.dead, s.cancelled, s.oldest_ready_age
-from jobs.queue_stats() as s;
+from jobs_data.queue_stats as s;
 
 comment on view jobs.queue_stats is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited';

@@ -239,11 +239,16 @@ begin
     perform set_config('enable_seqscan', 'off', true);
   end if;
   task := 'queues_deleted'; affected := v_n; return next;
+
+  -- Moves of children's counts that a sweep made while another transaction held the parent
+  -- (jobs._family_apply in the sweeper): applied to the parents free now.
+  task := 'family_moves_applied'; affected := jobs._family_pending_apply(max_rows); return next;
 end
 $$;
 comment on function jobs.sweep(int) is
   'One housekeeping pass, as the background worker runs it: lapsed leases, waiter timeouts, '
-  'expired events, due schedules, old rate-limit starts, retention. Each task handles at most max_rows rows. Answers (task, affected).';
+  'expired events, due schedules, old rate-limit starts, retention, children''s counts left for later. Each task handles at '
+  'most max_rows rows. Answers (task, affected).';
 
 -- Whether jobs_data.jobs has as many dead row versions as autovacuum waits for before it vacuums a
 -- table (the table's autovacuum settings, else the server's), with autovacuum on for it. The

@@ -72,3 +72,10 @@ pub fn forget_since(sub: pg_sys::SubTransactionId) {
 pub fn end_of_transaction() {
     PENDING.with(|p| p.borrow_mut().clear());
 }
+
+/// `jobs._in_background_worker()`: whether this session is a background worker (the sweeper):
+/// its statements must not wait on a parent row another transaction holds (`_family_apply`).
+#[pg_extern(stable, parallel_safe, name = "_in_background_worker")]
+fn in_background_worker() -> bool {
+    unsafe { pg_sys::MyBackendType == pg_sys::BackendType::B_BG_WORKER }
+}

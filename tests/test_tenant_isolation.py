@@ -12,6 +12,8 @@ import uuid
 import psycopg
 import pytest
 
+from test_sweeper import eventually, one, swept  # noqa: F401 (swept: fixture)
+
 
 @pytest.fixture
 def roles(dsn):
@@ -94,3 +96,61 @@ def test_a_tenants_open_transaction_on_an_event_stalls_no_other_tenant(dsn, role
         states = admin.execute("select tenant_id, state::text from jobs.jobs order by tenant_id").fetchall()
         # globex's event does not wake acme's waiter, nor acme's globex's.
         assert states == [("acme", "suspended"), ("globex", "suspended")]
+
+
+def test_a_producer_attaching_a_child_in_an_open_transaction_does_not_stall_the_sweeper(swept):
+    """acme's parent runs with a child on its final attempt under a short lease; acme's
+    producer attaches another child to the parent and leaves its transaction open, holding the
+    parent's row. The sweeper buries the lapsed child without waiting for that transaction, and
+    goes on: globex's abandoned final attempt is buried too. Once the producer commits, a pass
+    applies the move it left (jobs_data.family_pending): the parent counts one live child, the
+    producer's. Checked to fail without the guard: at b465760 the sweeper waited on the parent's
+    row, and neither job was buried while the producer's transaction was open."""
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("truncate jobs_data.jobs, jobs_data.family_pending")
+        conn.execute("select jobs.enqueue('parent', tenant_id => 'acme', queue => 'parents')")
+        parent, claim = conn.execute(
+            "select id, claim from jobs.claim('w', array['parents'], lease => '1 hour')").fetchone()
+        conn.execute("""select jobs.spawn(%s, %s, '{"name": "first", "child_key": "first", "max_attempts": 1}')""",
+                     (parent, claim))
+        assert conn.execute("select count(*) from jobs.claim('w', lease => '300 ms')").fetchone()[0] == 1
+        conn.execute("select jobs.enqueue('theirs', tenant_id => 'globex', max_attempts => 1, queue => 'globex')")
+        assert conn.execute("select count(*) from jobs.claim('w', array['globex'], lease => '300 ms')").fetchone()[0] == 1
+    with psycopg.connect(swept) as producer:
+        producer.execute("select jobs.enqueue('second', tenant_id => 'acme', parent_id => %s, queue => 'later')",
+                         (parent,))
+        eventually(swept, "select count(*) from jobs.jobs where name in ('first', 'theirs') and state = 'dead'", 2,
+                   timeout=10)
+        producer.commit()
+    eventually(swept, "select count(*) from jobs_data.family_pending", 0, timeout=10)
+    assert one(swept, "select children_live from jobs_data.jobs where id = %s", (parent,)) == 1
+
+
+def test_a_worker_holding_a_child_in_an_open_transaction_does_not_stall_the_sweepers_cascade(swept):
+    """acme's parent, on its final attempt, lapses while acme's worker holds one of its
+    children in an open transaction (a heartbeat inside BEGIN). The sweeper buries the parent
+    and cancels the children it can lock without waiting for that transaction, and goes on:
+    globex's abandoned final attempt is buried too. Once the worker's transaction ends, a pass
+    cancels the held child. Checked to fail without the guard: at b465760 the sweeper's cascade
+    waited on the held child, and the parent's burial did not land while the transaction was
+    open."""
+    with psycopg.connect(swept, autocommit=True) as conn:
+        conn.execute("truncate jobs_data.jobs, jobs_data.family_pending")
+        conn.execute("select jobs.enqueue('parent', tenant_id => 'acme', queue => 'parents', max_attempts => 1)")
+        parent, claim = conn.execute(
+            "select id, claim from jobs.claim('w', array['parents'], lease => '2 seconds')").fetchone()
+        for key in ("held", "free"):
+            conn.execute("select jobs.spawn(%s, %s, jsonb_build_object('name', 'child', 'child_key', %s::text))",
+                         (parent, claim, key))
+        held, held_claim = conn.execute("select id, claim from jobs.claim('w', lease => '1 hour')").fetchone()
+        conn.execute("select jobs.enqueue('theirs', tenant_id => 'globex', max_attempts => 1, queue => 'globex')")
+        assert conn.execute("select count(*) from jobs.claim('w', array['globex'], lease => '300 ms')").fetchone()[0] == 1
+    with psycopg.connect(swept) as worker:
+        assert worker.execute("select jobs.heartbeat(%s, %s) is not null", (held, held_claim)).fetchone()[0]
+        eventually(swept, "select count(*) from jobs.jobs where name in ('parent', 'theirs') and state = 'dead'", 2,
+                   timeout=10)
+        eventually(swept, "select count(*) from jobs.jobs where name = 'child' and state = 'cancelled'", 1,
+                   timeout=10)
+        worker.commit()
+    eventually(swept, "select count(*) from jobs.jobs where name = 'child' and state = 'cancelled'", 2, timeout=10)
+    eventually(swept, "select count(*) from jobs_data.family_pending", 0, timeout=10)

@@ -94,9 +94,11 @@ class Database:
 class Worker:
     """A conformance worker process."""
 
-    def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10):
+    def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10, metrics_port=None):
         args = ["--dsn", db.url, "--concurrency", str(concurrency), "--lease", str(lease),
                 "--shutdown-grace", str(grace)]
+        if metrics_port is not None:
+            args += ["--metrics-port", str(metrics_port)]
         for queue in queues:
             args += ["--queue", queue]
         self.log = open(f"/tmp/pg_jobs-conformance-{uuid.uuid4().hex[:8]}.log", "w+")

@@ -2,7 +2,9 @@
 worker (README.md). Each scenario names what it guards; the waits below are bounds, not
 timing assertions: a scenario that passes does so by what the database holds."""
 
+import re
 import time
+import urllib.request
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -167,3 +169,28 @@ def test_a_worker_started_before_the_server_accepts_connections_keeps_trying(db,
             conn.execute("drop owned by conformance_late")
             conn.execute("drop role conformance_late")
 
+
+
+def test_the_metrics_count_what_happened(db, start_worker):
+    """13. The worker's metrics (Prometheus's text format) count each attempt by outcome: five
+    completed, two retried and then two dead (two attempts each), one unknown name parked."""
+    db.execute("insert into jobs.job_types (name, backoff_base, jitter) values ('fail', '10 milliseconds', 0)")
+    for _ in range(5):
+        db.enqueue("noop")
+    for _ in range(2):
+        db.enqueue("fail", max_attempts=2)
+    db.enqueue("no_such_job")
+    start_worker(db, concurrency=2, metrics_port=54479)
+    db.eventually("select count(*) from jobs.jobs where state in ('completed', 'dead')", 7, timeout=30)
+    db.eventually("select count(*) from jobs.jobs where name = 'no_such_job' and state = 'suspended'", 1)
+    wanted = {("noop", "completed"): 5, ("fail", "retried"): 2, ("fail", "dead"): 2, ("no_such_job", "unknown_name"): 1}
+    deadline = time.monotonic() + 10
+    while True:
+        text = urllib.request.urlopen("http://127.0.0.1:54479/metrics", timeout=5).read().decode()
+        counts = {(m["name"], m["outcome"]): float(m["n"]) for m in re.finditer(
+            r'^jobs_total\{(?=[^}]*name="(?P<name>[^"]*)")(?=[^}]*outcome="(?P<outcome>[^"]*)")[^}]*\} (?P<n>\S+)$',
+            text, re.M)}
+        if all(counts.get(k) == v for k, v in wanted.items()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert {k: counts.get(k) for k in wanted} == wanted, text

@@ -189,6 +189,10 @@ CREATE  FUNCTION jobs."_family_statement_end"()
 	RETURNS TRIGGER
 	LANGUAGE c
 	AS 'MODULE_PATHNAME', '_family_statement_end_wrapper';
+CREATE  FUNCTION jobs."_in_background_worker"() RETURNS bool
+STABLE PARALLEL SAFE STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'in_background_worker_wrapper';
 CREATE  FUNCTION jobs."_outcome_stats"() RETURNS TABLE (
 	"queue" TEXT,
 	"completed" bigint,

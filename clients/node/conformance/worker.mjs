@@ -2,11 +2,12 @@
 // of handlers every pg_jobs library registers, run until SIGTERM.
 //
 //   node conformance/worker.mjs --dsn DSN [--queue Q] [--concurrency N] [--lease S]
-//                               [--shutdown-grace S]
+//                               [--shutdown-grace S] [--metrics-port P]
+import http from 'node:http';
 import pg from 'pg';
-import { createWorker, defineJob } from '../dist/esm/index.js';
+import { createWorker, defineJob, prometheusMetrics } from '../dist/esm/index.js';
 
-const args = { dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10 };
+const args = { dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null };
 for (let i = 2; i < process.argv.length; i++) {
   const flag = process.argv[i];
   const value = process.argv[++i];
@@ -15,6 +16,7 @@ for (let i = 2; i < process.argv.length; i++) {
   else if (flag === '--concurrency') args.concurrency = Number(value);
   else if (flag === '--lease') args.lease = Number(value);
   else if (flag === '--shutdown-grace') args.grace = Number(value);
+  else if (flag === '--metrics-port') args.metricsPort = Number(value);
   else throw new Error(`unknown argument ${flag}`);
 }
 
@@ -90,7 +92,20 @@ const jobs = [
   defineJob({ name: 'child', handler: (payload) => ({ value: payload.i }) }),
 ];
 
+// Prometheus metrics on 127.0.0.1:--metrics-port/metrics, when asked for.
+let metrics;
+let server;
+if (args.metricsPort !== null) {
+  const prom = await import('prom-client');
+  const registry = new prom.Registry();
+  metrics = prometheusMetrics(prom, { registry });
+  server = http.createServer((req, res) => {
+    registry.metrics().then((text) => res.end(text));
+  }).listen(args.metricsPort, '127.0.0.1');
+}
+
 const worker = createWorker({
+  metrics,
   connectionString: args.dsn,
   queues: args.queues,
   concurrency: args.concurrency,
@@ -99,6 +114,7 @@ const worker = createWorker({
   shutdownGraceMs: args.grace * 1000,
   pollMs: 1000,
 });
-process.once('SIGTERM', () => worker.stop().then(() => side.end()).then(() => process.exit(0)));
-process.once('SIGINT', () => worker.stop().then(() => side.end()).then(() => process.exit(0)));
+const stop = () => worker.stop().then(() => side.end()).then(() => server?.close()).then(() => process.exit(0));
+process.once('SIGTERM', stop);
+process.once('SIGINT', stop);
 await worker.start();

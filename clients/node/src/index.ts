@@ -10,4 +10,6 @@ export type { Job, JobContext, ChildResult } from './context.js';
 export { codes, PgJobsError, LeaseLostError, NonRetryableError, RetryAfterError } from './errors.js';
 export { jsonLogger, silentLogger, CountingMetrics } from './log.js';
 export type { Logger, Metrics, Outcome } from './log.js';
+export { prometheusMetrics } from './prometheus.js';
+export type { PromClientLike, PrometheusOptions } from './prometheus.js';
 export type { Queryable } from './db.js';
