@@ -13,3 +13,5 @@ export type { Logger, Metrics, Outcome } from './log.js';
 export { prometheusMetrics } from './prometheus.js';
 export type { PromClientLike, PrometheusOptions } from './prometheus.js';
 export type { Queryable } from './db.js';
+export { fromDrizzle, fromKnex, fromKysely } from './adapters.js';
+export type { DrizzleLike, KnexLike, KyselyLike } from './adapters.js';

@@ -1,0 +1,87 @@
+// The ORM adapters against a real database: an enqueue inside the ORM's transaction lands
+// with its commit, and not at all when it rolls back.
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, test } from 'node:test';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import knexFactory from 'knex';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import { enqueue, fromDrizzle, fromKnex, fromKysely } from 'pg-jobs';
+
+const server = process.env.PG_JOBS_DSN;
+assert.ok(server, 'PG_JOBS_DSN is not set');
+const name = `node_orm_${randomUUID().slice(0, 8)}`;
+const url = new URL(server);
+url.pathname = `/${name}`;
+const dsn = url.toString();
+let pool;
+
+before(async () => {
+  const admin = new pg.Client({ connectionString: server });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  pool = new pg.Pool({ connectionString: dsn });
+  await pool.query('create extension pg_jobs');
+});
+
+after(async () => {
+  await pool.end();
+  const admin = new pg.Client({ connectionString: server });
+  await admin.connect();
+  await admin.query(`drop database ${name} with (force)`);
+  await admin.end();
+});
+
+const jobsNamed = async (job) =>
+  (await pool.query('select count(*)::int as n from jobs.jobs where name = $1', [job])).rows[0].n;
+
+class Rollback extends Error {}
+
+test('Knex: in a transaction, rolled back and committed', async () => {
+  const knex = knexFactory({ client: 'pg', connection: dsn });
+  try {
+    await assert.rejects(knex.transaction(async (trx) => {
+      await enqueue(fromKnex(trx), 'knex_job', { n: 1 }, { idempotencyKey: 'k' });
+      throw new Rollback();
+    }), Rollback);
+    assert.equal(await jobsNamed('knex_job'), 0);
+    const job = await knex.transaction((trx) => enqueue(fromKnex(trx), 'knex_job', { n: 2 }, { delayMs: 1000 }));
+    assert.equal(job.deduped, false);
+    assert.equal(await jobsNamed('knex_job'), 1);
+  } finally {
+    await knex.destroy();
+  }
+});
+
+test('Kysely: in a transaction, rolled back and committed', async () => {
+  const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: dsn }) }) });
+  try {
+    await assert.rejects(db.transaction().execute(async (trx) => {
+      await enqueue(fromKysely(trx), 'kysely_job', { n: 1 });
+      throw new Rollback();
+    }), Rollback);
+    assert.equal(await jobsNamed('kysely_job'), 0);
+    await db.transaction().execute((trx) => enqueue(fromKysely(trx), 'kysely_job', { n: 2 }, { priority: 2 }));
+    assert.equal(await jobsNamed('kysely_job'), 1);
+  } finally {
+    await db.destroy();
+  }
+});
+
+test('Drizzle: in a transaction, rolled back and committed', async () => {
+  const orm = new pg.Pool({ connectionString: dsn });
+  const db = drizzle(orm);
+  try {
+    await assert.rejects(db.transaction(async (tx) => {
+      await enqueue(fromDrizzle(tx), 'drizzle_job', { n: 1 });
+      throw new Rollback();
+    }), Rollback);
+    assert.equal(await jobsNamed('drizzle_job'), 0);
+    await db.transaction((tx) => enqueue(fromDrizzle(tx), 'drizzle_job', { n: 2 }, { queue: 'orm' }));
+    assert.equal(await jobsNamed('drizzle_job'), 1);
+  } finally {
+    await orm.end();
+  }
+});
