@@ -11,6 +11,7 @@ import { codes, fromDriver, isConnectionError, NonRetryableError, RetryAfterErro
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
 import { Backoff, Session, sleep } from './session.js';
+import { endAttemptSpan, startAttemptSpan, type TracerLike } from './tracing.js';
 
 export interface WorkerOptions {
   /** A connection string; or `pool`, a node-postgres Pool the worker borrows from. */
@@ -31,6 +32,8 @@ export interface WorkerOptions {
   workerId?: string;
   logger?: Logger;
   metrics?: Metrics;
+  /** An OpenTelemetry tracer (`trace.getTracer(...)`): a span per attempt. */
+  tracer?: TracerLike;
   /** How long an unknown job name is snoozed (default: 60 s). */
   unknownSnoozeMs?: number;
 }
@@ -268,6 +271,7 @@ export class Worker {
     this.held.set(job.id, held);
     this.options.metrics?.running(this.held.size);
     const started = Date.now();
+    const span = this.options.tracer ? startAttemptSpan(this.options.tracer, job) : undefined;
     let outcome: Outcome = 'lost';
     let error: string | undefined;
     try {
@@ -349,6 +353,7 @@ export class Worker {
       if (this.held.get(job.id) === held) this.held.delete(job.id);
       this.options.metrics?.running(this.held.size);
       this.report(job, outcome, Date.now() - started, error);
+      if (span) endAttemptSpan(span, outcome, error);
     }
   }
 

@@ -125,3 +125,25 @@ test("the README's quick start runs: the module enqueues, the command works it, 
     rmSync('enqueue.mjs');
   }
 });
+
+test('a tracer gets a span per attempt, with its outcome', async () => {
+  const spans = [];
+  const tracer = {
+    startSpan(spanName, options) {
+      const span = { name: spanName, attributes: { ...options.attributes }, status: null, ended: false,
+        setAttribute(k, v) { this.attributes[k] = v; }, setStatus(s) { this.status = s; }, end() { this.ended = true; } };
+      spans.push(span);
+      return span;
+    },
+  };
+  const ok = defineJob({ name: 'traced_ok', queue: 'traced', handler: () => ({ fine: true }) });
+  const bad = defineJob({ name: 'traced_bad', queue: 'traced', handler: () => { throw new Error('no'); } });
+  await enqueueMany(pool, [{ job: ok }, { job: bad, maxAttempts: 1 }]);
+  await runUntilEmpty({ pool, queues: ['traced'], concurrency: 1, jobs: [ok, bad], tracer,
+    logger: { info() {}, warn() {}, error() {} } });
+  const byName = Object.fromEntries(spans.map((s) => [s.name, s]));
+  assert.deepEqual(Object.keys(byName).sort(), ['traced_bad process', 'traced_ok process']);
+  assert.deepEqual([byName['traced_ok process'].status.code, byName['traced_ok process'].attributes['pg_jobs.outcome']], [1, 'completed']);
+  assert.deepEqual([byName['traced_bad process'].status.code, byName['traced_bad process'].attributes['pg_jobs.outcome']], [2, 'dead']);
+  assert.ok(spans.every((s) => s.ended && s.attributes['messaging.destination.name'] === 'traced'));
+});
