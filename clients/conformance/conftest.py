@@ -5,6 +5,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 import uuid
 
@@ -12,6 +13,10 @@ import psycopg
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from clusters import cluster, own_cluster  # noqa: E402 (the tests' throwaway clusters)
+
+RESTART_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_RESTART_PORT", "54431"))
 DEFAULT_WORKER = f"node {ROOT}/clients/node/conformance/worker.mjs"
 TABLES = """
 create table conformance_rows (job_id uuid not null, n int);
@@ -39,6 +44,22 @@ def server_dsn():
 @pytest.fixture
 def db(server_dsn):
     """A new database with pg_jobs and the tables the handlers write; its URL."""
+    yield from make_db(server_dsn)
+
+
+@pytest.fixture
+def restartable():
+    """A database on a server of its own, and a function that restarts that server (fast
+    shutdown: every connection cut, open transactions rolled back)."""
+    with own_cluster("pg_jobs-conformance.", RESTART_PORT, "") as server:
+        for database in make_db(server["dsn"]):
+            def restart():
+                cluster("stop", server["dir"])
+                cluster("start", server["dir"], str(RESTART_PORT))
+            yield database, restart
+
+
+def make_db(server_dsn):
     name = "conf_" + uuid.uuid4().hex[:12]
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(f"create database {name}")

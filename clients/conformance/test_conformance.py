@@ -194,3 +194,18 @@ def test_the_metrics_count_what_happened(db, start_worker):
             break
         time.sleep(0.1)
     assert {k: counts.get(k) for k in wanted} == wanted, text
+
+
+def test_a_server_restart_mid_drain_leaves_the_worker_working(restartable, start_worker):
+    """5. The server restarted (fast shutdown) mid-drain: the worker does not exit, makes its
+    connections again, and finishes; every job completes and its row is written once (the
+    attempts the restart cut rolled back, and ran again once their 3 s leases lapsed)."""
+    db, restart = restartable
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object("
+               "'name', 'write', 'payload', jsonb_build_object('n', g))) from generate_series(1, 3000) as g))")
+    worker = start_worker(db, concurrency=8, lease=3)
+    db.eventually("select count(*) >= 500 from jobs.jobs where state = 'completed'", True)
+    restart()
+    db.eventually("select count(*) from jobs.jobs where state = 'completed'", 3000, timeout=120)
+    assert worker.process.poll() is None, worker.output()
+    assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (3000, 3000)

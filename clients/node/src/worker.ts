@@ -221,13 +221,20 @@ export class Worker {
     const backoff = new Backoff();
     while (!this.stopping) {
       let client: pg.PoolClient | undefined;
+      // A connection that breaks between two of its queries (a server restart while a handler
+      // works) reports it as an 'error' event, which would end the process unheard; its next
+      // query fails, and the slot makes a new connection.
+      const onError = (): void => {};
       try {
         client = await this.pool.connect();
+        client.on('error', onError);
         let row = await this.claim(client, queues);
         backoff.reset();
         while (row) row = await this.runJob(client, row, queues);
+        client.off('error', onError);
         client.release();
       } catch (err) {
+        client?.off('error', onError);
         client?.release(true);
         if (this.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) break;
         const wait = backoff.next();
