@@ -72,7 +72,9 @@ export class Parked extends Error {
  * whatever the handler's transaction does). */
 export type Control = <R extends object>(text: string, values: unknown[]) => Promise<R[]>;
 
-export function makeContext<P>(job: Job<P>, signal: AbortSignal, tx: PoolClient, control: Control): JobContext<P> {
+/** `tx` gives the client of the job's transaction; the worker opens the transaction at the
+ * first use (a handler that never uses it costs no BEGIN and COMMIT). */
+export function makeContext<P>(job: Job<P>, signal: AbortSignal, tx: () => PoolClient, control: Control): JobContext<P> {
   const call = async <R extends object>(text: string, values: unknown[]): Promise<R[]> => {
     try {
       return await control<R>(text, values);
@@ -83,7 +85,9 @@ export function makeContext<P>(job: Job<P>, signal: AbortSignal, tx: PoolClient,
   return {
     job,
     signal,
-    tx,
+    get tx() {
+      return tx();
+    },
     async step<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
       const [saved] = await call<{ done: boolean; output: T }>(
         'select done, output from jobs.get_step($1, $2)', [job.runId, name]);

@@ -282,8 +282,18 @@ export class Worker {
     let outcome: Outcome = 'lost';
     let error: string | undefined;
     try {
-      if (def.transactional) await client.query('begin');
-      const ctx = makeContext(job, held.controller.signal, client, (text, values) => this.control.query(text, values));
+      // The transaction opens when the handler first uses ctx.tx (node-postgres runs a client's
+      // queries in order, so BEGIN goes before the handler's first); one that never does is
+      // completed by one statement, in autocommit, which is as atomic.
+      const opened = { inTx: false };
+      const tx = (): pg.PoolClient => {
+        if (def.transactional && !opened.inTx) {
+          opened.inTx = true;
+          client.query('begin').catch(() => {}); // its failure fails the handler's next query
+        }
+        return client;
+      };
+      const ctx = makeContext(job, held.controller.signal, tx, (text, values) => this.control.query(text, values));
       let result: unknown;
       let thrown: unknown;
       let failed = false;
@@ -296,7 +306,7 @@ export class Worker {
       }
       const signal = held.controller.signal;
       if (signal.aborted) {
-        if (def.transactional) await client.query('rollback');
+        if (opened.inTx) await client.query('rollback');
         const reason = signal.reason as Reason;
         if (reason === 'shutdown') {
           await client.query('select jobs.snooze($1, $2::bigint, clock_timestamp())', [job.id, job.claim]);
@@ -307,7 +317,7 @@ export class Worker {
         return null;
       }
       if (failed && thrown instanceof Parked) {
-        if (def.transactional) await client.query('rollback');
+        if (opened.inTx) await client.query('rollback');
         if (thrown.snoozeUntil) {
           await client.query('select jobs.snooze($1, $2::bigint, $3)', [job.id, job.claim, thrown.snoozeUntil]);
         }
@@ -315,7 +325,7 @@ export class Worker {
         return null;
       }
       if (failed) {
-        if (def.transactional) await client.query('rollback');
+        if (opened.inTx) await client.query('rollback');
         error = describe(thrown);
         const retryAt = thrown instanceof RetryAfterError ? thrown.retryAt : null;
         const retryable = !(thrown instanceof NonRetryableError);
@@ -335,7 +345,7 @@ export class Worker {
         const { rows } = await client.query<{ landed: boolean }>(
           'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, json]);
         const landed = rows[0]?.landed === true;
-        await client.query(landed ? 'commit' : 'rollback');
+        if (opened.inTx) await client.query(landed ? 'commit' : 'rollback');
         outcome = landed ? 'completed' : 'lost';
         return null;
       }
@@ -344,12 +354,12 @@ export class Worker {
           `select ${CLAIMED_COLUMNS} from jobs.complete_and_claim(array[$1]::uuid[], array[$2]::bigint[], $3, $4, 1, `
           + '$5::interval, array[$6]::jsonb[])',
           [job.id, job.claim, this.workerId, queues, `${this.leaseMs} milliseconds`, json]);
-        await client.query('commit');
+        if (opened.inTx) await client.query('commit');
         outcome = 'completed';
         return rows[0] ?? null;
       } catch (err) {
         if ((err as { code?: string }).code !== codes.leaseLost) throw err;
-        await client.query('rollback'); // the claim was lost: the handler's writes are undone
+        if (opened.inTx) await client.query('rollback'); // the claim was lost: the handler's writes are undone
         return null;
       }
     } catch (err) {
