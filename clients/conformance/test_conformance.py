@@ -209,3 +209,18 @@ def test_a_server_restart_mid_drain_leaves_the_worker_working(restartable, start
     db.eventually("select count(*) from jobs.jobs where state = 'completed'", 3000, timeout=120)
     assert worker.process.poll() is None, worker.output()
     assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (3000, 3000)
+
+
+def test_through_pgbouncer_with_the_producers_through_it_too(db, bouncer, start_worker):
+    """12. PgBouncer in transaction pooling, sized as docs/OPERATIONS.md says: the worker
+    (concurrency 4) through a pool of its own, producers through another of the same PgBouncer.
+    200 jobs enqueued one at a time while the worker's four claims wait in the server are all
+    completed, each written once."""
+    start_worker(bouncer["workers"], concurrency=4)
+    db.eventually("select count(*) from pg_stat_activity where datname = current_database() "
+                  "and query like '%%jobs.claim(%%' and state = 'active'", 4)
+    with psycopg.connect(bouncer["producers"].dsn, autocommit=True, prepare_threshold=None) as producer:
+        for n in range(200):
+            producer.execute("select jobs.enqueue('write', jsonb_build_object('n', %s::int))", (n,))
+    db.eventually("select count(*) from jobs.jobs where state = 'completed'", 200, timeout=60)
+    assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (200, 200)
