@@ -1,9 +1,10 @@
 // The Node peer of bench/run.py: drains N jobs end to end from one Node process, with
-// graphile-worker 0.17.3 or with pg_jobs over node-postgres, and prints one JSON line
+// graphile-worker 0.17.3, with pg_jobs over node-postgres, or with pg_jobs's library
+// (clients/node, built: its worker, `workers` slots), and prints one JSON line
 // {system, workers, batch, jobs, seconds, jobs_per_s}. The jobs are enqueued first and the
 // clock runs from the first fetch to the last completion; the handler does nothing.
 //
-//   node drain.js --dsn postgres://... --system graphile|pg_jobs --jobs 20000 --workers 4 --batch 10
+//   node drain.js --dsn postgres://... --system graphile|pg_jobs|library --jobs 20000 --workers 4 --batch 10
 //
 // graphile-worker: `concurrency` = workers; with batch > 1 its local queue fetches `batch`
 // jobs a time and completions are batched (completeJobBatchDelay 0), its nearest equivalent
@@ -54,6 +55,38 @@ async function drainPgJobs(args) {
   return { completed, seconds };
 }
 
+async function enqueueBench(pool, jobs) {
+  await pool.query("delete from jobs.jobs where queue = 'node_bench'");
+  for (let done = 0; done < jobs; done += 10000) {
+    await pool.query(`select count(*) from jobs.enqueue_batch(
+      (select jsonb_agg(jsonb_build_object('name', 'bench', 'queue', 'node_bench', 'payload', jsonb_build_object('n', g)))
+       from generate_series(1, $1::int) g))`, [Math.min(10000, jobs - done)]);
+  }
+}
+
+// The library's worker: `workers` slots, each claiming one job at a time (its batch is 1), the
+// next claimed in the completing statement; a no-op handler that never opens its transaction.
+async function drainLibrary(args) {
+  const lib = require('../../clients/node/dist/cjs/index.js');
+  const setup = new Pool({ connectionString: args.dsn, max: 1 });
+  await enqueueBench(setup, args.jobs);
+  await setup.end();
+  let completed = 0;
+  let finished;
+  const done = new Promise((resolve) => { finished = resolve; });
+  const worker = lib.createWorker({
+    connectionString: args.dsn, queues: ['node_bench'], concurrency: args.workers, pollMs: 100,
+    jobs: [lib.defineJob({ name: 'bench', handler: () => null })], logger: lib.silentLogger,
+    metrics: { attemptEnded() { completed += 1; if (completed === args.jobs) finished(); }, running() {} },
+  });
+  const start = process.hrtime.bigint();
+  await worker.start();
+  await done;
+  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+  await worker.stop({ graceMs: 0 });
+  return { completed, seconds };
+}
+
 async function drainGraphile(args) {
   const { run, runMigrations, Logger } = require('graphile-worker');
   await runMigrations({ connectionString: args.dsn });
@@ -88,7 +121,8 @@ async function drainGraphile(args) {
 
 async function main() {
   const args = parseArgs(process.argv);
-  const { completed, seconds } = args.system === 'graphile' ? await drainGraphile(args) : await drainPgJobs(args);
+  const drain = { graphile: drainGraphile, library: drainLibrary }[args.system] ?? drainPgJobs;
+  const { completed, seconds } = await drain(args);
   if (completed !== args.jobs) throw new Error(`completed ${completed} of ${args.jobs}`);
   console.log(JSON.stringify({ system: args.system, workers: args.workers, batch: args.batch, jobs: args.jobs,
     seconds, jobs_per_s: args.jobs / seconds }));
