@@ -5,12 +5,26 @@
 # (pytest against throwaway clusters, on that install), all on PostgreSQL 15; then the
 # golden files, the isolation specs and the background worker's tests on 16, 17 and 18
 # (scripts/test-releases.sh).
+#   scripts/test.sh --quick   a first check in a few minutes once built: the golden files and
+#                             isolation specs, and a drain of 10,000 jobs by 8 workers
 # Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 bash scripts/setup.sh
+
+if [ "${1:-}" = --quick ]; then
+  echo "== quick check: pg_regress and isolation specs, then a drain (tests/test_drain.py)"
+  bash scripts/test-sql.sh
+  dir=$(mktemp -d /tmp/pg_jobs-quick.XXXXXX)
+  trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
+  PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
+  export PG_JOBS_DSN
+  .venv/bin/python -m pytest -q tests/test_drain.py
+  echo "quick check passed; bash scripts/test.sh runs every test"
+  exit 0
+fi
 
 echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example); ruff (the Python); eslint (the Node.js)"
 .venv/bin/python -m ruff check tests examples bench scripts clients
