@@ -10,7 +10,9 @@ import { sleep } from './session.js';
 /** Runs a worker until no job of its queues is ready, due or running, then stops it. Gives up after `timeoutMs` (default 30 s) with an error. */
 export async function runUntilEmpty(options: WorkerOptions & { timeoutMs?: number }): Promise<void> {
   const worker = createWorker({ pollMs: 200, ...options });
-  const queues = options.queues?.length ? options.queues : ['default'];
+  const c = options.concurrency;
+  const queues = options.queues?.length ? options.queues
+    : c !== undefined && typeof c === 'object' ? Object.keys(c) : ['default'];
   const db = options.pool ?? null;
   const check = db ?? new pg.Pool({ connectionString: options.connectionString, max: 1 });
   const deadline = Date.now() + (options.timeoutMs ?? 30_000);

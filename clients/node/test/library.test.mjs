@@ -147,3 +147,29 @@ test('a tracer gets a span per attempt, with its outcome', async () => {
   assert.deepEqual([byName['traced_bad process'].status.code, byName['traced_bad process'].attributes['pg_jobs.outcome']], [2, 'dead']);
   assert.ok(spans.every((s) => s.ended && s.attributes['messaging.destination.name'] === 'traced'));
 });
+
+test('concurrency per queue: each queue gets its own slots', async () => {
+  // Queue b's first jobs wait (at most 5 s) until three of them run at once, which only three
+  // slots of b allow; queue a's one slot never runs two.
+  let running = { a: 0, b: 0 };
+  const most = { a: 0, b: 0 };
+  const make = (queue) => defineJob({
+    name: `per_${queue}`, queue,
+    async handler() {
+      running[queue] += 1;
+      most[queue] = Math.max(most[queue], running[queue]);
+      for (let waited = 0; queue === 'b' && most.b < 3 && waited < 5000; waited += 10) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      running[queue] -= 1;
+    },
+  });
+  const [a, b] = [make('a'), make('b')];
+  await enqueueMany(pool, [...Array(6)].flatMap(() => [{ job: a }, { job: b }]));
+  await runUntilEmpty({ pool, concurrency: { a: 1, b: 3 }, jobs: [a, b], logger: { info() {}, warn() {}, error() {} } });
+  running = null;
+  assert.deepEqual(most, { a: 1, b: 3 });
+  const { rows } = await pool.query("select count(*)::int as n from jobs.jobs where name like 'per_%' and state = 'completed'");
+  assert.equal(rows[0].n, 12);
+});
