@@ -87,3 +87,7 @@ select format('   %s dead-lettered after its %s attempts ran out (jobs.requeue r
 from jobs.jobs where state = 'dead';
 select '   1 enqueue deduplicated by its idempotency key (welcome-ada): no second email to ada';
 SQL
+
+echo
+echo "The demo's cluster goes away now. For a server to keep working on (pg_jobs preloaded,"
+echo "its data kept, its port and psql line printed): bash scripts/dev-server.sh start"

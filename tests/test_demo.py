@@ -19,3 +19,4 @@ def test_the_demo_tells_which_job_was_deduplicated_retried_and_dead_lettered():
     assert "attempt 2/2: failed (ValueError: card 4000-0000-0000-0002 declined); dead-lettered" in out
     assert "6 completed (2 of them after a failed attempt" in out
     assert "1 dead-lettered after its 2 attempts ran out" in out
+    assert "bash scripts/dev-server.sh start" in out
