@@ -5,7 +5,7 @@
 import pg from 'pg';
 import type { Queryable } from './db.js';
 import { createWorker, type WorkerOptions } from './worker.js';
-import { sleep } from './session.js';
+import { sleep } from './connection.js';
 
 /** Runs a worker until no job of its queues is ready, due or running, then stops it. Gives up after `timeoutMs` (default 30 s) with an error. */
 export async function runUntilEmpty(options: WorkerOptions & { timeoutMs?: number }): Promise<void> {

@@ -10,7 +10,7 @@ import { CLAIMED_COLUMNS, type ClaimedRow, type Job, makeContext, Parked, toJob 
 import { codes, fromDriver, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
-import { Backoff, Session, sleep } from './session.js';
+import { Backoff, OwnConnection, sleep } from './connection.js';
 import { endAttemptSpan, startAttemptSpan, type TracerLike } from './tracing.js';
 
 export interface WorkerOptions {
@@ -55,8 +55,8 @@ class Abandoned extends Error {}
 export class Worker {
   private readonly pool: pg.Pool;
   private readonly ownPool: boolean;
-  private readonly control: Session;
-  private readonly listener: Session;
+  private readonly control: OwnConnection;
+  private readonly listener: OwnConnection;
   private readonly queues: string[];
   private readonly slots: string[][];
   private readonly jobs = new Map<string, JobDefinition>();
@@ -98,8 +98,8 @@ export class Worker {
       connectionString: options.connectionString, max: this.slots.length, application_name: 'pg-jobs worker',
     });
     this.pool.on('error', () => {}); // an idle client's connection broke: the pool drops it
-    this.control = new Session({ ...config, application_name: 'pg-jobs heartbeat' });
-    this.listener = new Session({ ...config, application_name: 'pg-jobs listener' }, async (client) => {
+    this.control = new OwnConnection({ ...config, application_name: 'pg-jobs heartbeat' });
+    this.listener = new OwnConnection({ ...config, application_name: 'pg-jobs listener' }, async (client) => {
       client.on('notification', (n) => this.onCancel(n.payload ?? '*'));
       await client.query('listen pg_jobs_cancel');
       // Jobs cancelled while the listener was away: ask about every held one.

@@ -25,7 +25,7 @@ export class Backoff {
 }
 
 /** One connection, made on first use and again after it broke. Queries run one at a time. */
-export class Session {
+export class OwnConnection {
   private client: pg.Client | null = null;
   private connecting: Promise<pg.Client> | null = null;
   private closed = false;
