@@ -1,38 +1,24 @@
 // The ORM adapters against a real database: an enqueue inside the ORM's transaction lands
 // with its commit, and not at all when it rolls back.
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
+import { makeDatabase } from './database.mjs';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import knexFactory from 'knex';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { enqueue, fromDrizzle, fromKnex, fromKysely } from 'pg-jobs';
 
-const server = process.env.PG_JOBS_DSN;
-assert.ok(server, 'PG_JOBS_DSN is not set');
-const name = `node_orm_${randomUUID().slice(0, 8)}`;
-const url = new URL(server);
-url.pathname = `/${name}`;
-const dsn = url.toString();
+let db;
 let pool;
+let dsn;
 
 before(async () => {
-  const admin = new pg.Client({ connectionString: server });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  pool = new pg.Pool({ connectionString: dsn });
-  await pool.query('create extension pg_jobs');
+  db = await makeDatabase('node_orm');
+  ({ pool, dsn } = db);
 });
 
-after(async () => {
-  await pool.end();
-  const admin = new pg.Client({ connectionString: server });
-  await admin.connect();
-  await admin.query(`drop database ${name} with (force)`);
-  await admin.end();
-});
+after(() => db.drop());
 
 const jobsNamed = async (job) =>
   (await pool.query('select count(*)::int as n from jobs.jobs where name = $1', [job])).rows[0].n;

@@ -3,38 +3,23 @@
 // README's quick start, against a new database on PG_JOBS_DSN's server.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
-import pg from 'pg';
+import { makeDatabase } from './database.mjs';
 import { defineJob, enqueue, enqueueMany, PgJobsError } from 'pg-jobs';
 import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
 
-const server = process.env.PG_JOBS_DSN;
-assert.ok(server, 'PG_JOBS_DSN is not set (a superuser URL, e.g. postgres://postgres@127.0.0.1:54392/postgres)');
-const name = `node_${randomUUID().slice(0, 8)}`;
-const url = new URL(server);
-url.pathname = `/${name}`;
-const dsn = url.toString();
+let db;
 let pool;
+let dsn;
 
 before(async () => {
-  const admin = new pg.Client({ connectionString: server });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  pool = new pg.Pool({ connectionString: dsn });
-  await pool.query('create extension pg_jobs');
+  db = await makeDatabase('node');
+  ({ pool, dsn } = db);
   await pool.query('create table sent (address text)');
 });
 
-after(async () => {
-  await pool.end();
-  const admin = new pg.Client({ connectionString: server });
-  await admin.connect();
-  await admin.query(`drop database ${name} with (force)`);
-  await admin.end();
-});
+after(() => db.drop());
 
 test('an enqueue in a transaction lands with its commit only', async () => {
   const client = await pool.connect();
