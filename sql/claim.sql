@@ -548,7 +548,8 @@ begin
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
-         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
+         m.parent_id
   from moved as m
   order by m.priority desc, m.run_at;
 end

@@ -189,7 +189,7 @@ alter table jobs_data.jobs add column parent_id uuid,
 create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
 alter table jobs_data.job_types add column timeout interval
   check (timeout > interval '0' and timeout <= interval '7 days');
-alter type jobs.claimed_job add attribute deadline timestamptz;
+alter type jobs.claimed_job add attribute deadline timestamptz, add attribute parent_id uuid;
 alter type jobs.job_spec add attribute timeout interval;
 -- 15.
 alter table jobs_data.job_types add column rate_limit int check (rate_limit >= 1),
@@ -1770,7 +1770,8 @@ begin
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
-         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
+         m.parent_id
   from moved as m
   order by m.priority desc, m.run_at;
 end

@@ -195,7 +195,8 @@ create type jobs.claimed_job as (
   priority         int,
   enqueued_at      timestamptz,
   last_error       text,
-  deadline         timestamptz   -- when this attempt times out (jobs.job_types.timeout); NULL: never
+  deadline         timestamptz,  -- when this attempt times out (jobs.job_types.timeout); NULL: never
+  parent_id        uuid          -- the job that spawned this one (jobs.spawn); NULL: none
 );
 
 -- What enqueue answers: a composite, so its column names cannot clash with the arguments.
