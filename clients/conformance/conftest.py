@@ -98,10 +98,13 @@ pidfile = {tmp}/pgbouncer.pid
     deadline = time.monotonic() + 30
     while True:
         try:
+            # Its own pid file, so that another PgBouncer left on the port is not taken for it.
+            assert (tmp / "pgbouncer.pid").exists(), "pgbouncer is not running"
             psycopg.connect(through["producers"].dsn, prepare_threshold=None).close()
             break
-        except psycopg.OperationalError:
-            assert time.monotonic() < deadline, "pgbouncer did not start"
+        except (psycopg.OperationalError, AssertionError):
+            log = tmp / "pgbouncer.log"
+            assert time.monotonic() < deadline, f"pgbouncer did not start: {log.read_text() if log.exists() else ''}"
             time.sleep(0.1)
     try:
         yield through
@@ -167,9 +170,11 @@ class Database:
 class Worker:
     """A conformance worker process."""
 
-    def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10, metrics_port=None):
+    def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10, metrics_port=None, poll=None):
         args = ["--dsn", db.url, "--concurrency", str(concurrency), "--lease", str(lease),
                 "--shutdown-grace", str(grace)]
+        if poll is not None:
+            args += ["--poll", str(poll)]
         if metrics_port is not None:
             args += ["--metrics-port", str(metrics_port)]
         for queue in queues:

@@ -2,12 +2,15 @@
 worker (README.md). Each scenario names what it guards; the waits below are bounds, not
 timing assertions: a scenario that passes does so by what the database holds."""
 
+import os
 import re
 import time
 import urllib.request
 
 import psycopg
 from psycopg.types.json import Jsonb
+
+METRICS_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_METRICS_PORT", "54479"))
 
 
 def test_a_drain_with_a_worker_killed_completes_every_job_once(db, start_worker):
@@ -134,28 +137,50 @@ def test_a_job_waiting_for_an_event_gets_its_payload(db, start_worker):
 
 def test_a_fan_out_of_100_children_sums_their_results(db, start_worker):
     """11. A job spawns 100 children, awaits them (parked, no attempt used) and sums their
-    results once they are done."""
+    results once they are done; each child knows its parent."""
     job = db.enqueue("fan_out", {"children": 100})
     start_worker(db, concurrency=8)
     db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=60)
     assert db.one("select result, attempt from jobs.jobs where id = %s", (job,)) == (
         {"sum": 4950, "children": 100}, 1)
+    assert db.one("select count(*) from jobs.jobs where name = 'child' and result->>'parent' = %s::text",
+                  (job,))[0] == 100
+
+
+def test_a_worker_killed_mid_spawn_leaves_no_child_twice(db, start_worker):
+    """11. The worker is SIGKILLed while the job spawns its children (one every 50 ms): once
+    its 2 s lease lapses, the next attempt spawns the rest, getting the same child for each
+    key already spawned, and the sum is whole: 100 children, each run once. (The second
+    worker's lease is 10 s, so that only the kill, not a loaded machine, ends an attempt.)"""
+    job = db.enqueue("fan_out", {"children": 100, "pause_ms": 50})
+    first = start_worker(db, concurrency=4, lease=2)
+    db.eventually("select count(*) >= 20 from jobs.jobs where parent_id = %s", True, args=(job,))
+    first.kill()
+    spawned = db.one("select count(*) from jobs.jobs where parent_id = %s", (job,))[0]
+    assert spawned < 100, "the spawning ended before the kill: nothing was tested"
+    start_worker(db, concurrency=4, lease=10)
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=90)
+    assert db.one("select result, attempt from jobs.jobs where id = %s", (job,)) == (
+        {"sum": 4950, "children": 100}, 2)
+    assert db.one("select count(*), count(distinct payload) from jobs.jobs where parent_id = %s",
+                  (job,)) == (100, 100)
 
 
 def test_a_worker_started_before_the_server_accepts_connections_keeps_trying(db, start_worker):
     """A database error never ends the worker: with connections refused for its role at first
     (CONNECTION LIMIT 0), it retries with backoff and works once they are allowed."""
+    role = "late_" + db.url.rsplit("/", 1)[1]  # roles are the cluster's: one per test database
     with psycopg.connect(db.dsn, autocommit=True) as conn:
-        conn.execute("create role conformance_late login connection limit 0")
-        conn.execute("select jobs.grant_worker('conformance_late')")
-        conn.execute("grant insert on conformance_rows, conformance_step_runs, conformance_aborts to conformance_late")
+        conn.execute(f"create role {role} login connection limit 0")
+        conn.execute(f"select jobs.grant_worker('{role}')")
+        conn.execute(f"grant insert on conformance_rows, conformance_step_runs, conformance_aborts to {role}")
     try:
-        late = type(db)(db.dsn, db.url.replace("postgresql://postgres@", "postgresql://conformance_late@"))
+        late = type(db)(db.dsn, db.url.replace("postgresql://postgres@", f"postgresql://{role}@"))
         job = db.enqueue("noop")
         worker = start_worker(late, concurrency=1)
         time.sleep(2)
         assert worker.process.poll() is None, worker.output()
-        db.execute("alter role conformance_late connection limit -1")
+        db.execute(f"alter role {role} connection limit -1")
         try:
             db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
         except BaseException:
@@ -165,9 +190,9 @@ def test_a_worker_started_before_the_server_accepts_connections_keeps_trying(db,
         assert worker.wait(timeout=15) == 0
     finally:
         with psycopg.connect(db.dsn, autocommit=True) as conn:
-            conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'conformance_late'")
-            conn.execute("drop owned by conformance_late")
-            conn.execute("drop role conformance_late")
+            conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = %s", (role,))
+            conn.execute(f"drop owned by {role}")
+            conn.execute(f"drop role {role}")
 
 
 
@@ -180,13 +205,13 @@ def test_the_metrics_count_what_happened(db, start_worker):
     for _ in range(2):
         db.enqueue("fail", max_attempts=2)
     db.enqueue("no_such_job")
-    start_worker(db, concurrency=2, metrics_port=54479)
+    start_worker(db, concurrency=2, metrics_port=METRICS_PORT)
     db.eventually("select count(*) from jobs.jobs where state in ('completed', 'dead')", 7, timeout=30)
     db.eventually("select count(*) from jobs.jobs where name = 'no_such_job' and state = 'suspended'", 1)
     wanted = {("noop", "completed"): 5, ("fail", "retried"): 2, ("fail", "dead"): 2, ("no_such_job", "unknown_name"): 1}
     deadline = time.monotonic() + 10
     while True:
-        text = urllib.request.urlopen("http://127.0.0.1:54479/metrics", timeout=5).read().decode()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5).read().decode()
         counts = {(m["name"], m["outcome"]): float(m["n"]) for m in re.finditer(
             r'^jobs_total\{(?=[^}]*name="(?P<name>[^"]*)")(?=[^}]*outcome="(?P<outcome>[^"]*)")[^}]*\} (?P<n>\S+)$',
             text, re.M)}
@@ -214,13 +239,26 @@ def test_a_server_restart_mid_drain_leaves_the_worker_working(restartable, start
 def test_through_pgbouncer_with_the_producers_through_it_too(db, bouncer, start_worker):
     """12. PgBouncer in transaction pooling, sized as docs/OPERATIONS.md says: the worker
     (concurrency 4) through a pool of its own, producers through another of the same PgBouncer.
-    200 jobs enqueued one at a time while the worker's four claims wait in the server are all
-    completed, each written once."""
-    start_worker(bouncer["workers"], concurrency=4)
-    db.eventually("select count(*) from pg_stat_activity where datname = current_database() "
-                  "and query like '%%jobs.claim(%%' and state = 'active'", 4)
+    While the worker's claims wait in the server (30 s each, as nothing comes to their queue),
+    50 jobs enqueued to another queue go through and the waits are the same ones (no claim
+    ended to let a producer in); then 200 enqueued one at a time are all completed, each written
+    once and on its first attempt. Checked to fail with one pool of 1 for workers and producers alike: the first enqueue
+    waited for the claim's wait to end, and the wait was a new one."""
+    start_worker(bouncer["workers"], concurrency=4, poll=30)
+    waiting = ("select array_agg(pid::text || '@' || query_start::text order by pid) from pg_stat_activity "
+               "where datname = current_database() and query like '%%jobs.claim(%%' and state = 'active' "
+               "and wait_event_type = 'Extension' and pid <> pg_backend_pid()")  # asleep in the claim
+    db.eventually(f"select cardinality(({waiting})) >= 1", True)
+    before = db.one(waiting)[0]
+    with psycopg.connect(bouncer["producers"].dsn, autocommit=True, prepare_threshold=None) as producer:
+        for n in range(50):
+            producer.execute("select jobs.enqueue('write', jsonb_build_object('n', %s::int), queue => 'later')", (n,))
+    assert db.one(waiting)[0] == before, "a producer got in only when a waiting claim ended"
     with psycopg.connect(bouncer["producers"].dsn, autocommit=True, prepare_threshold=None) as producer:
         for n in range(200):
             producer.execute("select jobs.enqueue('write', jsonb_build_object('n', %s::int))", (n,))
     db.eventually("select count(*) from jobs.jobs where state = 'completed'", 200, timeout=60)
     assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (200, 200)
+    # Each on its first attempt: no statement of the worker's failed through the pooler (a
+    # statement prepared on one server connection and run on another did).
+    assert db.one("select max(attempt) from jobs.jobs where state = 'completed'")[0] == 1

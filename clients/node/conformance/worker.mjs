@@ -2,12 +2,12 @@
 // of handlers every pg_jobs library registers, run until SIGTERM.
 //
 //   node conformance/worker.mjs --dsn DSN [--queue Q] [--concurrency N] [--lease S]
-//                               [--shutdown-grace S] [--metrics-port P]
+//                               [--shutdown-grace S] [--metrics-port P] [--poll S]
 import http from 'node:http';
 import pg from 'pg';
 import { createWorker, defineJob, prometheusMetrics } from '../dist/esm/index.js';
 
-const args = { dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null };
+const args = { dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null, poll: 1 };
 for (let i = 2; i < process.argv.length; i++) {
   const flag = process.argv[i];
   const value = process.argv[++i];
@@ -17,6 +17,7 @@ for (let i = 2; i < process.argv.length; i++) {
   else if (flag === '--lease') args.lease = Number(value);
   else if (flag === '--shutdown-grace') args.grace = Number(value);
   else if (flag === '--metrics-port') args.metricsPort = Number(value);
+  else if (flag === '--poll') args.poll = Number(value);
   else throw new Error(`unknown argument ${flag}`);
 }
 
@@ -84,12 +85,13 @@ const jobs = [
     async handler(payload, ctx) {
       for (let i = 0; i < (payload.children ?? 10); i++) {
         await ctx.spawn(`child-${i}`, 'child', { i });
+        if (payload.pause_ms) await pause(payload.pause_ms, ctx);
       }
       const children = await ctx.awaitChildren();
       return { sum: children.reduce((total, c) => total + (c.result?.value ?? 0), 0), children: children.length };
     },
   }),
-  defineJob({ name: 'child', handler: (payload) => ({ value: payload.i }) }),
+  defineJob({ name: 'child', handler: (payload, ctx) => ({ value: payload.i, parent: ctx.job.parentId }) }),
 ];
 
 // Prometheus metrics on 127.0.0.1:--metrics-port/metrics, when asked for.
@@ -112,7 +114,7 @@ const worker = createWorker({
   jobs,
   leaseMs: args.lease * 1000,
   shutdownGraceMs: args.grace * 1000,
-  pollMs: 1000,
+  pollMs: args.poll * 1000,
 });
 const stop = () => worker.stop().then(() => side.end()).then(() => server?.close()).then(() => process.exit(0));
 process.once('SIGTERM', stop);

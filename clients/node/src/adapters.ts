@@ -67,3 +67,18 @@ export function fromDrizzle(db: DrizzleLike): Queryable {
     },
   };
 }
+
+/** Prisma: the client or an interactive transaction (`prisma.$transaction(async (tx) => ...)`),
+ * on any of its PostgreSQL drivers (tested with @prisma/adapter-pg). */
+export interface PrismaLike {
+  $queryRawUnsafe(query: string, ...values: unknown[]): PromiseLike<unknown>;
+}
+
+export function fromPrisma(prisma: PrismaLike): Queryable {
+  return {
+    async query<R extends object>(text: string, values: unknown[] = []) {
+      const rows = await prisma.$queryRawUnsafe(text, ...values);
+      return { rows: rows as R[] };
+    },
+  };
+}

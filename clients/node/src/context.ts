@@ -21,6 +21,8 @@ export interface Job<P = unknown> {
   /** When this attempt times out (its job type's or its own timeout); null for none. */
   deadline: Date | null;
   tenantId: string | null;
+  /** The job that spawned this one (ctx.spawn); null for a job enqueued on its own. */
+  parentId: string | null;
   priority: number;
   enqueuedAt: Date;
   lastError: string | null;
@@ -143,6 +145,7 @@ export interface ClaimedRow {
   /** Milliseconds from the claim to the deadline, by the server's clock. */
   time_left_ms: number | null;
   tenant_id: string | null;
+  parent_id: string | null;
   priority: number;
   enqueued_at: Date;
   last_error: string | null;
@@ -150,7 +153,7 @@ export interface ClaimedRow {
 
 export const CLAIMED_COLUMNS =
   'id, run_id, name, queue, payload, attempt, max_attempts, claim::text as claim, deadline, '
-  + 'tenant_id, priority, enqueued_at, last_error, '
+  + 'tenant_id, parent_id, priority, enqueued_at, last_error, '
   + 'extract(epoch from deadline - clock_timestamp())::float8 * 1000 as time_left_ms';
 
 export function toJob<P>(row: ClaimedRow): Job<P> {
@@ -165,6 +168,7 @@ export function toJob<P>(row: ClaimedRow): Job<P> {
     claim: row.claim,
     deadline: row.deadline,
     tenantId: row.tenant_id,
+    parentId: row.parent_id,
     priority: row.priority,
     enqueuedAt: row.enqueued_at,
     lastError: row.last_error,

@@ -14,5 +14,5 @@ export { prometheusMetrics } from './prometheus.js';
 export type { SpanLike, TracerLike } from './tracing.js';
 export type { PromClientLike, PrometheusOptions } from './prometheus.js';
 export type { Queryable } from './db.js';
-export { fromDrizzle, fromKnex, fromKysely } from './adapters.js';
-export type { DrizzleLike, KnexLike, KyselyLike } from './adapters.js';
+export { fromDrizzle, fromKnex, fromKysely, fromPrisma } from './adapters.js';
+export type { DrizzleLike, KnexLike, KyselyLike, PrismaLike } from './adapters.js';

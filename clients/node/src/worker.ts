@@ -1,8 +1,12 @@
-// The worker: slots that each claim a job the moment they are free (a waiting claim in the
-// server, no LISTEN needed), run its handler in the transaction that completes it, and chain
-// the next claim into that commit (jobs.complete_and_claim). Heartbeats, steps and events go
-// through a connection of their own; a cancel listener heartbeats a cancelled job at once.
-// The engine decides retries, backoff, fencing and burial: the worker reports and obeys.
+// The worker: for each set of queues, a dispatcher claims as many jobs as there are free slots
+// the moment one is free (a waiting claim in the server when there is no work, no LISTEN
+// needed), and settles the jobs that ended without opening their transaction together with that
+// claim (jobs.complete_and_claim: one statement and one commit for all of them). A job whose
+// handler wrote through ctx.tx is completed in that transaction, on its own connection. Nothing
+// waits for a batch: a claim takes what is free now, and a slot is refilled as its job ends.
+// Heartbeats, steps and events go through a connection of their own; a cancel listener
+// heartbeats a cancelled job at once. The engine decides retries, backoff, fencing and burial:
+// the worker reports and obeys.
 
 import os from 'node:os';
 import pg from 'pg';
@@ -11,7 +15,7 @@ import { codes, fromDriver, isConnectionError, NonRetryableError, RetryAfterErro
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
 import { Backoff, OwnConnection, sleep } from './connection.js';
-import { endAttemptSpan, startAttemptSpan, type TracerLike } from './tracing.js';
+import { endAttemptSpan, type SpanLike, startAttemptSpan, type TracerLike } from './tracing.js';
 
 export interface WorkerOptions {
   /** A connection string; or `pool`, a node-postgres Pool the worker borrows from. */
@@ -46,6 +50,17 @@ interface Held {
   timer: NodeJS.Timeout | undefined;
 }
 
+/** The slots working one set of queues: how many are free, and the jobs that ended without
+ * opening their transaction, to be completed with the group's next claim. */
+interface Group {
+  queues: string[];
+  free: number;
+  pending: { held: Held; result: string; started: number; span: SpanLike | undefined }[];
+  /** True while the dispatcher's claim sleeps in the server: an ending job completes itself. */
+  waiting: boolean;
+  wake: (() => void) | undefined;
+}
+
 /** How much longer than its signal a handler is waited for before its connection is closed. */
 const ABANDON_MS = 1000;
 const QUERY_CANCELED = '57014';
@@ -58,7 +73,9 @@ export class Worker {
   private readonly control: OwnConnection;
   private readonly listener: OwnConnection;
   private readonly queues: string[];
-  private readonly slots: string[][];
+  private readonly groups: Group[];
+  private readonly concurrency: number;
+  private readonly jobsRunning = new Set<Promise<void>>();
   private readonly jobs = new Map<string, JobDefinition>();
   private readonly held = new Map<string, Held>();
   private readonly claiming = new Set<number>();
@@ -80,10 +97,13 @@ export class Worker {
     }
     this.queues = options.queues?.length ? [...options.queues] : ['default'];
     const c = options.concurrency ?? 10;
-    this.slots = typeof c === 'number'
-      ? Array.from({ length: c }, () => this.queues)
-      : Object.entries(c).flatMap(([queue, n]) => Array.from({ length: n }, () => [queue]));
-    if (this.slots.length === 0) throw new TypeError('createWorker: concurrency must be at least 1');
+    const group = (queues: string[], free: number): Group => ({ queues, free, pending: [], waiting: false, wake: undefined });
+    this.groups = typeof c === 'number' ? [group(this.queues, c)]
+      : Object.entries(c).filter(([, n]) => n > 0).map(([queue, n]) => group([queue], n));
+    this.concurrency = this.groups.reduce((sum, g) => sum + g.free, 0);
+    if (this.concurrency === 0 || this.groups.some((g) => !Number.isInteger(g.free))) {
+      throw new TypeError('createWorker: concurrency must be a whole number, at least 1');
+    }
     for (const job of options.jobs) this.jobs.set(job.name, job);
     this.logger = options.logger ?? jsonLogger;
     this.workerId = options.workerId ?? `${os.hostname()}:${process.pid}`;
@@ -95,7 +115,7 @@ export class Worker {
     const config = options.pool ? (options.pool as unknown as { options: pg.ClientConfig }).options
       : { connectionString: options.connectionString };
     this.pool = options.pool ?? new pg.Pool({
-      connectionString: options.connectionString, max: this.slots.length, application_name: 'pg-jobs worker',
+      connectionString: options.connectionString, max: this.concurrency, application_name: 'pg-jobs worker',
     });
     this.pool.on('error', () => {}); // an idle client's connection broke: the pool drops it
     this.control = new OwnConnection({ ...config, application_name: 'pg-jobs heartbeat' });
@@ -131,12 +151,12 @@ export class Worker {
       throw new Error('pg-jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser) first');
     }
     this.logger.info('pg-jobs worker started', {
-      workerId: this.workerId, queues: this.queues, concurrency: this.slots.length,
+      workerId: this.workerId, queues: this.groups.flatMap((g) => g.queues), concurrency: this.concurrency,
       jobs: [...this.jobs.keys()], serverVersion: info.version, preloaded: info.preloaded,
     });
     this.keepListening();
     this.heartbeat = setInterval(() => this.beat([...this.held.keys()]), Math.max(this.leaseMs / 3, 100));
-    this.loops = this.slots.map((queues) => this.slotLoop(queues));
+    this.loops = this.groups.map((g) => this.dispatch(g));
   }
 
   /** Stops claiming, lets running jobs finish for `graceMs`, then aborts them and hands them
@@ -170,8 +190,10 @@ export class Worker {
   private async shutdown(graceMs: number): Promise<void> {
     this.stopping = true;
     for (const wake of this.wake.splice(0)) wake();
+    for (const g of this.groups) g.wake?.();
     await this.cancelWaitingClaims();
-    const all = Promise.all(this.loops);
+    await Promise.all(this.loops);
+    const all = Promise.all(this.jobsRunning);
     await Promise.race([all, sleep(graceMs)]);
     if (this.held.size > 0) {
       for (const held of this.held.values()) this.abort(held, 'shutdown');
@@ -217,26 +239,34 @@ export class Worker {
     });
   }
 
-  private async slotLoop(queues: string[]): Promise<void> {
+  /** A group's dispatcher: while slots are free, claims that many jobs (completing the jobs
+   * pending in the same statement), and starts each; sleeps while every slot is busy. */
+  private async dispatch(group: Group): Promise<void> {
     const backoff = new Backoff();
-    while (!this.stopping) {
+    for (;;) {
+      if (group.pending.length === 0) {
+        if (this.stopping) return;
+        if (group.free === 0) {
+          await new Promise<void>((resolve) => { group.wake = resolve; });
+          group.wake = undefined;
+          continue;
+        }
+      }
       let client: pg.PoolClient | undefined;
-      // A connection that breaks between two of its queries (a server restart while a handler
-      // works) reports it as an 'error' event, which would end the process unheard; its next
-      // query fails, and the slot makes a new connection.
       const onError = (): void => {};
       try {
         client = await this.pool.connect();
         client.on('error', onError);
-        let row = await this.claim(client, queues);
+        const rows = group.pending.length > 0 ? await this.settle(client, group) : await this.claim(client, group);
         backoff.reset();
-        while (row) row = await this.runJob(client, row, queues);
         client.off('error', onError);
         client.release();
+        client = undefined;
+        for (const row of rows) this.launch(group, row);
       } catch (err) {
         client?.off('error', onError);
         client?.release(true);
-        if (this.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) break;
+        if (this.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) continue;
         const wait = backoff.next();
         this.logger.warn('database error; trying again', { error: firstLine(err), retryInMs: Math.round(wait) });
         await this.pause(wait);
@@ -244,32 +274,105 @@ export class Worker {
     }
   }
 
-  private async claim(client: pg.PoolClient, queues: string[]): Promise<ClaimedRow | null> {
+  /** Completes the group's pending jobs and claims for its free slots, in one statement; a
+   * claim among them no longer held completes each on its own (the others still land). */
+  private async settle(client: pg.PoolClient, group: Group): Promise<ClaimedRow[]> {
+    const batch = group.pending.splice(0);
+    const ids = batch.map((p) => p.held.job.id);
+    const claims = batch.map((p) => p.held.job.claim);
+    const results = batch.map((p) => p.result);
+    const free = this.stopping ? 0 : group.free;
+    let landed: Set<string>;
+    let rows: ClaimedRow[] = [];
+    try {
+      if (free > 0) {
+        ({ rows } = await client.query<ClaimedRow>(
+          `select ${CLAIMED_COLUMNS} from jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, `
+          + '$6::interval, $7::jsonb[])',
+          [ids, claims, this.workerId, group.queues, free, `${this.leaseMs} milliseconds`, results]));
+        landed = new Set(ids);
+      } else {
+        landed = await this.completeMany(client, ids, claims, results);
+      }
+    } catch (err) {
+      if ((err as { code?: string }).code !== codes.leaseLost) {
+        group.pending.unshift(...batch);
+        throw err;
+      }
+      landed = await this.completeMany(client, ids, claims, results);
+    }
+    for (const p of batch) this.ended(group, p.held, landed.has(p.held.job.id) ? 'completed' : 'lost', p.started, p.span);
+    return rows;
+  }
+
+  private async completeMany(client: pg.PoolClient, ids: string[], claims: string[], results: string[]): Promise<Set<string>> {
+    const { rows } = await client.query<{ id: string; landed: boolean }>(
+      'select id::text, landed from jobs.complete_many($1::uuid[], $2::bigint[], $3::jsonb[])', [ids, claims, results]);
+    return new Set(rows.filter((r) => r.landed).map((r) => r.id));
+  }
+
+  /** Claims for the group's free slots: a look first, and only when it finds nothing a claim
+   * that sleeps in the server for work (while it does, an ending job completes itself). */
+  private async claim(client: pg.PoolClient, group: Group): Promise<ClaimedRow[]> {
+    const text = `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval)`;
+    const lease = `${this.leaseMs} milliseconds`;
+    const found = await client.query<ClaimedRow>(text, [this.workerId, group.queues, group.free, lease, null]);
+    if (found.rows.length > 0 || this.stopping) return found.rows;
     const pid = (client as unknown as { processID: number }).processID;
     this.claiming.add(pid);
+    group.waiting = true;
     try {
-      const { rows } = await client.query<ClaimedRow>(
-        `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, 1, $3::interval, $4::interval)`,
-        [this.workerId, queues, `${this.leaseMs} milliseconds`, `${this.pollMs} milliseconds`]);
-      return rows[0] ?? null;
+      if (group.pending.length > 0) return [];
+      const { rows } = await client.query<ClaimedRow>(text,
+        [this.workerId, group.queues, group.free, lease, `${this.pollMs} milliseconds`]);
+      return rows;
     } finally {
+      group.waiting = false;
       this.claiming.delete(pid);
     }
   }
 
-  /** Runs one job; answers the job claimed in its completing commit, if any. */
-  private async runJob(client: pg.PoolClient, row: ClaimedRow, queues: string[]): Promise<ClaimedRow | null> {
+  /** Takes a slot and runs the job in it. */
+  private launch(group: Group, row: ClaimedRow): void {
+    group.free -= 1;
+    const running = this.runJob(group, row).catch((err: unknown) => {
+      this.logger.warn('database error; the job is left to its lease', { error: firstLine(err) });
+    }).finally(() => this.jobsRunning.delete(running));
+    this.jobsRunning.add(running);
+  }
+
+  /** An attempt ended (or was handed to the dispatcher to complete): frees its slot. */
+  private ended(group: Group, held: Held, outcome: Outcome, started: number, span: SpanLike | undefined, error?: string): void {
+    clearTimeout(held.timer);
+    if (this.held.get(held.job.id) === held) this.held.delete(held.job.id);
+    this.options.metrics?.running(this.held.size);
+    this.report(held.job, outcome, Date.now() - started, error);
+    if (span) endAttemptSpan(span, outcome, error);
+  }
+
+  private freeSlot(group: Group): void {
+    group.free += 1;
+    group.wake?.();
+  }
+
+  /** Runs one job on a connection of the pool: its handler, then its settlement. */
+  private async runJob(group: Group, row: ClaimedRow): Promise<void> {
     const job = toJob(row);
     const def = this.jobs.get(job.name);
+    const started = Date.now();
     if (!def) {
-      await client.query('select jobs.snooze($1, $2::bigint, clock_timestamp() + $3::interval)',
-        [job.id, job.claim, `${this.options.unknownSnoozeMs ?? 60_000} milliseconds`]);
-      if (!this.warnedNames.has(job.name)) {
-        this.warnedNames.add(job.name);
-        this.logger.warn('no handler for this job name here; snoozed, no attempt used', { name: job.name, queue: job.queue });
+      try {
+        await this.control.query('select jobs.snooze($1, $2::bigint, clock_timestamp() + $3::interval)',
+          [job.id, job.claim, `${this.options.unknownSnoozeMs ?? 60_000} milliseconds`]);
+        if (!this.warnedNames.has(job.name)) {
+          this.warnedNames.add(job.name);
+          this.logger.warn('no handler for this job name here; snoozed, no attempt used', { name: job.name, queue: job.queue });
+        }
+        this.report(job, 'unknown_name', 0);
+      } finally {
+        this.freeSlot(group);
       }
-      this.report(job, 'unknown_name', 0);
-      return null;
+      return;
     }
     const held: Held = { job, controller: new AbortController(), timer: undefined };
     if (row.time_left_ms !== null) {
@@ -277,21 +380,26 @@ export class Worker {
     }
     this.held.set(job.id, held);
     this.options.metrics?.running(this.held.size);
-    const started = Date.now();
     const span = this.options.tracer ? startAttemptSpan(this.options.tracer, job) : undefined;
-    let outcome: Outcome = 'lost';
+    let outcome: Outcome | null = 'lost';
     let error: string | undefined;
+    let client: pg.PoolClient | undefined;
+    const onError = (): void => {};
+    let broken = false;
     try {
+      client = await this.pool.connect();
+      client.on('error', onError);
+      const c = client;
       // The transaction opens when the handler first uses ctx.tx (node-postgres runs a client's
       // queries in order, so BEGIN goes before the handler's first); one that never does is
-      // completed by one statement, in autocommit, which is as atomic.
+      // completed by its group's dispatcher, with other jobs and the next claim.
       const opened = { inTx: false };
       const tx = (): pg.PoolClient => {
         if (def.transactional && !opened.inTx) {
           opened.inTx = true;
-          client.query('begin').catch(() => {}); // its failure fails the handler's next query
+          c.query('begin').catch(() => {}); // its failure fails the handler's next query
         }
-        return client;
+        return c;
       };
       const ctx = makeContext(job, held.controller.signal, tx, (text, values) => this.control.query(text, values));
       let result: unknown;
@@ -306,71 +414,55 @@ export class Worker {
       }
       const signal = held.controller.signal;
       if (signal.aborted) {
-        if (opened.inTx) await client.query('rollback');
+        if (opened.inTx) await c.query('rollback');
         const reason = signal.reason as Reason;
         if (reason === 'shutdown') {
-          await client.query('select jobs.snooze($1, $2::bigint, clock_timestamp())', [job.id, job.claim]);
+          await c.query('select jobs.snooze($1, $2::bigint, clock_timestamp())', [job.id, job.claim]);
           outcome = 'handed_back';
         } else {
           outcome = reason === 'deadline' ? 'timed_out' : reason;
         }
-        return null;
+        return;
       }
       if (failed && thrown instanceof Parked) {
-        if (opened.inTx) await client.query('rollback');
+        if (opened.inTx) await c.query('rollback');
         if (thrown.snoozeUntil) {
-          await client.query('select jobs.snooze($1, $2::bigint, $3)', [job.id, job.claim, thrown.snoozeUntil]);
+          await c.query('select jobs.snooze($1, $2::bigint, $3)', [job.id, job.claim, thrown.snoozeUntil]);
         }
         outcome = 'parked';
-        return null;
+        return;
       }
       if (failed) {
-        if (opened.inTx) await client.query('rollback');
+        if (opened.inTx) await c.query('rollback');
         error = describe(thrown);
         const retryAt = thrown instanceof RetryAfterError ? thrown.retryAt : null;
         const retryable = !(thrown instanceof NonRetryableError);
-        const { rows } = await client.query<{ outcome: Outcome | null }>(
+        const { rows } = await c.query<{ outcome: Outcome | null }>(
           'select jobs.fail($1, $2::bigint, $3, $4, $5) as outcome', [job.id, job.claim, error, retryAt, retryable]);
         outcome = rows[0]?.outcome ?? 'lost';
-        return null;
+        return;
       }
       const json = JSON.stringify(result ?? null);
-      if (!def.transactional) {
-        const { rows } = await client.query<{ landed: boolean }>(
-          'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, json]);
-        outcome = rows[0]?.landed ? 'completed' : 'lost';
-        return null;
+      if (!opened.inTx && !this.stopping && !group.waiting) {
+        // Completed by the dispatcher with the group's next claim; the slot frees now.
+        group.pending.push({ held, result: json, started, span });
+        outcome = null;
+        return;
       }
-      if (this.stopping) {
-        const { rows } = await client.query<{ landed: boolean }>(
-          'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, json]);
-        const landed = rows[0]?.landed === true;
-        if (opened.inTx) await client.query(landed ? 'commit' : 'rollback');
-        outcome = landed ? 'completed' : 'lost';
-        return null;
-      }
-      try {
-        const { rows } = await client.query<ClaimedRow>(
-          `select ${CLAIMED_COLUMNS} from jobs.complete_and_claim(array[$1]::uuid[], array[$2]::bigint[], $3, $4, 1, `
-          + '$5::interval, array[$6]::jsonb[])',
-          [job.id, job.claim, this.workerId, queues, `${this.leaseMs} milliseconds`, json]);
-        if (opened.inTx) await client.query('commit');
-        outcome = 'completed';
-        return rows[0] ?? null;
-      } catch (err) {
-        if ((err as { code?: string }).code !== codes.leaseLost) throw err;
-        if (opened.inTx) await client.query('rollback'); // the claim was lost: the handler's writes are undone
-        return null;
-      }
+      const { rows } = await c.query<{ landed: boolean }>(
+        'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, json]);
+      const landed = rows[0]?.landed === true;
+      if (opened.inTx) await c.query(landed ? 'commit' : 'rollback'); // a lost claim: the handler's writes are undone
+      outcome = landed ? 'completed' : 'lost';
     } catch (err) {
+      broken = true;
       if (err instanceof Abandoned || isConnectionError(err)) throw err;
       throw fromDriver(err);
     } finally {
-      clearTimeout(held.timer);
-      if (this.held.get(job.id) === held) this.held.delete(job.id);
-      this.options.metrics?.running(this.held.size);
-      this.report(job, outcome, Date.now() - started, error);
-      if (span) endAttemptSpan(span, outcome, error);
+      client?.off('error', onError);
+      client?.release(broken);
+      if (outcome !== null) this.ended(group, held, outcome, started, span, error);
+      this.freeSlot(group);
     }
   }
 

@@ -7,7 +7,9 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import knexFactory from 'knex';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
-import { enqueue, fromDrizzle, fromKnex, fromKysely } from 'pg-jobs';
+import { enqueue, fromDrizzle, fromKnex, fromKysely, fromPrisma } from 'pg-jobs';
+import { PrismaPg } from '@prisma/adapter-pg';
+import prismaClient from '@prisma/client';
 
 let db;
 let pool;
@@ -69,5 +71,24 @@ test('Drizzle: in a transaction, rolled back and committed', async () => {
     assert.equal(await jobsNamed('drizzle_job'), 1);
   } finally {
     await orm.end();
+  }
+});
+
+test('Prisma: in an interactive transaction, rolled back and committed', async () => {
+  const prisma = new prismaClient.PrismaClient({ adapter: new PrismaPg({ connectionString: dsn }) });
+  try {
+    await assert.rejects(prisma.$transaction(async (tx) => {
+      await enqueue(fromPrisma(tx), 'prisma_job', { n: 1 }, { idempotencyKey: 'p' });
+      throw new Rollback();
+    }), Rollback);
+    assert.equal(await jobsNamed('prisma_job'), 0);
+    const job = await prisma.$transaction((tx) => enqueue(fromPrisma(tx), 'prisma_job', { n: 2 }, { idempotencyKey: 'p' }));
+    assert.equal(job.deduped, false);
+    assert.match(job.id, /^[0-9a-f-]{36}$/);
+    const again = await enqueue(fromPrisma(prisma), 'prisma_job', { n: 3 }, { idempotencyKey: 'p' });
+    assert.deepEqual([again.id, again.deduped], [job.id, true]);
+    assert.equal(await jobsNamed('prisma_job'), 1);
+  } finally {
+    await prisma.$disconnect();
   }
 });
