@@ -26,10 +26,13 @@ if [ "${1:-}" = --quick ]; then
   exit 0
 fi
 
-echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example); ruff (the Python); eslint (the Node.js)"
+echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example); ruff (the Python), mypy (its library); eslint, tsc and typedoc (the Node.js)"
 .venv/bin/python -m ruff check tests examples bench scripts clients
 (cd examples/node && npx --no-install eslint .)
 (cd clients/node && npx --no-install eslint . && npx --no-install tsc --noEmit -p tsconfig.test.json)
+# The generated API reference (clients/node/docs/api) is current: typedoc writes what is committed.
+(cd clients/node && npx --no-install typedoc --logLevel Warn && git diff --exit-code -- docs/api)
+(cd clients/python && ../../.venv/bin/mypy src)
 cargo fmt --check
 cargo clippy --features "pg15 pg_test" --all-targets -- -D warnings
 cargo fmt --check --manifest-path examples/rust/Cargo.toml
@@ -58,9 +61,25 @@ trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
 export PG_JOBS_DSN
 .venv/bin/python -m pytest -q -rA tests
-echo "== the Node.js library (clients/node): its tests, and the conformance suite with its worker"
+echo "== the libraries (clients/node, clients/python): their tests, and the conformance suite with each"
+echo "   one's worker (Node.js; Python with async and with plain handlers), side by side"
 (cd clients/node && PG_JOBS_DSN="postgres://postgres@127.0.0.1:${PG_JOBS_E2E_PORT:-54392}/postgres" npm test --silent)
-.venv/bin/python -m pytest -q -rA clients/conformance
+.venv/bin/python -m pytest -q -rA clients/python/tests
+conformance() {  # conformance NAME RESTART_PORT PGBOUNCER_PORT METRICS_PORT WORKER...
+  local name=$1 restart=$2 bouncer=$3 metrics=$4; shift 4
+  PG_JOBS_CONFORMANCE_RESTART_PORT=$restart PG_JOBS_CONFORMANCE_PGBOUNCER_PORT=$bouncer \
+    PG_JOBS_CONFORMANCE_METRICS_PORT=$metrics PG_JOBS_CONFORMANCE_WORKER="$*" \
+    .venv/bin/python -m pytest -q -rA -p no:cacheprovider clients/conformance >"$dir/conformance-$name.log" 2>&1
+}
+conformance node 54431 54432 54479 node clients/node/conformance/worker.mjs & node_run=$!
+conformance python-async 54436 54437 54481 .venv/bin/python clients/python/conformance/worker.py --handlers async & async_run=$!
+conformance python-sync 54438 54439 54482 .venv/bin/python clients/python/conformance/worker.py --handlers sync & sync_run=$!
+failed=0
+for run in node:$node_run python-async:$async_run python-sync:$sync_run; do
+  if ! wait "${run#*:}"; then failed=1; fi
+  echo "-- conformance, ${run%%:*}: $(tail -1 "$dir/conformance-${run%%:*}.log")"
+done
+if [ $failed = 1 ]; then cat "$dir"/conformance-*.log; exit 1; fi
 bash scripts/cluster.sh stop "$dir"
 
 bash scripts/test-releases.sh

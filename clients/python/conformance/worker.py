@@ -1,0 +1,172 @@
+"""The conformance worker of the Python library (clients/conformance/README.md): the fixed set
+of handlers every pg_jobs library registers, run until SIGTERM. ``--handlers sync`` registers
+them as plain functions (run in threads), ``--handlers async`` (the default) as coroutines.
+
+    python clients/python/conformance/worker.py --dsn DSN [--queue Q] [--concurrency N]
+        [--lease S] [--shutdown-grace S] [--metrics-port P] [--poll S] [--handlers sync|async]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from typing import Any
+
+import psycopg
+
+import pg_jobs
+from pg_jobs import AsyncContext, Context
+
+p = argparse.ArgumentParser()
+p.add_argument("--dsn", required=True)
+p.add_argument("--queue", action="append", dest="queues")
+p.add_argument("--concurrency", type=int, default=8)
+p.add_argument("--lease", type=float, default=30)
+p.add_argument("--shutdown-grace", type=float, default=10)
+p.add_argument("--metrics-port", type=int)
+p.add_argument("--poll", type=float, default=1)
+p.add_argument("--handlers", choices=["sync", "async"], default="async")
+args = p.parse_args()
+
+
+def side(sql: str, params: tuple[Any, ...]) -> None:
+    """A write that must outlive a rolled-back attempt: on a connection of its own."""
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        conn.execute(sql, params)
+
+
+def record_abort(ctx: AsyncContext | Context) -> None:
+    side("insert into conformance_aborts (job_id, reason) values (%s, %s)", (ctx.job.id, ctx.cancel_reason))
+
+
+# -- plain handlers (threads) ------------------------------------------------------------------
+
+def pause_sync(seconds: float, ctx: Context) -> None:
+    if ctx.cancelled.wait(seconds):
+        record_abort(ctx)
+        raise RuntimeError(f"stopped: {ctx.cancel_reason}")
+
+
+def sync_jobs() -> list[pg_jobs.JobDefinition[Any]]:
+    @pg_jobs.job("noop")
+    def noop(payload: Any, ctx: Context) -> Any:
+        return {"ok": True}
+
+    @pg_jobs.job("sleep")
+    def sleep(payload: Any, ctx: Context) -> Any:
+        pause_sync(payload.get("ms", 1000) / 1000, ctx)
+        return {"slept": payload.get("ms", 1000)}
+
+    @pg_jobs.job("fail")
+    def fail(payload: Any, ctx: Context) -> Any:
+        raise RuntimeError(payload.get("message", "failed on purpose"))
+
+    @pg_jobs.job("write")
+    def write(payload: Any, ctx: Context) -> Any:
+        ctx.conn.execute("insert into conformance_rows (job_id, n) values (%s, %s)", (ctx.job.id, payload.get("n", 0)))
+        if payload.get("ms"):
+            pause_sync(payload["ms"] / 1000, ctx)
+        return {"wrote": payload.get("n", 0)}
+
+    @pg_jobs.job("two_steps")
+    def two_steps(payload: Any, ctx: Context) -> Any:
+        def step(name: str, key: str) -> Any:
+            side("insert into conformance_step_runs (job_id, step) values (%s, %s)", (ctx.job.id, name))
+            return {key: ctx.job.attempt}
+        one = ctx.step("one", lambda: step("one", "first"))
+        if payload.get("fail_after_first") and ctx.job.attempt == 1:
+            raise RuntimeError("failing after the first step")
+        two = ctx.step("two", lambda: step("two", "second"))
+        return {"one": one, "two": two}
+
+    @pg_jobs.job("wait_event")
+    def wait_event(payload: Any, ctx: Context) -> Any:
+        got = ctx.wait_for_event(payload["event"], key=payload.get("key"))
+        return {"status": got.status, "payload": got.payload}
+
+    @pg_jobs.job("fan_out")
+    def fan_out(payload: Any, ctx: Context) -> Any:
+        for i in range(payload.get("children", 10)):
+            ctx.spawn(f"child-{i}", "child", {"i": i})
+            if payload.get("pause_ms"):
+                pause_sync(payload["pause_ms"] / 1000, ctx)
+        children = ctx.await_children()
+        return {"sum": sum((c.result or {}).get("value", 0) for c in children), "children": len(children)}
+
+    @pg_jobs.job("child")
+    def child(payload: Any, ctx: Context) -> Any:
+        return {"value": payload["i"], "parent": str(ctx.job.parent_id)}
+
+    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child]
+
+
+# -- async handlers (the event loop) -----------------------------------------------------------
+
+async def pause_async(seconds: float, ctx: AsyncContext) -> None:
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        await asyncio.to_thread(record_abort, ctx)
+        raise
+
+
+def async_jobs() -> list[pg_jobs.JobDefinition[Any]]:
+    @pg_jobs.job("noop")
+    async def noop(payload: Any, ctx: AsyncContext) -> Any:
+        return {"ok": True}
+
+    @pg_jobs.job("sleep")
+    async def sleep(payload: Any, ctx: AsyncContext) -> Any:
+        await pause_async(payload.get("ms", 1000) / 1000, ctx)
+        return {"slept": payload.get("ms", 1000)}
+
+    @pg_jobs.job("fail")
+    async def fail(payload: Any, ctx: AsyncContext) -> Any:
+        raise RuntimeError(payload.get("message", "failed on purpose"))
+
+    @pg_jobs.job("write")
+    async def write(payload: Any, ctx: AsyncContext) -> Any:
+        await ctx.conn.execute("insert into conformance_rows (job_id, n) values (%s, %s)",
+                               (ctx.job.id, payload.get("n", 0)))
+        if payload.get("ms"):
+            await pause_async(payload["ms"] / 1000, ctx)
+        return {"wrote": payload.get("n", 0)}
+
+    @pg_jobs.job("two_steps")
+    async def two_steps(payload: Any, ctx: AsyncContext) -> Any:
+        async def step(name: str, key: str) -> Any:
+            await asyncio.to_thread(side, "insert into conformance_step_runs (job_id, step) values (%s, %s)",
+                                    (ctx.job.id, name))
+            return {key: ctx.job.attempt}
+        one = await ctx.step("one", lambda: step("one", "first"))
+        if payload.get("fail_after_first") and ctx.job.attempt == 1:
+            raise RuntimeError("failing after the first step")
+        two = await ctx.step("two", lambda: step("two", "second"))
+        return {"one": one, "two": two}
+
+    @pg_jobs.job("wait_event")
+    async def wait_event(payload: Any, ctx: AsyncContext) -> Any:
+        got = await ctx.wait_for_event(payload["event"], key=payload.get("key"))
+        return {"status": got.status, "payload": got.payload}
+
+    @pg_jobs.job("fan_out")
+    async def fan_out(payload: Any, ctx: AsyncContext) -> Any:
+        for i in range(payload.get("children", 10)):
+            await ctx.spawn(f"child-{i}", "child", {"i": i})
+            if payload.get("pause_ms"):
+                await pause_async(payload["pause_ms"] / 1000, ctx)
+        children = await ctx.await_children()
+        return {"sum": sum((c.result or {}).get("value", 0) for c in children), "children": len(children)}
+
+    @pg_jobs.job("child")
+    async def child(payload: Any, ctx: AsyncContext) -> Any:
+        return {"value": payload["i"], "parent": str(ctx.job.parent_id)}
+
+    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child]
+
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+pg_jobs.Worker(args.dsn, jobs=sync_jobs() if args.handlers == "sync" else async_jobs(), queues=args.queues or ["default"],
+               concurrency=args.concurrency, lease=args.lease, shutdown_grace=args.shutdown_grace, poll=args.poll,
+               metrics_port=args.metrics_port).run()

@@ -1,0 +1,22 @@
+"""pg_jobs for Python: workers and producers for pg_jobs, the job queue inside PostgreSQL.
+
+The engine decides retries, backoff, fencing, burial and limits; this package calls its SQL
+and hands the outcome to your handler: a cancellation event (and task cancellation for
+``async def`` handlers), the connection of the transaction that completes the job, and a few
+durable calls."""
+
+from .context import AsyncContext, ChildResult, Context, EventResult, Job
+from .enqueue import Enqueued, enqueue, enqueue_many
+from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, NotCancellable, NotPromotable,
+                     NotRequeueable, PgJobsError, RetryAfter, TenantNotAllowed, WaitNeedsReadCommitted)
+from .jobs import JobDefinition, Policy, job, jobs_in, sync_policies
+from .observe import CountingMetrics, Metrics, Outcome
+from .worker import Worker
+
+__all__ = [
+    "AsyncContext", "ChildResult", "Context", "EventResult", "Job", "Enqueued", "enqueue", "enqueue_many", "CODES",
+    "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotPromotable",
+    "NotRequeueable", "PgJobsError", "RetryAfter", "TenantNotAllowed", "WaitNeedsReadCommitted", "JobDefinition",
+    "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker",
+]
+__version__ = "0.1.1"

@@ -1,0 +1,133 @@
+"""The worker's connections: a small pool for claims and jobs (each with a synchronous view for
+plain handlers), and connections of its own (heartbeats and a held job's durable calls; the
+cancel listener), made again with backoff when they break. A worker never ends on a database
+error. None prepares statements on the server: a transaction-pooling PgBouncer before 1.21
+hands each transaction another server connection, where they would not exist."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import psycopg
+
+from .errors import is_connection_error
+
+
+class Backoff:
+    def __init__(self, first: float = 0.1, most: float = 5.0) -> None:
+        self.first, self.most, self.delay = first, most, first
+
+    def next(self) -> float:
+        d = self.delay
+        self.delay = min(self.delay * 2, self.most)
+        return d * (0.75 + random.random() * 0.5)
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+
+class Slot:
+    """A pooled connection, in autocommit, and a synchronous view of the same connection for a
+    plain handler run in a thread (one of the two is used at a time)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+        self.view = psycopg.Connection(conn.pgconn)  # shares the libpq connection
+        self.view.autocommit = True
+        self.view.prepare_threshold = None  # its prepared statements' names would clash
+        self.broken = False
+
+    @property
+    def pid(self) -> int:
+        return self.conn.info.backend_pid
+
+
+class Pool:
+    """At most ``size`` connections, made on demand; a broken one is closed, not reused."""
+
+    def __init__(self, dsn: str, size: int, application_name: str) -> None:
+        self.dsn, self.size, self.application_name = dsn, size, application_name
+        self._idle: list[Slot] = []
+        self._all: set[Slot] = set()
+        self._free = asyncio.Semaphore(size)
+
+    async def acquire(self) -> Slot:
+        await self._free.acquire()
+        try:
+            while self._idle:
+                slot = self._idle.pop()
+                if not slot.conn.closed and not slot.broken:
+                    return slot
+                self._all.discard(slot)
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, prepare_threshold=None,
+                                                          application_name=self.application_name)
+            slot = Slot(conn)
+            self._all.add(slot)
+            return slot
+        except BaseException:
+            self._free.release()
+            raise
+
+    async def release(self, slot: Slot, broken: bool = False) -> None:
+        if broken or slot.broken or slot.conn.closed:
+            slot.broken = True
+            self._all.discard(slot)
+            await _close(slot.conn)
+        else:
+            self._idle.append(slot)
+        self._free.release()
+
+    async def close(self) -> None:
+        for slot in list(self._all):
+            await _close(slot.conn)
+        self._all.clear()
+        self._idle.clear()
+
+
+async def _close(conn: psycopg.AsyncConnection[Any]) -> None:
+    try:
+        await conn.close()
+    except Exception:  # noqa: BLE001 (a connection already gone)
+        pass
+
+
+class OwnConnection:
+    """One connection, made on first use and again after it broke; statements run one at a
+    time, each committed at once."""
+
+    def __init__(self, dsn: str, application_name: str, listen: str | None = None) -> None:
+        self.dsn, self.application_name, self.listen = dsn, application_name, listen
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+        self.closed = False
+
+    async def connect(self) -> psycopg.AsyncConnection[Any]:
+        if self.closed:
+            raise RuntimeError("pg_jobs: the worker is stopped")
+        if self.conn is None or self.conn.closed:
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, prepare_threshold=None,
+                                                          application_name=self.application_name)
+            if self.listen:
+                await conn.execute(f"listen {self.listen}")
+            self.conn = conn
+        return self.conn
+
+    async def query(self, query: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        async with self._lock:
+            conn = await self.connect()
+            try:
+                cur = await conn.execute(query, args)
+                return await cur.fetchall() if cur.description else []
+            except BaseException as err:
+                if is_connection_error(err) if isinstance(err, Exception) else True:
+                    self.conn = None
+                    await _close(conn)
+                raise
+
+    async def close(self) -> None:
+        self.closed = True
+        if self.conn is not None:
+            await _close(self.conn)
+            self.conn = None

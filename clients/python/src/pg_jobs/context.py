@@ -1,0 +1,235 @@
+"""The handler's context: the job, its cancellation, the connection of the transaction that
+completes it, and the durable operations of a held job (steps, events, children, snooze),
+each fenced by the claim in the server. Parking a job (waiting for an event or children,
+snoozing) ends the handler with ``Parked``, which the worker understands: no attempt used."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .errors import from_driver
+from .jobs import JobDefinition
+
+T = TypeVar("T")
+
+CLAIMED_COLUMNS = (
+    "id, run_id, name, queue, payload, attempt, max_attempts, claim, deadline, tenant_id, parent_id, "
+    "priority, enqueued_at, last_error, extract(epoch from deadline - clock_timestamp())::float8 as time_left"
+)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job, as jobs.claim answers it."""
+
+    id: uuid.UUID
+    run_id: uuid.UUID
+    name: str
+    queue: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    claim: int
+    #: When this attempt times out (its type's or its own timeout); None for never.
+    deadline: dt.datetime | None
+    tenant_id: str | None
+    #: The job that spawned this one (ctx.spawn); None for a job enqueued on its own.
+    parent_id: uuid.UUID | None
+    priority: int
+    enqueued_at: dt.datetime
+    last_error: str | None
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> tuple[Job, float | None]:
+        """The job, and the seconds left to its deadline by the server's clock."""
+        return cls(*row[:14]), row[14]
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    id: uuid.UUID
+    name: str
+    state: str
+    result: Any
+    error: str | None
+
+
+@dataclass(frozen=True)
+class EventResult:
+    status: str  # 'received' | 'timed_out'
+    payload: Any
+
+
+class Parked(BaseException):
+    """Ends a handler whose job was parked (no attempt used). A BaseException, so a handler's
+    ``except Exception`` does not swallow it."""
+
+    def __init__(self, why: str, until: dt.datetime | None = None) -> None:
+        super().__init__(f"the job was parked: {why}")
+        self.until = until
+
+
+#: Runs a statement for a held job on the worker's control connection (committed at once,
+#: whatever the handler's transaction does); answers its rows.
+Control = Callable[[str, tuple[Any, ...]], Coroutine[Any, Any, list[tuple[Any, ...]]]]
+
+
+class _Durable:
+    """The durable calls, as coroutines on the worker's event loop."""
+
+    def __init__(self, job: Job, control: Control) -> None:
+        self.job = job
+        self._control = control
+
+    async def _call(self, query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return await self._control(query, args)
+        except psycopg.Error as err:
+            raise from_driver(err) from None
+
+    async def saved_step(self, name: str) -> tuple[bool, Any]:
+        rows = await self._call("select done, output from jobs.get_step(%s, %s)", (self.job.run_id, name))
+        return (True, rows[0][1]) if rows and rows[0][0] else (False, None)
+
+    async def save_step(self, name: str, output: Any) -> None:
+        await self._call("select jobs.save_step(%s, %s, %s, %s)", (self.job.id, self.job.claim, name, Jsonb(output)))
+
+    async def wait_for_event(self, name: str, key: str | None, timeout: float | None) -> EventResult:
+        rows = await self._call(
+            "select status, payload from jobs.await_event(%s, %s, %s, %s, %s)",
+            (self.job.id, self.job.claim, name, key, None if timeout is None else dt.timedelta(seconds=timeout)))
+        if not rows or rows[0][0] == "waiting":
+            raise Parked(f"waiting for event {name}")
+        return EventResult(status=rows[0][0], payload=rows[0][1])
+
+    async def spawn(self, child_key: str, child: JobDefinition[Any] | str, payload: Any,
+                    options: dict[str, Any]) -> tuple[uuid.UUID, bool]:
+        item: dict[str, Any] = {"name": child if isinstance(child, str) else child.name,
+                                "payload": {} if payload is None else payload, "child_key": child_key}
+        queue = options.pop("queue", None) or (None if isinstance(child, str) else child.queue)
+        if queue is not None:
+            item["queue"] = queue
+        item.update({k: v for k, v in options.items() if v is not None})
+        rows = await self._call("select id, deduped from jobs.spawn(%s, %s, %s)",
+                                (self.job.id, self.job.claim, Jsonb(item)))
+        return rows[0][0], rows[0][1]
+
+    async def await_children(self) -> list[ChildResult]:
+        rows = await self._call("select status, children from jobs.await_children(%s, %s)", (self.job.id, self.job.claim))
+        if not rows or rows[0][0] == "waiting":
+            raise Parked("waiting for its children")
+        return [ChildResult(id=uuid.UUID(c["id"]), name=c["name"], state=c["state"], result=c.get("result"),
+                            error=c.get("error")) for c in rows[0][1] or []]
+
+
+def _snooze(seconds: float) -> Parked:
+    return Parked(f"snoozed for {seconds} s", dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds))
+
+
+class AsyncContext:
+    """What an ``async def`` handler gets as ``ctx``."""
+
+    def __init__(self, job: Job, cancelled: threading.Event, conn: psycopg.AsyncConnection[Any],
+                 control: Control) -> None:
+        self.job = job
+        #: Set when the claim is lost, the job is cancelled, its deadline passes or a shutdown's
+        #: grace ends (the handler's task is cancelled too); ``cancel_reason`` says which.
+        self.cancelled = cancelled
+        self.cancel_reason: str | None = None
+        self._conn = conn
+        self._durable = _Durable(job, control)
+
+    @property
+    def conn(self) -> psycopg.AsyncConnection[Any]:
+        """The connection of the transaction that completes the job: its first statement begins
+        the transaction, and the worker commits it with the completion. Do not commit it."""
+        return self._conn
+
+    async def step(self, name: str, fn: Callable[[], T] | Callable[[], Awaitable[T]]) -> T:
+        """Runs ``fn`` once per run: a later attempt gets the saved result without running it."""
+        done, output = await self._durable.saved_step(name)
+        if done:
+            return output  # type: ignore[no-any-return]
+        result = fn()
+        value: T = await result if inspect.isawaitable(result) else result
+        await self._durable.save_step(name, value)
+        return value
+
+    async def wait_for_event(self, name: str, *, key: str | None = None, timeout: float | None = None) -> EventResult:
+        """The event's payload once published; or parks the job until it is (no attempt used)."""
+        return await self._durable.wait_for_event(name, key, timeout)
+
+    async def spawn(self, child_key: str, child: JobDefinition[Any] | str, payload: Any = None,
+                    **options: Any) -> tuple[uuid.UUID, bool]:
+        """Enqueues a child of this job; the same key gives the same child on every attempt.
+        Answers (id, deduped)."""
+        return await self._durable.spawn(child_key, child, payload, options)
+
+    async def await_children(self) -> list[ChildResult]:
+        """The children's outcomes once none is live; or parks the job until then."""
+        return await self._durable.await_children()
+
+    async def snooze(self, seconds: float) -> None:
+        """Parks the job until ``seconds`` from now (no attempt used) and ends the handler."""
+        raise _snooze(seconds)
+
+
+class Context:
+    """What a plain (``def``) handler gets as ``ctx``; it runs in a thread of the worker."""
+
+    def __init__(self, job: Job, cancelled: threading.Event, conn: psycopg.Connection[Any],
+                 control: Control, loop: asyncio.AbstractEventLoop) -> None:
+        self.job = job
+        #: Set when the claim is lost, the job is cancelled, its deadline passes or a shutdown's
+        #: grace ends; ``cancel_reason`` says which. Wait on it instead of ``time.sleep``.
+        self.cancelled = cancelled
+        self.cancel_reason: str | None = None
+        self._conn = conn
+        self._durable = _Durable(job, control)
+        self._loop = loop
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """The connection of the transaction that completes the job: its first statement begins
+        the transaction, and the worker commits it with the completion. Do not commit it."""
+        return self._conn
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Runs ``fn`` once per run: a later attempt gets the saved result without running it."""
+        done, output = self._run(self._durable.saved_step(name))
+        if done:
+            return output  # type: ignore[no-any-return]
+        value = fn()
+        self._run(self._durable.save_step(name, value))
+        return value
+
+    def wait_for_event(self, name: str, *, key: str | None = None, timeout: float | None = None) -> EventResult:
+        """The event's payload once published; or parks the job until it is (no attempt used)."""
+        return self._run(self._durable.wait_for_event(name, key, timeout))
+
+    def spawn(self, child_key: str, child: JobDefinition[Any] | str, payload: Any = None,
+              **options: Any) -> tuple[uuid.UUID, bool]:
+        """Enqueues a child of this job; the same key gives the same child on every attempt.
+        Answers (id, deduped)."""
+        return self._run(self._durable.spawn(child_key, child, payload, options))
+
+    def await_children(self) -> list[ChildResult]:
+        """The children's outcomes once none is live; or parks the job until then."""
+        return self._run(self._durable.await_children())
+
+    def snooze(self, seconds: float) -> None:
+        """Parks the job until ``seconds`` from now (no attempt used) and ends the handler."""
+        raise _snooze(seconds)

@@ -1,0 +1,124 @@
+"""Errors: pg_jobs's refusals (SQLSTATE class PJ, and the standard codes its functions raise)
+as exceptions with ``.code`` and ``.hint``, and the exceptions a handler raises to steer the
+engine."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import psycopg
+
+#: pg_jobs's own SQLSTATEs, by name (docs/REFERENCE.md, "Errors").
+CODES = {
+    "lease_lost": "PJ001",
+    "duplicate_job": "PJ002",
+    "job_not_found": "PJ003",
+    "not_requeueable": "PJ004",
+    "not_cancellable": "PJ005",
+    "not_promotable": "PJ006",
+    "tenant_not_allowed": "PJ007",
+    "wait_needs_read_committed": "PJ008",
+}
+
+
+class PgJobsError(Exception):
+    """A refusal of a pg_jobs function: ``code`` is its SQLSTATE, ``hint`` says what to do."""
+
+    code = ""
+
+    def __init__(self, message: str, hint: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+        if code is not None:
+            self.code = code
+
+
+class LeaseLost(PgJobsError):
+    """PJ001: the claim is no longer held (lease lapsed, claimed again, cancelled or settled)."""
+
+    code = "PJ001"
+
+
+class DuplicateJob(PgJobsError):
+    """PJ002: ``on_conflict => 'error'`` and a live job holds the idempotency key."""
+
+    code = "PJ002"
+
+
+class JobNotFound(PgJobsError):
+    """PJ003: no job has this id."""
+
+    code = "PJ003"
+
+
+class NotRequeueable(PgJobsError):
+    """PJ004: the job is live."""
+
+    code = "PJ004"
+
+
+class NotCancellable(PgJobsError):
+    """PJ005: the job is finished."""
+
+    code = "PJ005"
+
+
+class NotPromotable(PgJobsError):
+    """PJ006: the job is not delayed."""
+
+    code = "PJ006"
+
+
+class TenantNotAllowed(PgJobsError):
+    """PJ007: the role is bound to other tenants."""
+
+    code = "PJ007"
+
+
+class WaitNeedsReadCommitted(PgJobsError):
+    """PJ008: a waiting claim in a REPEATABLE READ or SERIALIZABLE transaction."""
+
+    code = "PJ008"
+
+
+_BY_CODE: dict[str, type[PgJobsError]] = {
+    cls.code: cls for cls in (LeaseLost, DuplicateJob, JobNotFound, NotRequeueable, NotCancellable,
+                              NotPromotable, TenantNotAllowed, WaitNeedsReadCommitted)
+}
+
+
+class NonRetryable(Exception):
+    """Raised by a handler: the job fails for good, whatever attempts it has left."""
+
+
+class RetryAfter(Exception):
+    """Raised by a handler: the attempt fails and the job is retried after ``seconds`` (or at
+    ``at``), attempts left permitting, instead of after its type's backoff."""
+
+    def __init__(self, seconds: float | None = None, message: str = "retry later", *,
+                 at: dt.datetime | None = None) -> None:
+        super().__init__(message)
+        if at is None:
+            at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds or 0)
+        self.at = at
+
+
+def from_driver(err: BaseException) -> BaseException:
+    """The exception a caller sees for a driver error: pg_jobs's refusals become their
+    PgJobsError subclass; anything else is answered as it is."""
+    if isinstance(err, psycopg.Error) and err.sqlstate in _BY_CODE:
+        diag: Any = err.diag
+        exc = _BY_CODE[err.sqlstate](diag.message_primary or str(err), diag.message_hint)
+        exc.__cause__ = err
+        return exc
+    return err
+
+
+def is_connection_error(err: BaseException) -> bool:
+    """Whether the connection is gone (made again, with backoff)."""
+    if isinstance(err, psycopg.OperationalError):
+        return True
+    if isinstance(err, psycopg.Error) and err.sqlstate:
+        return err.sqlstate.startswith("08") or err.sqlstate in ("57P01", "57P02", "57P03")
+    return isinstance(err, psycopg.InterfaceError)

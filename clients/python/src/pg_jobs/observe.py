@@ -1,0 +1,59 @@
+"""What a worker reports: one log line per attempt's outcome (the standard ``logging``
+module, logger ``pg_jobs``), and counts through a metrics interface the application can fill
+(``pg_jobs.prometheus`` fills it with prometheus_client)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Literal, Protocol
+
+logger = logging.getLogger("pg_jobs")
+
+#: How a job's attempt ended, as the worker saw it.
+Outcome = Literal["completed", "retried", "failed", "dead", "lost", "parked", "unknown_name", "handed_back",
+                  "timed_out", "cancelled"]
+_QUIET = {"completed", "parked", "handed_back"}
+
+
+class Metrics(Protocol):
+    def attempt_ended(self, queue: str, name: str, outcome: Outcome, seconds: float) -> None:
+        """An attempt ended: its queue, name, outcome and duration."""
+
+    def running(self, count: int) -> None:
+        """The number of handlers running in this worker changed."""
+
+
+class CountingMetrics:
+    """Counts kept in memory, for tests."""
+
+    def __init__(self) -> None:
+        self.outcomes: Counter[tuple[str, str, str]] = Counter()
+        self.running_now = 0
+
+    def attempt_ended(self, queue: str, name: str, outcome: Outcome, seconds: float) -> None:
+        self.outcomes[(queue, name, outcome)] += 1
+
+    def running(self, count: int) -> None:
+        self.running_now = count
+
+    def count(self, outcome: str, *, queue: str | None = None, name: str | None = None) -> int:
+        return sum(n for (q, j, o), n in self.outcomes.items()
+                   if o == outcome and queue in (None, q) and name in (None, j))
+
+
+def first_line(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def log_outcome(log: logging.Logger, job_id: object, name: str, queue: str, attempt: int, seconds: float,
+                outcome: Outcome, error: str | None) -> None:
+    level = logging.INFO if outcome in _QUIET else logging.WARNING
+    if log.isEnabledFor(level):
+        text = (f"job {outcome}: id={job_id} name={name} queue={queue} attempt={attempt} "
+                f"duration_ms={round(seconds * 1000)}")
+        if error:
+            text += f" error={error.splitlines()[0] if error else ''}"
+        log.log(level, text, extra={"job_id": str(job_id), "job_name": name, "queue": queue, "attempt": attempt,
+                                    "duration_ms": round(seconds * 1000), "outcome": outcome, "error": error})

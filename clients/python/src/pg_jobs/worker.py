@@ -1,0 +1,503 @@
+"""The worker: for each set of queues, a dispatcher claims as many jobs as there are free slots
+the moment one is free (a waiting claim in the server when there is no work: no LISTEN
+needed), and settles the jobs that ended without opening their transaction together with that
+claim (jobs.complete_and_claim: one statement and one commit for all of them). A job whose
+handler wrote through ``ctx.conn`` is completed in that transaction, on its own connection.
+Nothing waits for a batch. ``async def`` handlers run on the worker's event loop, plain ones in
+its threads. Heartbeats, steps and events go through a connection of its own; a cancel
+listener heartbeats a cancelled job at once. The engine decides retries, backoff, fencing and
+burial: the worker reports and obeys."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
+
+from .connection import Backoff, OwnConnection, Pool, Slot
+from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
+from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_error
+from .jobs import JobDefinition
+from .observe import Metrics, Outcome, first_line, log_outcome
+from .observe import logger as default_logger
+
+QUERY_CANCELED = "57014"
+#: How much longer than its cancellation a handler is waited for before it is abandoned.
+ABANDON = 1.0
+
+
+@dataclass(eq=False)
+class _Held:
+    job: Job
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    reason: str | None = None
+    task: asyncio.Future[Any] | None = None
+    timer: asyncio.TimerHandle | None = None
+    ctx: AsyncContext | Context | None = None
+
+
+@dataclass(eq=False)
+class _Group:
+    queues: list[str]
+    free: int
+    pending: list[tuple[_Held, Any, float]] = field(default_factory=list)
+    waiting: bool = False  # the dispatcher's claim sleeps in the server: an ending job completes itself
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Worker:
+    """Runs ``jobs`` from ``queues``, ``concurrency`` at a time (a number, or a number per
+    queue), with at most ``concurrency + 2`` connections to ``dsn``."""
+
+    def __init__(self, dsn: str, *, jobs: Iterable[JobDefinition[Any]], queues: Iterable[str] = ("default",),
+                 concurrency: int | Mapping[str, int] = 10, lease: float = 30.0, shutdown_grace: float = 10.0,
+                 poll: float = 5.0, worker_id: str | None = None, metrics: Metrics | None = None,
+                 metrics_port: int | None = None, logger: logging.Logger | None = None, tracer: Any = None,
+                 unknown_snooze: float = 60.0) -> None:
+        self.dsn = dsn
+        self.queues = list(queues) or ["default"]
+        if isinstance(concurrency, int):
+            self._groups = [_Group(self.queues, concurrency)]
+        else:
+            self._groups = [_Group([q], n) for q, n in concurrency.items() if n > 0]
+        self.concurrency = sum(g.free for g in self._groups)
+        if self.concurrency < 1:
+            raise ValueError("pg_jobs.Worker: concurrency must be at least 1")
+        self.jobs = {j.name: j for j in jobs}
+        self.lease, self.shutdown_grace, self.poll = lease, shutdown_grace, poll
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.log = logger or default_logger
+        self.metrics = metrics
+        self.metrics_port = metrics_port
+        self.tracer = tracer
+        self.unknown_snooze = unknown_snooze
+        self._held: dict[Any, _Held] = {}
+        self._claiming: set[int] = set()
+        self._warned: set[str] = set()
+        self._running: set[asyncio.Task[None]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._stopped: asyncio.Future[None] | None = None
+        self._wake = asyncio.Event()
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=self.concurrency,
+                                                              thread_name_prefix="pg_jobs")
+        self._pool = Pool(dsn, self.concurrency, "pg-jobs worker")
+        self._control = OwnConnection(dsn, "pg-jobs heartbeat")
+        self._listener = OwnConnection(dsn, "pg-jobs listener", listen="pg_jobs_cancel")
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def running(self) -> int:
+        """The jobs running now."""
+        return len(self._held)
+
+    async def start(self) -> None:
+        """Starts the dispatchers and the heartbeat; answers once the database was reached
+        (trying again, with backoff, while it cannot be). Refuses a database without pg_jobs."""
+        self._loop = asyncio.get_running_loop()
+        backoff = Backoff(0.2, 10.0)
+        while True:
+            try:
+                version, preloaded, installed = (await self._control.query(
+                    "select current_setting('server_version'), "
+                    "(select setting ~ 'pg_jobs' from pg_settings where name = 'shared_preload_libraries'), "
+                    "exists (select from pg_extension where extname = 'pg_jobs')"))[0]
+                break
+            except Exception as err:  # noqa: BLE001 (any database error: try again)
+                if self._stopping:
+                    return
+                wait = backoff.next()
+                self.log.warning("cannot reach the database; trying again in %.1f s: %s", wait, first_line(err))
+                await self._pause(wait)
+        if not installed:
+            raise RuntimeError("pg_jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser) first")
+        if self.metrics_port is not None:
+            from . import prometheus
+            self.metrics = self.metrics or prometheus.PrometheusMetrics()
+            prometheus.serve(self.metrics_port)
+        self.log.info("pg_jobs worker started: queues=%s concurrency=%d jobs=%s server=%s preloaded=%s worker_id=%s",
+                      ",".join(q for g in self._groups for q in g.queues), self.concurrency,
+                      ",".join(self.jobs), version, preloaded, self.worker_id)
+        self._loops = [asyncio.create_task(self._dispatch(g)) for g in self._groups]
+        self._loops.append(asyncio.create_task(self._heartbeats()))
+        self._loops.append(asyncio.create_task(self._listen()))
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stops claiming, lets running jobs finish for ``grace`` seconds (``shutdown_grace``),
+        then cancels the rest and hands them back (no attempt used)."""
+        if self._stopped is None:
+            self._stopped = asyncio.ensure_future(self._shutdown(self.shutdown_grace if grace is None else grace))
+        await asyncio.shield(self._stopped)
+
+    async def run_async(self) -> None:
+        """start(), then stop() at SIGTERM or SIGINT."""
+        await self.start()
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, done.set)
+        try:
+            await done.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+    def run(self) -> None:
+        """Blocks: runs until SIGTERM or SIGINT, then stops; returns normally (exit 0)."""
+        asyncio.run(self.run_async())
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- the dispatchers --------------------------------------------------------------------
+
+    async def _dispatch(self, group: _Group) -> None:
+        backoff = Backoff()
+        while True:
+            if not group.pending:
+                if self._stopping:
+                    return
+                if group.free == 0:
+                    group.wake.clear()
+                    await group.wake.wait()
+                    continue
+            slot: Slot | None = None
+            try:
+                slot = await self._pool.acquire()
+                rows = await (self._settle(slot, group) if group.pending else self._claim(slot, group))
+                backoff.reset()
+                await self._pool.release(slot)
+                slot = None
+                for row in rows:
+                    self._launch(group, row)
+            except Exception as err:  # noqa: BLE001 (a worker never ends on a database error)
+                if slot is not None:
+                    await self._pool.release(slot, broken=True)
+                if self._stopping and isinstance(err, psycopg.Error) and err.sqlstate == QUERY_CANCELED:
+                    continue
+                wait = backoff.next()
+                self.log.warning("database error; trying again in %.1f s: %s", wait, first_line(err))
+                await self._pause(wait)
+
+    async def _settle(self, slot: Slot, group: _Group) -> list[tuple[Any, ...]]:
+        batch, group.pending = group.pending, []
+        ids = [h.job.id for h, _, _ in batch]
+        claims = [h.job.claim for h, _, _ in batch]
+        results = [Jsonb(r) for _, r, _ in batch]
+        free = 0 if self._stopping else group.free
+        rows: list[tuple[Any, ...]] = []
+        try:
+            if free > 0:
+                cur = await slot.conn.execute(
+                    f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%s, %s, %s, %s, %s, %s, %s::jsonb[])",
+                    (ids, claims, self.worker_id, group.queues, free, dt.timedelta(seconds=self.lease), results))
+                rows = await cur.fetchall()
+                landed = set(ids)
+            else:
+                landed = await self._complete_many(slot, ids, claims, results)
+        except psycopg.Error as err:
+            if err.sqlstate != CODES["lease_lost"]:
+                group.pending[:0] = batch
+                raise
+            landed = await self._complete_many(slot, ids, claims, results)
+        for held, _, started in batch:
+            self._ended(held, "completed" if held.job.id in landed else "lost", started)
+        return rows
+
+    async def _complete_many(self, slot: Slot, ids: list[Any], claims: list[int], results: list[Jsonb]) -> set[Any]:
+        cur = await slot.conn.execute("select id, landed from jobs.complete_many(%s, %s, %s::jsonb[])",
+                                      (ids, claims, results))
+        return {r[0] for r in await cur.fetchall() if r[1]}
+
+    async def _claim(self, slot: Slot, group: _Group) -> list[tuple[Any, ...]]:
+        pid = slot.pid
+        self._claiming.add(pid)
+        group.waiting = True
+        try:
+            cur = await slot.conn.execute(
+                f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %s, %s, %s, %s)",
+                (self.worker_id, group.queues, group.free, dt.timedelta(seconds=self.lease),
+                 dt.timedelta(seconds=self.poll)))
+            return await cur.fetchall()
+        finally:
+            group.waiting = False
+            self._claiming.discard(pid)
+
+    def _launch(self, group: _Group, row: tuple[Any, ...]) -> None:
+        group.free -= 1
+        task = asyncio.create_task(self._run_job(group, row))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    def _free_slot(self, group: _Group) -> None:
+        group.free += 1
+        group.wake.set()
+
+    # -- a job --------------------------------------------------------------------------------
+
+    async def _run_job(self, group: _Group, row: tuple[Any, ...]) -> None:
+        job, time_left = Job.from_row(row)
+        definition = self.jobs.get(job.name)
+        started = time.monotonic()
+        if definition is None:
+            try:
+                await self._control.query("select jobs.snooze(%s, %s, clock_timestamp() + %s)",
+                                          (job.id, job.claim, dt.timedelta(seconds=self.unknown_snooze)))
+                if job.name not in self._warned:
+                    self._warned.add(job.name)
+                    self.log.warning("no handler for job name %r here; snoozed, no attempt used", job.name)
+                self._report(job, "unknown_name", 0.0, None)
+            except Exception as err:  # noqa: BLE001
+                self.log.warning("could not snooze job %s: %s", job.id, first_line(err))
+            finally:
+                self._free_slot(group)
+            return
+        held = _Held(job)
+        loop = asyncio.get_running_loop()
+        if time_left is not None:
+            held.timer = loop.call_later(max(0.0, time_left), self._abort, held, "deadline")
+        self._held[job.id] = held
+        if self.metrics:
+            self.metrics.running(len(self._held))
+        outcome: Outcome | None = "lost"
+        error: str | None = None
+        slot: Slot | None = None
+        broken = False
+        try:
+            slot = await self._pool.acquire()
+            outcome, error = await self._attempt(group, slot, held, definition, started)
+        except Exception as err:  # noqa: BLE001 (the job is left to its lease)
+            broken = True
+            error = first_line(err)
+            if not is_connection_error(err):
+                self.log.warning("job %s: %s", job.id, first_line(from_driver(err)))
+        finally:
+            if slot is not None:
+                await self._pool.release(slot, broken or slot.broken)
+            if outcome is not None:
+                self._ended(held, outcome, started, error)
+            self._free_slot(group)
+
+    async def _attempt(self, group: _Group, slot: Slot, held: _Held, definition: JobDefinition[Any],
+                       started: float) -> tuple[Outcome | None, str | None]:
+        job, conn = held.job, slot.conn
+        transactional = definition.transactional
+        result: Any = None
+        thrown: BaseException | None = None
+        if definition.is_async:
+            if transactional:
+                await conn.set_autocommit(False)  # the handler's first statement begins the transaction
+            ctx: AsyncContext | Context = AsyncContext(job, held.cancelled, conn, self._control.query)
+            held.ctx = ctx
+            held.task = asyncio.ensure_future(definition.handler(job.payload, ctx))
+        else:
+            if transactional:
+                slot.view.autocommit = False
+            loop = asyncio.get_running_loop()
+            ctx = Context(job, held.cancelled, slot.view, self._control.query, loop)
+            held.ctx = ctx
+            held.task = loop.run_in_executor(self._threads, definition.handler, job.payload, ctx)
+        if held.reason is not None:
+            self._abort(held, held.reason)
+        try:
+            result = await self._until_abandoned(held)
+        except _Abandoned:
+            slot.broken = True
+            if not definition.is_async:
+                slot.conn.cancel()  # a thread cannot be stopped: its statement can
+            return self._stopped_outcome(held), None
+        except BaseException as err:  # noqa: BLE001 (the handler's failure, parking or cancellation)
+            thrown = err
+        status = conn.pgconn.transaction_status
+        in_tx = status != TransactionStatus.IDLE
+        if held.reason is not None:
+            await self._rollback(slot, in_tx)
+            if held.reason == "shutdown":
+                await conn.execute("select jobs.snooze(%s, %s, clock_timestamp())", (job.id, job.claim))
+            return self._stopped_outcome(held), None
+        if isinstance(thrown, Parked):
+            await self._rollback(slot, in_tx)
+            if thrown.until is not None:
+                await conn.execute("select jobs.snooze(%s, %s, %s)", (job.id, job.claim, thrown.until))
+            return "parked", None
+        if thrown is None and status == TransactionStatus.INERROR:
+            thrown = RuntimeError("the handler's transaction failed (a statement of it raised) and was rolled back")
+        if thrown is not None:
+            await self._rollback(slot, in_tx)
+            if isinstance(thrown, asyncio.CancelledError):
+                raise thrown
+            error = f"{type(thrown).__name__}: {thrown}"
+            retry_at = thrown.at if isinstance(thrown, RetryAfter) else None
+            cur = await conn.execute("select jobs.fail(%s, %s, %s, %s, %s)",
+                                     (job.id, job.claim, error, retry_at, not isinstance(thrown, NonRetryable)))
+            row = await cur.fetchone()
+            return (row[0] if row and row[0] else "lost"), error
+        if not in_tx:
+            await self._autocommit(slot)
+            if not self._stopping and not group.waiting:
+                group.pending.append((held, result, started))  # completed by the dispatcher, with its next claim
+                return None, None
+        cur = await conn.execute("select jobs.complete(%s, %s, %s)", (job.id, job.claim, Jsonb(result)))
+        row = await cur.fetchone()
+        landed = bool(row and row[0])
+        if in_tx:
+            await conn.execute("commit" if landed else "rollback")  # a lost claim: the handler's writes are undone
+            await self._autocommit(slot)
+        return ("completed" if landed else "lost"), None
+
+    def _stopped_outcome(self, held: _Held) -> Outcome:
+        return {"shutdown": "handed_back", "deadline": "timed_out", "cancelled": "cancelled"}.get(
+            held.reason or "lost", "lost")  # type: ignore[return-value]
+
+    async def _rollback(self, slot: Slot, in_tx: bool) -> None:
+        if in_tx:
+            await slot.conn.execute("rollback")
+        await self._autocommit(slot)
+
+    async def _autocommit(self, slot: Slot) -> None:
+        if not slot.conn.autocommit:
+            await slot.conn.set_autocommit(True)
+        if not slot.view.autocommit:
+            slot.view.autocommit = True
+
+    async def _until_abandoned(self, held: _Held) -> Any:
+        """The handler's result; once it was cancelled it gets ABANDON seconds more to end."""
+        assert held.task is not None
+        while True:
+            if held.reason is None:
+                done, _ = await asyncio.wait({held.task}, timeout=0.25)
+            else:
+                done, _ = await asyncio.wait({held.task}, timeout=ABANDON)
+                if not done:
+                    raise _Abandoned()
+            if done:
+                return held.task.result()
+
+    def _abort(self, held: _Held, reason: str) -> None:
+        if held.reason is None:
+            held.reason = reason
+            if held.ctx is not None:
+                held.ctx.cancel_reason = reason
+            held.cancelled.set()
+        if held.task is not None and isinstance(held.task, asyncio.Task) and not held.task.done():
+            held.task.cancel()
+
+    def _ended(self, held: _Held, outcome: Outcome, started: float, error: str | None = None) -> None:
+        if held.timer is not None:
+            held.timer.cancel()
+        if self._held.get(held.job.id) is held:
+            del self._held[held.job.id]
+        if self.metrics:
+            self.metrics.running(len(self._held))
+        self._report(held.job, outcome, time.monotonic() - started, error)
+
+    def _report(self, job: Job, outcome: Outcome, seconds: float, error: str | None) -> None:
+        if self.metrics:
+            self.metrics.attempt_ended(job.queue, job.name, outcome, seconds)
+        log_outcome(self.log, job.id, job.name, job.queue, job.attempt, seconds, outcome, error)
+        if self.tracer is not None:
+            from .tracing import record_attempt
+            record_attempt(self.tracer, job, outcome, seconds, error)
+
+    # -- heartbeats, cancels, shutdown -------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        while not self._stopping:
+            await self._pause(max(self.lease / 3, 0.1))
+            await self._beat(list(self._held), "lost")
+
+    async def _beat(self, ids: list[Any], reason: str) -> None:
+        helds = [self._held[i] for i in ids if i in self._held]
+        if not helds:
+            return
+        try:
+            rows = await self._control.query(
+                "select h.id, jobs.heartbeat(h.id, h.claim) from unnest(%s::uuid[], %s::bigint[]) as h(id, claim)",
+                ([h.job.id for h in helds], [h.job.claim for h in helds]))
+        except Exception as err:  # noqa: BLE001 (tried again at the next beat)
+            self.log.warning("heartbeat failed; trying again: %s", first_line(err))
+            return
+        for job_id, until in rows:
+            held = self._held.get(job_id)
+            if until is None and held is not None:
+                self._abort(held, reason)
+
+    async def _listen(self) -> None:
+        backoff = Backoff()
+        while not self._stopping:
+            try:
+                conn = await self._listener.connect()
+                backoff.reset()
+                await self._beat(list(self._held), "cancelled")  # cancels missed while away
+                async for note in conn.notifies():
+                    ids = list(self._held) if note.payload in ("", "*") else [
+                        i for i in self._held if str(i) == note.payload]
+                    if ids:
+                        await self._beat(ids, "cancelled")
+            except Exception:  # noqa: BLE001 (made again)
+                self._listener.conn = None
+                await self._pause(backoff.next())
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _shutdown(self, grace: float) -> None:
+        self._stopping = True
+        self._wake.set()
+        for g in self._groups:
+            g.wake.set()
+        if self._claiming:
+            try:
+                await self._control.query(
+                    "select pg_cancel_backend(a.pid) from pg_stat_activity as a where a.pid = any(%s) "
+                    "and a.state = 'active' and a.query like '%%jobs.claim(%%'", (list(self._claiming),))
+            except Exception:  # noqa: BLE001
+                pass
+        dispatchers = self._loops[:len(self._groups)]
+        others = self._loops[len(self._groups):]
+        await asyncio.gather(*dispatchers, return_exceptions=True)
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=grace)
+        if self._running:
+            for held in list(self._held.values()):
+                self._abort(held, "shutdown")
+            await asyncio.wait(set(self._running), timeout=ABANDON + 0.5)
+        for held in list(self._held.values()):
+            try:
+                await self._control.query("select jobs.snooze(%s, %s, clock_timestamp())", (held.job.id, held.job.claim))
+            except Exception as err:  # noqa: BLE001
+                self.log.warning("could not hand job %s back: %s", held.job.id, first_line(err))
+            self._ended(held, "handed_back", time.monotonic())
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await self._listener.close()
+        await self._control.close()
+        await self._pool.close()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        self.log.info("pg_jobs worker stopped: worker_id=%s", self.worker_id)
+
+
+class _Abandoned(Exception):
+    pass

@@ -1,0 +1,125 @@
+"""The Python library against a real database: producers in and out of a transaction, sync and
+asyncio; refusals as exceptions; the testing helpers; and the `pg-jobs` command."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+import pg_jobs
+from pg_jobs.testing import adrain, assert_enqueued, drain
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "sample"))
+import myapp_jobs  # noqa: E402 (the sample project)
+
+JOBS = [myapp_jobs.send_email, myapp_jobs.send_email_async, myapp_jobs.flaky]
+
+
+def count(dsn: str, sql: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_enqueue_in_a_transaction_rolled_back_and_committed(dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "a@example.com"})
+        assert_enqueued(conn, "send_email", {"to": "a@example.com"})
+        conn.rollback()
+    assert count(dsn, "select count(*) from jobs.jobs") == 0
+    with psycopg.connect(dsn) as conn:
+        first = pg_jobs.enqueue(conn, "send_email", {"to": "b@example.com"}, idempotency_key="b", delay=60)
+        again = pg_jobs.enqueue(conn, "send_email", {"to": "b@example.com"}, idempotency_key="b")
+    assert (first.deduped, again.deduped, again.id) == (False, True, first.id)
+    assert count(dsn, "select count(*) from jobs.jobs where state = 'delayed'") == 1
+
+
+def test_enqueue_on_an_async_connection(dsn: str) -> None:
+    async def go() -> list[pg_jobs.Enqueued]:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            one = await pg_jobs.enqueue(conn, myapp_jobs.send_email_async, {"to": "c@example.com"})
+            many = await pg_jobs.enqueue_many(conn, [{"job": "send_email", "payload": {"to": f"{i}@example.com"},
+                                                      "priority": i} for i in range(3)])
+            return [one, *many]
+    made = asyncio.run(go())
+    assert len({m.id for m in made}) == 4
+    assert count(dsn, "select count(*) from jobs.jobs") == 4
+
+
+def test_a_refusal_is_its_exception_and_changes_nothing(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pg_jobs.enqueue(conn, "send_email", {}, idempotency_key="k")
+        with pytest.raises(pg_jobs.DuplicateJob) as refused:
+            pg_jobs.enqueue(conn, "send_email", {}, idempotency_key="k", on_conflict="error")
+    assert refused.value.code == "PJ002" and refused.value.hint
+    with pytest.raises(TypeError, match="unknown option"):
+        pg_jobs.enqueue(psycopg.connect(dsn), "send_email", {}, queue_name="q")
+    assert count(dsn, "select count(*) from jobs.jobs") == 1
+
+
+def test_drain_runs_sync_and_async_handlers_and_their_writes_commit_with_them(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pg_jobs.sync_policies(conn, JOBS)
+        for i in range(5):
+            pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": f"s{i}@example.com"})
+            pg_jobs.enqueue(conn, myapp_jobs.send_email_async, {"to": f"a{i}@example.com"})
+        pg_jobs.enqueue(conn, myapp_jobs.flaky)
+    metrics = pg_jobs.CountingMetrics()
+    drain(pg_jobs.Worker(dsn, jobs=JOBS, concurrency=3, metrics=metrics))
+    assert count(dsn, "select count(*) from sent") == 10
+    assert count(dsn, "select count(*) from jobs.jobs where state = 'completed'") == 10
+    assert count(dsn, "select count(*) from jobs.jobs where name = 'flaky' and state in ('failed', 'dead')") == 1
+    assert metrics.count("completed") == 10
+
+
+def test_adrain_in_an_event_loop_of_the_tests_own(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pg_jobs.enqueue(conn, myapp_jobs.send_email_async, {"to": "x@example.com"})
+    asyncio.run(adrain(pg_jobs.Worker(dsn, jobs=JOBS, concurrency=1)))
+    assert count(dsn, "select count(*) from sent") == 1
+
+
+def pg_jobs_command(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "pg_jobs.cli", *args], cwd=os.path.join(HERE, "sample"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_the_command_runs_a_module_and_exits_0_on_sigterm_with_no_traceback(dsn: str) -> None:
+    enqueued = pg_jobs_command("enqueue", "send_email", '{"to": "cli@example.com"}', "--dsn", dsn)
+    out, err = enqueued.communicate(timeout=30)
+    assert enqueued.returncode == 0, err
+    worker = pg_jobs_command("worker", "--dsn", dsn, "--concurrency", "2", "--shutdown-grace", "5", "myapp_jobs")
+    try:
+        deadline = time.monotonic() + 30
+        while count(dsn, "select count(*) from sent") == 0:
+            assert time.monotonic() < deadline and worker.poll() is None, worker.stderr.read() if worker.stderr else ""
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err
+    assert "Traceback" not in err
+    assert "pg_jobs worker started: queues=default concurrency=2 jobs=send_email,send_email_async,flaky" in err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["worker", "no_such_module"], "cannot import 'no_such_module'"),
+    (["worker", "--dsn", "not a dsn", "myapp_jobs"], "--dsn is not a connection string"),
+    (["enqueue", "send_email", "{not json", "--dsn", "host=127.0.0.1"], "PAYLOAD is not JSON"),
+])
+def test_a_bad_module_dsn_or_payload_is_one_line_and_exit_2(args: list[str], says: str) -> None:
+    run = pg_jobs_command(*args)
+    out, err = run.communicate(timeout=30)
+    assert run.returncode == 2
+    assert len(err.strip().splitlines()) == 1 and says in err, err
