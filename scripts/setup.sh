@@ -51,11 +51,12 @@ if [ ! -x .venv/bin/python ]; then
   say "a Python virtual environment for the tests and the demo in .venv"
   step python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client' 2>/dev/null ||
+if ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks' 2>/dev/null ||
    ! .venv/bin/python -m ruff --version >/dev/null 2>&1; then
-  say "pip install psycopg, pytest, hypothesis, ruff, mypy and prometheus-client into .venv"
+  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy and Django into .venv"
   step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9' \
-    'hypothesis>=6,<7' 'ruff>=0.6,<1' 'mypy>=1.10,<2' 'prometheus-client>=0.17,<1'
+    'hypothesis>=6,<7' 'ruff>=0.6,<1' 'mypy>=1.10,<2' 'prometheus-client>=0.17,<1' 'sqlalchemy[asyncio]>=2,<3' \
+    'django>=5.2,<5.3' 'django-tasks>=0.12,<0.13'
 fi
 if ! .venv/bin/python -c 'import pg_jobs' 2>/dev/null; then
   say "pip install -e clients/python (the Python library, for its tests and the conformance suite)"

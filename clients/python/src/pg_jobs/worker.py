@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +66,8 @@ class Worker:
                  concurrency: int | Mapping[str, int] = 10, lease: float = 30.0, shutdown_grace: float = 10.0,
                  poll: float = 5.0, worker_id: str | None = None, metrics: Metrics | None = None,
                  metrics_port: int | None = None, logger: logging.Logger | None = None, tracer: Any = None,
-                 unknown_snooze: float = 60.0) -> None:
+                 unknown_snooze: float = 60.0,
+                 resolve: Callable[[str], JobDefinition[Any] | None] | None = None) -> None:
         self.dsn = dsn
         self.queues = list(queues) or ["default"]
         if isinstance(concurrency, int):
@@ -84,6 +85,9 @@ class Worker:
         self.metrics_port = metrics_port
         self.tracer = tracer
         self.unknown_snooze = unknown_snooze
+        #: Finds the job of a name not in ``jobs`` (e.g. a Django task by its module path);
+        #: None, or a name it answers None for, is an unknown name.
+        self.resolve = resolve
         self._held: dict[Any, _Held] = {}
         self._claiming: set[int] = set()
         self._warned: set[str] = set()
@@ -256,6 +260,13 @@ class Worker:
     async def _run_job(self, group: _Group, row: tuple[Any, ...]) -> None:
         job, time_left = Job.from_row(row)
         definition = self.jobs.get(job.name)
+        if definition is None and self.resolve is not None and job.name not in self._warned:
+            try:
+                definition = self.resolve(job.name)
+            except Exception as err:  # noqa: BLE001 (an unknown name)
+                self.log.warning("could not resolve job name %r: %s", job.name, first_line(err))
+            if definition is not None:
+                self.jobs[job.name] = definition
         started = time.monotonic()
         if definition is None:
             try:

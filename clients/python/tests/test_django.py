@@ -1,0 +1,115 @@
+"""Django: pg_jobs.contrib.django's enqueue on Django's connection inside transaction.atomic, and
+its backend for Django's tasks framework (the django-tasks package on Django 5.2): a task
+enqueued with Django's task API, rolled back (no job) and committed, run by the worker the
+management command starts, its result read back through the task API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import django
+import psycopg
+import pytest
+from django.conf import settings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SAMPLE = os.path.join(HERE, "sample")
+
+
+class Rollback(Exception):
+    pass
+
+
+def settings_for(dsn: str) -> dict[str, object]:
+    p = psycopg.conninfo.conninfo_to_dict(dsn)
+    return {
+        "DATABASES": {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": p["dbname"], "USER": p["user"],
+                                  "HOST": p["host"], "PORT": p["port"]}},
+        "INSTALLED_APPS": ["django_tasks", "pg_jobs.contrib.django", "djapp"],
+        "TASKS": {"default": {"BACKEND": "pg_jobs.contrib.django.backend.PgJobsBackend",
+                              "QUEUES": ["default", "other"]}},
+        "USE_TZ": True,
+    }
+
+
+@pytest.fixture
+def django_db(dsn: str):
+    sys.path.insert(0, SAMPLE)
+    if not settings.configured:
+        settings.configure(**settings_for(dsn))
+        django.setup()
+    else:  # another test's database: point Django at this one
+        from django.db import connections
+        connections.close_all()
+        settings.DATABASES["default"]["NAME"] = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+        connections["default"].settings_dict["NAME"] = settings.DATABASES["default"]["NAME"]
+    yield dsn
+    from django.db import connections
+    connections.close_all()
+
+
+def jobs(dsn: str, name: str) -> list[tuple[str, str, int]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("select state::text, queue, priority from jobs.jobs where name = %s", (name,)).fetchall()
+
+
+def test_enqueue_on_djangos_connection_in_atomic(django_db: str) -> None:
+    from django.db import transaction
+
+    from pg_jobs.contrib import django as pgj
+    with pytest.raises(Rollback), transaction.atomic():
+        pgj.enqueue("plain_job", {"n": 1})
+        raise Rollback
+    assert jobs(django_db, "plain_job") == []
+    with transaction.atomic():
+        pgj.enqueue("plain_job", {"n": 2})
+    assert len(jobs(django_db, "plain_job")) == 1
+
+
+def test_djangos_task_api_runs_on_pg_jobs(django_db: str) -> None:
+    from django.db import transaction
+    from djapp.tasks import elsewhere, record
+    with pytest.raises(Rollback), transaction.atomic():
+        record.enqueue("rolled@example.com")
+        raise Rollback
+    assert jobs(django_db, "djapp.tasks.record") == []
+    with transaction.atomic():
+        result = record.enqueue("ada@example.com", times=2)
+    other = elsewhere.enqueue()
+    assert jobs(django_db, "djapp.tasks.elsewhere") == [("ready", "other", 5)]
+    assert result.status == "READY" and not result.is_finished
+    env = {**os.environ, "PYTHONPATH": SAMPLE + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "PG_JOBS_TEST_DJANGO_DSN": django_db}
+    worker = subprocess.Popen([sys.executable, os.path.join(HERE, "django_manage.py"), "pg_jobs_worker",
+                               "--queue", "default", "--queue", "other"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            result.refresh()
+            if result.is_finished or time.monotonic() > deadline or worker.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert result.status == "SUCCESSFUL", worker.stderr.read() if worker.poll() is not None else result.status
+        assert result.return_value == {"recorded": 2}
+        with psycopg.connect(django_db) as conn:
+            assert conn.execute("select count(*) from sent where address = 'ada@example.com'").fetchone() == (2,)
+        other.refresh()
+        assert other.id != result.id
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+        assert worker.returncode == 0 and "Traceback" not in err, err
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def test_a_job_named_after_a_module_of_no_installed_app_is_not_imported(django_db: str) -> None:
+    from pg_jobs.contrib.django.backend import task_job
+    assert task_job("os.system") is None
+    assert task_job("subprocess.run") is None
+    assert task_job("djapp.tasks.record") is not None
