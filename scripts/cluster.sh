@@ -28,10 +28,10 @@ CONF
     # elsewhere can hold one as its local port for a while, and the server cannot bind it (a
     # failover test once failed so). Reserve them where we may, and retry a bind that failed.
     reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
-    if [ -w "$reserved" ] && ! grep -q "54380-54420" "$reserved"; then
+    if [ -w "$reserved" ] && ! grep -q "54380-54499" "$reserved"; then
       current=$(cat "$reserved")
-      echo "cluster: reserving ports 54380-54420 in $reserved (until reboot)" >&2
-      echo "${current:+$current,}54380-54420" >"$reserved" 2>/dev/null || true
+      echo "cluster: reserving ports 54380-54499 in $reserved (until reboot)" >&2
+      echo "${current:+$current,}54380-54499" >"$reserved" 2>/dev/null || true
     fi
     tries=0
     until as_pg "$PG_BIN/pg_ctl" -D "$dir" -l "$dir/log" -w start >/dev/null; do

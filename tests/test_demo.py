@@ -15,8 +15,11 @@ def test_the_demo_tells_which_job_was_deduplicated_retried_and_dead_lettered():
     out = done.stdout
     assert "send_email to ada again, key welcome-ada   -> deduplicated: job" in out
     assert "7 jobs queued from 8 enqueues" in out
-    assert out.count("failed (RuntimeError: smtp timeout") == 2
-    assert "attempt 2/2: failed (ValueError: card 4000-0000-0000-0002 declined); dead-lettered" in out
+    # The worker is the Python library's: a line per attempt (pg_jobs.observe.log_outcome).
+    assert out.count("job retried: ") == 3 and out.count("error=RuntimeError: smtp timeout") == 2
+    assert "name=charge_card queue=default attempt=2" in out
+    dead = [line for line in out.splitlines() if line.strip().startswith("job dead: ")]
+    assert len(dead) == 1 and "attempt=2" in dead[0] and "error=ValueError: card 4000-0000-0000-0002 declined" in dead[0]
     assert "6 completed (2 of them after a failed attempt" in out
     assert "1 dead-lettered after its 2 attempts ran out" in out
     assert "bash scripts/dev-server.sh start" in out

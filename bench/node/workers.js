@@ -1,4 +1,4 @@
-// One worker process of bench/node/compare.py: works the queue `bench` with no-op handlers,
+// One worker process of bench/libraries.py (--language node): works the queue `bench` with no-op handlers,
 // `--concurrency` jobs at a time, until SIGTERM (SIGUSR1 zeroes its counts); then prints one JSON line
 // {completed, first_ms, last_ms}: how many handlers ran and when the first began and the last
 // ended (epoch milliseconds, so the coordinator can take the span over every process).

@@ -93,12 +93,14 @@ def test_a_handler_past_its_deadline_is_stopped_and_retried_as_timed_out(db, sta
 
 
 def test_sigterm_lets_running_jobs_finish_within_the_grace_and_hands_back_the_rest(db, start_worker):
-    """8. SIGTERM with a 3 s grace while two 1 s jobs and two 60 s jobs run: the short ones
-    complete, the long ones are stopped at the grace and handed back with their attempts
-    unchanged (claimable again at once), and the worker exits 0."""
-    short = [db.enqueue("sleep", {"ms": 1000}) for _ in range(2)]
+    """8. SIGTERM with a 4 s grace while two 2.5 s jobs and two 60 s jobs run under a 1.5 s
+    lease: the short ones complete (heartbeats go on through the grace: the Python worker's
+    stopped at the signal, and its short jobs' leases lapsed), the long ones are stopped at the
+    grace and handed back with their attempts unchanged (claimable again at once), and the
+    worker exits 0."""
+    short = [db.enqueue("sleep", {"ms": 2500}) for _ in range(2)]
     long = [db.enqueue("sleep", {"ms": 60000}) for _ in range(2)]
-    worker = start_worker(db, concurrency=4, grace=3)
+    worker = start_worker(db, concurrency=4, grace=4, lease=1.5)
     db.eventually("select count(*) from jobs.jobs where state = 'running'", 4)
     worker.terminate()
     assert worker.wait(timeout=15) == 0, worker.output()

@@ -1,77 +1,61 @@
-"""Fan-out and fan-in with child jobs: a parent spawns one child per number, and sums the
-squares its children answer.
+"""Fan-out and fan-in with child jobs, on the pg-jobs package: a parent spawns one child per
+number, and sums the squares its children answer.
 
     python fan_out.py --dsn "host=127.0.0.1 dbname=app" enqueue 100 [--pause 0.01]
     python fan_out.py --dsn "host=127.0.0.1 dbname=app" work [--until-done] [--lease 2]
 
-- The parent (`sum_squares`) spawns child `i` under the child key `n-<i>` (jobs.spawn), each
-  spawn committed on its own and fenced by the parent's claim, heartbeating as it goes. A
+- The parent (`sum_squares`) spawns child `i` under the child key `n-<i>` (ctx.spawn: each
+  spawn committed on its own, fenced by the parent's claim; the worker heartbeats it). A
   worker killed between two spawns loses the parent's lease; the parent is claimed again and
-  spawns every key again, and each spawn already made answers the same child (`deduped`):
-  no child is spawned twice.
-- Then it waits for its children (jobs.await_children): 'waiting' suspends it, using no
-  attempt, until its last child ends, which makes it claimable again; 'done' hands it every
-  child's result, and it completes with their sum.
+  spawns every key again, and each spawn already made answers the same child: no child is
+  spawned twice.
+- Then it waits for its children (ctx.await_children): the job is parked, using no attempt,
+  until its last child ends; then it is claimed again, gets every child's result, and
+  completes with their sum.
 - A child (`square`) completes with the square of its number.
 - `--until-done` exits once no parent is live.
 """
 
 import argparse
+import asyncio
+import logging
 import os
-import socket
-import time
 
 import psycopg
-from psycopg.types.json import Jsonb
+
+import pg_jobs
 
 QUEUE = "fan_out"
 
 
-def parent(conn, job, lease):
-    """Spawns the children still missing, then sums their results once none is live."""
-    n, pause = job["payload"]["n"], job["payload"].get("pause", 0)
-    beat = time.monotonic()
+@pg_jobs.job("sum_squares", queue=QUEUE)
+def sum_squares(payload, ctx):
+    n = payload["n"]
     for i in range(1, n + 1):
-        spec = {"name": "square", "queue": QUEUE, "child_key": f"n-{i}", "payload": {"i": i}}
-        conn.execute("select jobs.spawn(%s, %s, %s)", (job["id"], job["claim"], Jsonb(spec)))
-        time.sleep(pause)
-        if time.monotonic() - beat > lease / 3:  # keep the parent's lease while spawning
-            conn.execute("select jobs.heartbeat(%s, %s)", (job["id"], job["claim"]))
-            beat = time.monotonic()
-    status, children = conn.execute("select status, children from jobs.await_children(%s, %s)",
-                                    (job["id"], job["claim"])).fetchone()
-    if status == "waiting":  # suspended: claimed again when the last child ends
-        return
-    total = sum(c["result"]["square"] for c in children if c["state"] == "completed")
-    conn.execute("select jobs.complete(%s, %s, %s)", (job["id"], job["claim"], Jsonb({"sum": total})))
+        ctx.spawn(f"n-{i}", "square", {"i": i}, queue=QUEUE)
+        if ctx.cancelled.wait(payload.get("pause", 0)):
+            raise InterruptedError(f"stopped: {ctx.cancel_reason}")
+    children = ctx.await_children()  # parks the job until none is live
+    total = sum(c.result["square"] for c in children if c.state == "completed")
     print(f"sum of the squares of 1..{n}: {total} ({len(children)} children)", flush=True)
+    return {"sum": total}
 
 
-def child(conn, job):
-    i = job["payload"]["i"]
-    conn.execute("select jobs.complete(%s, %s, %s)", (job["id"], job["claim"], Jsonb({"square": i * i})))
+@pg_jobs.job("square", queue=QUEUE)
+def square(payload, ctx):
+    return {"square": payload["i"] ** 2}
 
 
-def work(conn, until_done, lease):
-    worker = f"{socket.gethostname()}:{os.getpid()}"
-    while True:
-        row = conn.execute(
-            "select id, claim, name, payload from jobs.claim(%s, %s, 1, make_interval(secs => %s),"
-            " wait => '1 second')", (worker, [QUEUE], lease)).fetchall()
-        for job_id, claim, name, payload in row:
-            job = {"id": job_id, "claim": claim, "payload": payload}
-            try:
-                if name == "sum_squares":
-                    parent(conn, job, lease)
-                else:
-                    child(conn, job)
-            except psycopg.Error as exc:
-                if exc.sqlstate != "PJ001":  # lease_lost: the job runs again under a new claim
-                    raise
-        if until_done and not row and conn.execute(
-                "select count(*) from jobs.jobs where name = 'sum_squares'"
-                " and state in ('ready', 'delayed', 'running', 'suspended')").fetchone()[0] == 0:
-            return
+async def work(dsn, until_done, lease):
+    async with pg_jobs.Worker(dsn, jobs=[sum_squares, square], queues=[QUEUE], concurrency=4, lease=lease, poll=1):
+        while True:
+            await asyncio.sleep(0.2)
+            if until_done:
+                async with await psycopg.AsyncConnection.connect(dsn) as conn:
+                    cur = await conn.execute("select count(*) from jobs.jobs where name = 'sum_squares'"
+                                             " and state in ('ready', 'delayed', 'running', 'suspended')")
+                    if (await cur.fetchone())[0] == 0:
+                        return
 
 
 def main():
@@ -85,13 +69,13 @@ def main():
     run.add_argument("--until-done", action="store_true")
     run.add_argument("--lease", type=float, default=2, help="seconds")
     args = ap.parse_args()
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
-        if args.command == "enqueue":
-            job_id = conn.execute("select id from jobs.enqueue('sum_squares', %s, queue => %s)",
-                                  (Jsonb({"n": args.n, "pause": args.pause}), QUEUE)).fetchone()[0]
-            print(f"enqueued the parent {job_id}", flush=True)
-        else:
-            work(conn, args.until_done, args.lease)
+    logging.basicConfig(level=logging.WARNING, format="  %(message)s")
+    if args.command == "enqueue":
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            made = pg_jobs.enqueue(conn, sum_squares, {"n": args.n, "pause": args.pause})
+        print(f"enqueued the parent {made.id}", flush=True)
+    else:
+        asyncio.run(work(args.dsn, args.until_done, args.lease))
 
 
 if __name__ == "__main__":

@@ -16,19 +16,20 @@ from psycopg.types.json import Jsonb
 from .worker import Worker
 
 _LEFT = ("select count(*) from jobs.jobs where queue = any(%s) and (state = 'running' "
-         "or state in ('ready', 'delayed', 'suspended') and run_at <= now())")
+         "or state in ('ready', 'delayed', 'suspended') and (run_at <= now() or %s and state = 'delayed'))")
 
 
-async def adrain(worker: Worker, timeout: float = 30.0) -> None:
-    """Starts ``worker``, runs it until no job of its queues is ready, due or running, and
-    stops it. Raises TimeoutError after ``timeout`` seconds."""
+async def adrain(worker: Worker, timeout: float = 30.0, *, delayed: bool = False) -> None:
+    """Starts ``worker``, runs it until no job of its queues is ready, due or running (with
+    ``delayed``, none delayed either: retries and scheduled jobs are waited for), and stops it.
+    Raises TimeoutError after ``timeout`` seconds."""
     queues = sorted({q for g in worker._groups for q in g.queues})  # noqa: SLF001 (its own package)
     deadline = time.monotonic() + timeout
     await worker.start()
     try:
         async with await psycopg.AsyncConnection.connect(worker.dsn, autocommit=True) as conn:
             while True:
-                cur = await conn.execute(_LEFT, (queues,))
+                cur = await conn.execute(_LEFT, (queues, delayed))
                 row = await cur.fetchone()
                 if row is not None and row[0] == 0 and worker.running == 0:
                     return
@@ -39,9 +40,9 @@ async def adrain(worker: Worker, timeout: float = 30.0) -> None:
         await worker.stop(grace=0)
 
 
-def drain(worker: Worker, timeout: float = 30.0) -> None:
+def drain(worker: Worker, timeout: float = 30.0, *, delayed: bool = False) -> None:
     """``adrain`` for a test without an event loop of its own."""
-    asyncio.run(adrain(worker, timeout))
+    asyncio.run(adrain(worker, timeout, delayed=delayed))
 
 
 @dataclass(frozen=True)

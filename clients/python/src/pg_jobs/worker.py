@@ -431,8 +431,9 @@ class Worker:
     # -- heartbeats, cancels, shutdown -------------------------------------------------------
 
     async def _heartbeats(self) -> None:
-        while not self._stopping:
-            await self._pause(max(self.lease / 3, 0.1))
+        """Every lease/3 until the worker has stopped: through a shutdown's grace too."""
+        while True:
+            await asyncio.sleep(max(self.lease / 3, 0.1))
             await self._beat(list(self._held), "lost")
 
     async def _beat(self, ids: list[Any], reason: str) -> None:

