@@ -115,8 +115,6 @@ def main():
     def med(s, c):
         return statistics.median(r["jobs_per_s"] for r in results if r["system"] == s and r["concurrency"] == c)
 
-    print(f"| concurrency | {' | '.join(systems)} | library / graphile | library / pgboss | library / bare |")
-    print("|---|" + "---|" * (len(systems) + 3))
     ours = [s for s in systems if s.startswith("library")]
     others = [s for s in systems if not s.startswith("library")]
     pairs = [(a, b) for a in ours for b in others]
