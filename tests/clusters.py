@@ -5,6 +5,9 @@ import contextlib
 import os
 import subprocess
 import tempfile
+import uuid
+
+import psycopg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,3 +35,22 @@ def own_cluster(prefix, port, conf, env=None):
     finally:
         cluster("stop", directory)
         subprocess.run(["rm", "-rf", directory], check=False)
+
+
+@contextlib.contextmanager
+def database(server_dsn, prefix, setup_sql=None):
+    """A new database on the server of `server_dsn` (a superuser's), with pg_jobs created and
+    `setup_sql` run, dropped afterwards (WITH FORCE): its name and connection string."""
+    name = prefix + uuid.uuid4().hex[:12]
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f"create database {name}")
+    dsn = f"{server_dsn} dbname={name}"
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("create extension pg_jobs")
+            if setup_sql:
+                conn.execute(setup_sql)
+        yield name, dsn
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f"drop database {name} with (force)")

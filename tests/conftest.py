@@ -1,10 +1,9 @@
 """Fixtures for tests from outside the server: a fresh database with pg_jobs per test."""
 
 import os
-import uuid
 
-import psycopg
 import pytest
+from clusters import database
 from hypothesis import settings
 
 # CI runs the randomized tests on a fixed sequence of examples, so a red run is reproducible
@@ -25,12 +24,5 @@ def server_dsn():
 @pytest.fixture
 def dsn(server_dsn):
     """A connection string to a new database with the extension created, dropped afterwards."""
-    name = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(f"create database {name}")
-    db_dsn = f"{server_dsn} dbname={name}"
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute("create extension pg_jobs")
-    yield db_dsn
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(f"drop database {name} with (force)")
+    with database(server_dsn, "t_") as (_, db_dsn):
+        yield db_dsn

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from clusters import cluster, own_cluster  # noqa: E402 (the tests' throwaway clusters)
+from clusters import cluster, database, own_cluster  # noqa: E402 (the tests' throwaway clusters)
 
 RESTART_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_RESTART_PORT", "54431"))
 BOUNCER_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_PGBOUNCER_PORT", "54432"))
@@ -115,19 +115,11 @@ pidfile = {tmp}/pgbouncer.pid
 
 
 def make_db(server_dsn):
-    name = "conf_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(f"create database {name}")
-    dsn = f"{server_dsn} dbname={name}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("create extension pg_jobs")
-        conn.execute(TABLES)
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
-    url = (f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:"
-           f"{params.get('port', 5432)}/{name}")
-    yield Database(dsn, url)
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(f"drop database {name} with (force)")
+    with database(server_dsn, "conf_", TABLES) as (name, dsn):
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+        url = (f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:"
+               f"{params.get('port', 5432)}/{name}")
+        yield Database(dsn, url)
 
 
 class Database:
