@@ -22,6 +22,11 @@ RELEASE_TESTS=(tests/test_sweeper.py tests/test_security.py tests/test_launcher.
   tests/test_outcomes.py tests/test_async_claims.py tests/test_complete_and_claim.py
   tests/test_failover.py tests/test_plans.py tests/test_tenant_isolation.py tests/test_timeouts.py)
 
+# The ports of the tests that start servers of their own, apart from those of the run on 15,
+# so that scripts/test.sh can run both side by side.
+export PG_JOBS_FAILOVER_PORT=54460 PG_JOBS_NOPRELOAD_PORT=54462 PG_JOBS_BACKTRACE_PORT=54463 \
+  PG_JOBS_SHUTDOWN_PORT=54464 PG_JOBS_LAUNCHER_PORT=54465 PG_JOBS_CRASH_PORT=54466
+
 releases=("$@")
 [ $# -gt 0 ] || releases=(16 17 18)
 
@@ -48,9 +53,9 @@ for n in "${releases[@]}"; do
   # On 18, the newest, the tests that can differ by release; on 16 and 17 those of the
   # background worker and of hostile roles.
   if [ "$n" = 18 ]; then
-    .venv/bin/python -m pytest -q -rA "${RELEASE_TESTS[@]}"
+    .venv/bin/python -m pytest -q -rA -p no:cacheprovider "${RELEASE_TESTS[@]}"
   else
-    .venv/bin/python -m pytest -q -rA tests/test_sweeper.py tests/test_security.py
+    .venv/bin/python -m pytest -q -rA -p no:cacheprovider tests/test_sweeper.py tests/test_security.py
   fi
   bash scripts/cluster.sh stop "$dir"
   rm -rf "$dir"

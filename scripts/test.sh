@@ -2,9 +2,10 @@
 # Runs every test of pg_jobs, as root on Debian 12: lints, the in-server tests (cargo pgrx
 # test), the pg_regress golden files, the isolation specs, the packaged tarball installed and
 # tested, the upgrade from every earlier release, and the tests from outside the server
-# (pytest against throwaway clusters, on that install), all on PostgreSQL 15; then the
-# golden files, the isolation specs and the background worker's tests on 16, 17 and 18
-# (scripts/test-releases.sh).
+# (pytest against throwaway clusters, on that install), all on PostgreSQL 15, and the
+# libraries' tests and conformance runs; beside those, the in-server tests, the golden files,
+# the isolation specs, the package, the upgrades and the tests that can differ by release on
+# 16, 17 and 18 (scripts/test-releases.sh).
 #   scripts/test.sh --quick   a first check in a few minutes once built: the golden files and
 #                             isolation specs, and a drain of 10,000 jobs by 8 workers
 # Installs what is missing first.
@@ -13,6 +14,13 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 bash scripts/setup.sh
+
+# The servers the tests start listen on ports 54380-54499, inside Linux's ephemeral range;
+# they are reserved (until reboot) so that no client connection takes one as its local port.
+export PG_JOBS_RESERVE_PORTS=1
+if [ -w /proc/sys/net/ipv4/ip_local_reserved_ports ] && ! grep -q "54380-54499" /proc/sys/net/ipv4/ip_local_reserved_ports; then
+  echo "test: reserving ports 54380-54499 in /proc/sys/net/ipv4/ip_local_reserved_ports (until reboot)"
+fi
 
 if [ "${1:-}" = --quick ]; then
   echo "== quick check: pg_regress and isolation specs, then a drain (tests/test_drain.py)"
@@ -55,9 +63,15 @@ bash scripts/package.sh --check
 echo "== upgrades: every earlier release, filled, ALTER EXTENSION UPDATE, checked (on the package)"
 bash scripts/upgrade-check.sh
 
-echo "== tests from outside the server (pytest)"
 dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)
-trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
+# PostgreSQL 16-18 (scripts/test-releases.sh: mostly builds, on their own ports) run beside the
+# tests from outside on 15 and the libraries' (mostly waiting), niced so that the builds take
+# the processor only when the tests leave it; their log is printed when they end.
+echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh), in the background: its log follows the libraries'"
+setsid nice -n 10 bash scripts/test-releases.sh >"$dir/releases.log" 2>&1 & releases_run=$!
+trap 'kill -- "-$releases_run" 2>/dev/null; bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
+
+echo "== tests from outside the server (pytest)"
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
 export PG_JOBS_DSN
 .venv/bin/python -m pytest -q -rA tests
@@ -82,4 +96,8 @@ done
 if [ $failed = 1 ]; then cat "$dir"/conformance-*.log; exit 1; fi
 bash scripts/cluster.sh stop "$dir"
 
-bash scripts/test-releases.sh
+echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh): waiting for it to end"
+releases_rc=0
+wait "$releases_run" || releases_rc=$?
+cat "$dir/releases.log"
+if [ $releases_rc != 0 ]; then echo "scripts/test-releases.sh failed (exit $releases_rc)" >&2; exit 1; fi

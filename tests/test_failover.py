@@ -16,7 +16,8 @@ import psycopg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin")  # the release under test (scripts/lib.sh)
-PRIMARY, STANDBY = 54396, 54397
+PRIMARY = int(os.environ.get("PG_JOBS_FAILOVER_PORT", "54396"))  # and the standby on the next port
+STANDBY = PRIMARY + 1
 PDIR, SDIR = f"/tmp/pg_jobs-failover-{PRIMARY}", f"/tmp/pg_jobs-failover-{STANDBY}"
 JOBS = 600
 
@@ -107,7 +108,7 @@ def attach_standby():
     sh("chown", "postgres:", SDIR)
     sh("chmod", "700", SDIR)
     as_pg(f"{BIN}/pg_basebackup", "-h", "127.0.0.1", "-p", str(PRIMARY), "-U", "postgres", "-D", SDIR,
-          "-X", "stream", "-R")
+          "-X", "stream", "-R", "--checkpoint=fast")  # a spread checkpoint would take minutes
     with open(f"{SDIR}/postgresql.conf", "a") as f:
         f.write(f"port = {STANDBY}\nunix_socket_directories = '{SDIR}'\n")
     with open(f"{SDIR}/postgresql.auto.conf", "a") as f:
