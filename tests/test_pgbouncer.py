@@ -6,6 +6,7 @@ The workers' connections disable psycopg's server-side prepared statements, as a
 a transaction-pooling PgBouncer 1.18 must (a prepared statement lives in one server session).
 """
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -21,17 +22,21 @@ PORT = int(os.environ.get("PG_JOBS_PGBOUNCER_PORT", "54426"))
 DEADLINE = 60
 
 
-@pytest.fixture
-def bouncer(dsn):
+@contextlib.contextmanager
+def pgbouncer(dsn, pools):
+    """Debian's PgBouncer in transaction pooling in front of the database of `dsn`, with one
+    database entry per item of `pools` ({alias: pool size}), each its own pool of server
+    connections to that database: {alias: connection string through PgBouncer}."""
     if not shutil.which("pgbouncer") and not os.path.exists("/usr/sbin/pgbouncer"):
         pytest.fail("pgbouncer is missing: run scripts/setup.sh")
     params = dict(part.split("=", 1) for part in dsn.split())
     tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="pg_jobs-pgbouncer."))  # postgres reads it
     os.chmod(tmp_path, 0o777)
     (tmp_path / "users.txt").write_text('"postgres" ""\n')
+    databases = "".join(f"{alias} = host={params['host']} port={params['port']} dbname={params['dbname']} "
+                        f"pool_size={size}\n" for alias, size in pools.items())
     (tmp_path / "pgbouncer.ini").write_text(f"""[databases]
-{params['dbname']} = host={params['host']} port={params['port']} dbname={params['dbname']}
-
+{databases}
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {PORT}
@@ -39,7 +44,6 @@ unix_socket_dir =
 auth_type = trust
 auth_file = {tmp_path}/users.txt
 pool_mode = transaction
-default_pool_size = 3
 max_client_conn = 50
 logfile = {tmp_path}/pgbouncer.log
 pidfile = {tmp_path}/pgbouncer.pid
@@ -48,11 +52,11 @@ pidfile = {tmp_path}/pgbouncer.pid
         os.chmod(f, 0o644)
     subprocess.run(["runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", "-d", str(tmp_path / "pgbouncer.ini")],
                    check=True)
-    through = f"host=127.0.0.1 port={PORT} user=postgres dbname={params['dbname']}"
+    through = {alias: f"host=127.0.0.1 port={PORT} user=postgres dbname={alias}" for alias in pools}
     deadline = time.monotonic() + DEADLINE
     while True:
         try:
-            psycopg.connect(through, prepare_threshold=None).close()
+            psycopg.connect(next(iter(through.values())), prepare_threshold=None).close()
             break
         except psycopg.OperationalError:
             assert time.monotonic() < deadline, "pgbouncer did not start"
@@ -65,12 +69,79 @@ pidfile = {tmp_path}/pgbouncer.pid
         shutil.rmtree(tmp_path, ignore_errors=True)
 
 
+@pytest.fixture
+def bouncer(dsn):
+    """Workers and producers through one PgBouncer, in pools apart (docs/OPERATIONS.md)."""
+    with pgbouncer(dsn, {"workers": 4, "producers": 2}) as through:
+        yield through
+
+
+def asleep_in_claims(dsn, n):
+    """Waits until n claims sleep in the server (wait event of type Extension)."""
+    deadline = time.monotonic() + DEADLINE
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute("select count(*) from pg_stat_activity where wait_event_type = 'Extension' "
+                           "and query like '%jobs.claim%'").fetchone()[0] < n:
+            assert time.monotonic() < deadline, f"{n} claims never slept"
+            time.sleep(0.05)
+
+
+def waiting_claim(through, wait, ended):
+    """A thread that claims one job through `through`, waiting up to `wait`; appends to `ended`
+    the server's clock when the claim ended and how many jobs it got."""
+    def run():
+        with psycopg.connect(through, autocommit=True, prepare_threshold=None) as conn:
+            # The materialized claim runs to its end before the clock is read.
+            ended.append(conn.execute(
+                "with c as materialized (select * from jobs.claim('waiter', max_jobs => 1, wait => %s::interval))"
+                " select clock_timestamp(), count(*) from c", (wait,)).fetchone())
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_producers_in_a_pool_of_their_own_are_not_held_by_waiting_claims(dsn):
+    """The set-up docs/OPERATIONS.md ("Wake-ups") documents: the workers' pool is taken whole
+    by two waiting claims, and a producer's enqueue through the same PgBouncer, in a pool of its
+    own, wakes one of them at its commit. (Checked with both entries in one pool: the claims
+    end with nothing at their wait, and the test fails.)"""
+    with pgbouncer(dsn, {"workers": 2, "producers": 2}) as through:
+        ended = []
+        threads = [waiting_claim(through["workers"], "20 s", ended) for _ in range(2)]
+        asleep_in_claims(dsn, 2)
+        with psycopg.connect(through["producers"], autocommit=True, prepare_threshold=None) as producer:
+            producer.execute("select jobs.enqueue('bounced')")
+        # One claim wakes at that commit and takes the job; the other sleeps on until the next.
+        # Had the producer been held until the waits ended, both would have ended with nothing.
+        with psycopg.connect(through["producers"], autocommit=True, prepare_threshold=None) as producer:
+            producer.execute("select jobs.enqueue('bounced')")
+        for t in threads:
+            t.join(DEADLINE)
+        assert sorted(got for _, got in ended) == [1, 1]
+
+
+def test_in_one_shared_pool_waiting_claims_hold_a_producer_until_a_wait_ends(dsn):
+    """Why the pools are kept apart: with every server connection of a pool held by waiting
+    claims, a producer in that pool starts its transaction only after a claim has ended (the
+    server's clocks compared; the claims find nothing and end at their wait)."""
+    with pgbouncer(dsn, {"shared": 2}) as through:
+        ended = []
+        threads = [waiting_claim(through["shared"], "2 s", ended) for _ in range(2)]
+        asleep_in_claims(dsn, 2)
+        with psycopg.connect(through["shared"], autocommit=True, prepare_threshold=None) as producer:
+            started = producer.execute("select now() from jobs.enqueue('held')").fetchone()[0]
+        for t in threads:
+            t.join(DEADLINE)
+        assert len(ended) == 2
+        assert started >= min(at for at, _ in ended)
+
+
 def test_workers_through_pgbouncer_drain_a_queue_with_the_blocking_claim(dsn, bouncer):
     done = []
     stop = threading.Event()
 
     def worker(n):
-        with psycopg.connect(bouncer, autocommit=True, prepare_threshold=None) as conn:
+        with psycopg.connect(bouncer["workers"], autocommit=True, prepare_threshold=None) as conn:
             while not stop.is_set():
                 rows = conn.execute("select id, claim from jobs.claim(%s, max_jobs => 5, wait => '1 s')",
                                     (f"bounced-{n}",)).fetchall()
@@ -82,7 +153,7 @@ def test_workers_through_pgbouncer_drain_a_queue_with_the_blocking_claim(dsn, bo
     for w in workers:
         w.start()
     time.sleep(1)  # the workers are asleep in their claims: the queue is empty
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(bouncer["producers"], autocommit=True, prepare_threshold=None) as conn:
         for _ in range(10):
             conn.execute("""select count(*) from jobs.enqueue_batch(
                 (select jsonb_agg(jsonb_build_object('name', 'bounced')) from generate_series(1, 20)))""")
