@@ -26,11 +26,11 @@ CONF
     fi
     # The test ports lie in Linux's ephemeral range (32768-60999), so a client connection
     # elsewhere can hold one as its local port for a while, and the server cannot bind it (a
-    # failover test once failed so). Reserve them where we may, and retry a bind that failed.
+    # failover test once failed so). The test command reserves them (PG_JOBS_RESERVE_PORTS=1,
+    # until reboot); every start retries a bind that failed.
     reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
-    if [ -w "$reserved" ] && ! grep -q "54380-54499" "$reserved"; then
+    if [ "${PG_JOBS_RESERVE_PORTS:-}" = 1 ] && [ -w "$reserved" ] && ! grep -q "54380-54499" "$reserved"; then
       current=$(cat "$reserved")
-      echo "cluster: reserving ports 54380-54499 in $reserved (until reboot)" >&2
       echo "${current:+$current,}54380-54499" >"$reserved" 2>/dev/null || true
     fi
     tries=0

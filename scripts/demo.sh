@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing and builds pg_jobs (scripts/setup.sh), starts a throwaway
-# cluster with pg_jobs preloaded (PostgreSQL 15; PG_JOBS_PG=16, 17 or 18 for another
-# release), enqueues jobs as an application would, works them with the Python worker in
-# examples/python, tells what became of each, and removes the cluster.
+# The demo: installs what is missing for it and builds pg_jobs (scripts/setup.sh --demo),
+# starts a throwaway cluster with pg_jobs preloaded (PostgreSQL 15; PG_JOBS_PG=16, 17 or 18 for
+# another release), enqueues jobs as an application would, works them with the Python worker
+# in examples/python, tells what became of each, removes the cluster, and says what it left on
+# the machine.
 #   bash scripts/demo.sh                 PG_JOBS_PG=18 bash scripts/demo.sh
+# PG_JOBS_DEMO_PORT picks the cluster's port (default: the first free one from 54393).
 # PG_JOBS_DEMO_SKIP_SETUP=1 skips the set-up (the test command has done it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,16 +13,26 @@ cd "$(dirname "$0")/.."
 
 echo "== 1. Set-up: packages, cargo-pgrx, pg_jobs built and installed for PostgreSQL $PG_MAJOR"
 if [ -z "${PG_JOBS_DEMO_SKIP_SETUP:-}" ]; then
-  bash scripts/setup.sh
+  bash scripts/setup.sh --demo
 fi
 
+port=${PG_JOBS_DEMO_PORT:-$(free_port 54393)}
+if ss -tan 2>/dev/null | grep -qE "[:.]$port[[:space:]]"; then
+  echo "demo: port $port (PG_JOBS_DEMO_PORT) is in use; set PG_JOBS_DEMO_PORT to a free one, or unset it" >&2
+  exit 1
+fi
 dir=$(mktemp -d /tmp/pg_jobs-demo.XXXXXX)
-trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
-dsn=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_DEMO_PORT:-54393}")
+# On a failure, the cluster's log is shown before the cluster goes.
+trap 'rc=$?; if [ $rc != 0 ] && [ -f "$dir/log" ]; then echo "demo: the end of the cluster log:" >&2; tail -20 "$dir/log" >&2; fi
+      bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
+if ! dsn=$(bash scripts/cluster.sh start "$dir" "$port"); then
+  echo "demo: the cluster did not start on port $port (its log is above)" >&2
+  exit 1
+fi
 psql() { command psql "$dsn" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 echo
-echo "== 2. A throwaway PostgreSQL $PG_MAJOR cluster in $dir, pg_jobs preloaded"
+echo "== 2. A throwaway PostgreSQL $PG_MAJOR cluster in $dir, on port $port, pg_jobs preloaded"
 psql <<'SQL'
 create extension pg_jobs;
 -- Policy per job name. send_email: 3 attempts; charge_card: 2. Short backoffs, no jitter,
@@ -89,5 +101,15 @@ select '   1 enqueue deduplicated by its idempotency key (welcome-ada): no secon
 SQL
 
 echo
-echo "The demo's cluster goes away now. For a server to keep working on (pg_jobs preloaded,"
-echo "its data kept, its port and psql line printed): bash scripts/dev-server.sh start"
+echo "== 6. What the demo leaves on this machine"
+echo "   The cluster in $dir goes away now. Left, for the next run and for your own work:"
+echo "   - pg_jobs installed into PostgreSQL $PG_MAJOR: $("$PG_CONFIG" --pkglibdir)/pg_jobs.so and"
+echo "     $("$PG_CONFIG" --sharedir)/extension/pg_jobs*"
+if [ -s .setup-installed ]; then
+  echo "   - the Debian packages the set-up installed (listed in .setup-installed):"
+  echo "     $(sort -u .setup-installed | tr '\n' ' ')"
+fi
+echo "   - cargo-pgrx in ${CARGO_HOME:-~/.cargo}/bin and its configuration in ${PGRX_HOME:-~/.pgrx};"
+echo "     in this clone, the build in target/ and the Python venv in .venv/"
+echo "   For a server to keep working on (pg_jobs preloaded, its data kept, its port and psql"
+echo "   line printed): bash scripts/dev-server.sh start"

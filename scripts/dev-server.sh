@@ -28,13 +28,6 @@ say_how() {
   echo "  stop:     bash scripts/dev-server.sh stop   (the data stays; start brings it back)"
 }
 
-free_port() {
-  local port=${PG_JOBS_DEV_PORT:-54440}
-  if [ -n "${PG_JOBS_DEV_PORT:-}" ]; then echo "$port"; return; fi
-  while ss -tan 2>/dev/null | grep -qE "[:.]$port[[:space:]]"; do port=$((port + 1)); done
-  echo "$port"
-}
-
 case "${1:-}" in
   start)
     if [ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_jobs.so" ]; then
@@ -44,7 +37,7 @@ case "${1:-}" in
       say_how
       exit 0
     fi
-    if [ -f "$dir/PG_VERSION" ]; then port=$(port_of); else port=$(free_port); fi
+    if [ -f "$dir/PG_VERSION" ]; then port=$(port_of); else port=${PG_JOBS_DEV_PORT:-$(free_port 54440)}; fi
     bash scripts/cluster.sh start "$dir" "$port" >/dev/null
     say_how
     ;;

@@ -37,3 +37,10 @@ pg_features() {
 
 # Runs a command as the postgres user: PostgreSQL refuses to run as root.
 as_pg() { runuser -u postgres -- "$@"; }
+
+# The first TCP port from $1 upward that no socket on this machine uses (ss, from iproute2).
+free_port() {
+  local port=$1
+  while ss -tan 2>/dev/null | grep -qE "[:.]$port[[:space:]]"; do port=$((port + 1)); done
+  echo "$port"
+}

@@ -3,7 +3,12 @@
 # the extension into the system's PostgreSQL 15 (or, with PG_JOBS_PG=16, 17 or 18, into that
 # release under /opt/pg_jobs-pg/N, scripts/pg-servers.sh). Safe to re-run: what is there is
 # reused. It says what it changes before it changes it.
+#   scripts/setup.sh          everything the test command needs
+#   scripts/setup.sh --demo   only what the demo needs: PostgreSQL 15 and its headers, clang,
+#                             cargo-pgrx, a venv with psycopg and the Python library, the build
 set -euo pipefail
+demo=0
+[ "${1:-}" = --demo ] && demo=1
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 PGRX_VERSION=0.18.0
@@ -12,6 +17,9 @@ PGRX_VERSION=0.18.0
 # log; a step that fails prints the end of the log.
 LOG=${PG_JOBS_SETUP_LOG:-/tmp/pg_jobs-setup.log}
 : >"$LOG"
+# The Debian packages this script has installed, one per line, kept in the clone across runs
+# (the demo lists them in its closing lines).
+INSTALLED=.setup-installed
 started=$SECONDS
 say() { printf 'setup: [%d:%02d] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*"; }
 step() {  # step COMMAND...: runs it with its output in the log
@@ -22,16 +30,20 @@ step() {  # step COMMAND...: runs it with its output in the log
   fi
 }
 
-packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo pkg-config python3 python3-venv
-          golang-go golang-github-lib-pq-dev  # the Go example worker, from Debian
-          pgbouncer)  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
+packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config python3 python3-venv)
+if [ $demo = 0 ]; then
+  packages+=(sudo  # cargo pgrx test --runas
+             golang-go golang-github-lib-pq-dev  # the Go example worker, from Debian
+             pgbouncer)  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 # Node.js for the example worker in examples/node: the machine's own, else Debian's.
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+[ $demo = 1 ] || command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
+  printf '%s\n' "${missing[@]}" >>"$INSTALLED"
   say "apt-get update, then apt-get install ${missing[*]} (apt may upgrade packages they"
   say "  depend on, e.g. an installed postgresql-15 to the archive's version of the headers)"
   step apt-get update -qq
@@ -51,7 +63,12 @@ if [ ! -x .venv/bin/python ]; then
   say "a Python virtual environment for the tests and the demo in .venv"
   step python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks' 2>/dev/null ||
+if [ $demo = 1 ]; then
+  if ! .venv/bin/python -c 'import psycopg' 2>/dev/null; then
+    say "pip install psycopg into .venv"
+    step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3'
+  fi
+elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks' 2>/dev/null ||
    ! .venv/bin/python -m ruff --version >/dev/null 2>&1; then
   say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy and Django into .venv"
   step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9' \
@@ -63,11 +80,11 @@ if ! .venv/bin/python -c 'import pg_jobs' 2>/dev/null; then
   step .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e ./clients/python
 fi
 
-if [ ! -d examples/node/node_modules ]; then
+if [ $demo = 0 ] && [ ! -d examples/node/node_modules ]; then
   say "npm ci in examples/node (its node_modules)"
   step bash -c "cd examples/node && npm ci --no-audit --no-fund --silent"
 fi
-if [ ! -d clients/node/node_modules ]; then
+if [ $demo = 0 ] && [ ! -d clients/node/node_modules ]; then
   say "npm ci in clients/node (the Node.js library's build and lint tools)"
   step bash -c "cd clients/node && npm ci --no-audit --no-fund --silent"
 fi
