@@ -1,13 +1,16 @@
 """The documentation runs as written: every SQL, shell and Python block of README.md and
 docs/*.md that a reader is meant to run is run here, in order, on a fresh cluster set up as
 the docs say (pg_jobs preloaded, every database swept), and its output compared with the
-output shown after it.
+output shown after it. The cluster has Debian's default `pg_hba.conf`: SQL blocks run as
+`postgres` through the local socket as the operating system's postgres (`sudo -u postgres
+psql`, peer); those of another role over TCP, with the password the guide's ~/.pgpass holds
+(HOME is the block's scratch directory).
 
 How a block is marked, in its info string (GitHub shows the first word as the language):
 
     ```sql run                 psql as postgres in database postgres
-    ```sql run db=app user=web psql as that role in that database
-    ```python run              .venv's python, PGHOST/PGPORT set to the cluster
+    ```sql run db=app user=web psql as that role in that database, over TCP
+    ```python run              .venv's python, PGHOST (127.0.0.1) and PGPORT set to the cluster
     ```python run timeout=5    a worker that runs until stopped: stopped after 5 s
     ```sh run                  bash -e, in a scratch directory, PG* set
     ```text                    right after a run block: its output (psql's, or stdout)
@@ -101,8 +104,15 @@ def run_document(path, show=False):
     scratch = tempfile.mkdtemp(prefix="pg_jobs-docs-scratch.")
     os.chmod(scratch, 0o777)
     cluster("start", directory, str(PORT))
+    # Debian's own pg_hba.conf (postgresql-common's createcluster), not the trusting one of
+    # scripts/cluster.sh: the superuser logs in through the socket as the operating system's
+    # postgres (peer), every other role over TCP with a password.
+    with open(os.path.join(directory, "pg_hba.conf"), "w") as f:
+        f.write(DEBIAN_HBA)
+    subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(os.path.dirname(PSQL), "pg_ctl"),
+                    "-D", directory, "reload"], check=True, capture_output=True)
     env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(PORT), PGUSER="postgres",
-               PGDATABASE="postgres", PYTHONPATH=scratch)
+               PGDATABASE="postgres", PYTHONPATH=scratch, HOME=scratch, SOCKET_DIR=directory)
     variables = {}  # psql variables (\gset) carried from one SQL block to the next
     try:
         for line, lang, opts, body, shown in todo:
@@ -119,6 +129,15 @@ def run_document(path, show=False):
 
 
 VARIABLES = "__pg_jobs_docs_variables__"
+DEBIAN_HBA = """\
+local   all             postgres                                peer
+local   all             all                                     peer
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     peer
+host    replication     all             127.0.0.1/32            scram-sha-256
+host    replication     all             ::1/128                 scram-sha-256
+"""
 
 
 def run_block(where, lang, opts, body, env, scratch, variables):
@@ -130,7 +149,12 @@ def run_block(where, lang, opts, body, env, scratch, variables):
         body = prelude + body + f"\\echo {VARIABLES}\n\\set\n"
     step_env = dict(env, PGUSER=opts.get("user", "postgres"), PGDATABASE=opts.get("db", "postgres"))
     timeout = float(opts["timeout"]) if "timeout" in opts else None
-    if lang == "sql":
+    if lang == "sql" and step_env["PGUSER"] == "postgres":
+        # sudo -u postgres psql: the local socket, peer
+        step_env["PGHOST"] = step_env.pop("SOCKET_DIR")
+        cmd = ["runuser", "-u", "postgres", "--", PSQL, "-X", "-v", "ON_ERROR_STOP=1", "-f", "-"]
+    elif lang == "sql":
+        # another role: psql "host=localhost ...", its password from ~/.pgpass
         cmd = [PSQL, "-X", "-v", "ON_ERROR_STOP=1", "-f", "-"]
     elif lang == "python":
         cmd = [PYTHON, "-"]
