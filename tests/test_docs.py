@@ -17,7 +17,8 @@ How a block is marked, in its info string (GitHub shows the first word as the la
     ```sql fragment            syntax shown, not a step to run (signatures, pieces)
     ```sh setup                installing: the README's two set-up commands (CI runs the
                                test command, and the test command the demo: test_demo.py),
-                               and building for a release (scripts/test-releases.sh does)
+                               building for a release (scripts/test-releases.sh does),
+                               and installing the .deb (scripts/package.sh --check does)
     ```sh manual               run by hand, not by the tests: the benchmarks (an hour)
 
 Every sql, python, sh and bash block is marked one of these ways, so a new block cannot
