@@ -34,7 +34,9 @@ packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config p
 if [ $demo = 0 ]; then
   packages+=(sudo  # cargo pgrx test --runas
              golang-go golang-github-lib-pq-dev  # the Go example worker, from Debian
-             pgbouncer)  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
+             pgbouncer  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
+             # tests/test_languages.py: docs/LANGUAGES.md's Java, Go, Ruby and Perl programs
+             default-jdk-headless libpostgresql-jdbc-java golang-github-jackc-pgx-v4-dev ruby-pg libdbd-pg-perl)
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -68,12 +70,12 @@ if [ $demo = 1 ]; then
     say "pip install psycopg into .venv"
     step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3'
   fi
-elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks' 2>/dev/null ||
+elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks, asyncpg' 2>/dev/null ||
    ! .venv/bin/python -m ruff --version >/dev/null 2>&1; then
-  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy and Django into .venv"
+  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy, Django and asyncpg into .venv"
   step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9' \
     'hypothesis>=6,<7' 'ruff>=0.6,<1' 'mypy>=1.10,<2' 'prometheus-client>=0.17,<1' 'sqlalchemy[asyncio]>=2,<3' \
-    'django>=5.2,<5.3' 'django-tasks>=0.12,<0.13'
+    'django>=5.2,<5.3' 'django-tasks>=0.12,<0.13' 'asyncpg>=0.29,<1'
 fi
 if ! .venv/bin/python -c 'import pg_jobs' 2>/dev/null; then
   say "pip install -e clients/python (the Python library, for its tests and the conformance suite)"

@@ -3,8 +3,11 @@ preloaded, run as the postgres user)."""
 
 import contextlib
 import os
+import pathlib
+import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 
 import psycopg
@@ -54,3 +57,50 @@ def database(server_dsn, prefix, setup_sql=None):
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as admin:
             admin.execute(f"drop database {name} with (force)")
+
+
+@contextlib.contextmanager
+def pgbouncer(dsn, pools, port):
+    """Debian's PgBouncer in transaction pooling on `port`, in front of the database of `dsn`,
+    with one database entry per item of `pools` ({alias: pool size}), each its own pool of
+    server connections to that database: {alias: connection string through PgBouncer}."""
+    assert os.path.exists("/usr/sbin/pgbouncer"), "pgbouncer is missing: run scripts/setup.sh"
+    params = dict(part.split("=", 1) for part in dsn.split())
+    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="pg_jobs-pgbouncer."))  # postgres reads it
+    os.chmod(tmp_path, 0o777)
+    (tmp_path / "users.txt").write_text('"postgres" ""\n')
+    databases = "".join(f"{alias} = host={params['host']} port={params['port']} dbname={params['dbname']} "
+                        f"pool_size={size}\n" for alias, size in pools.items())
+    (tmp_path / "pgbouncer.ini").write_text(f"""[databases]
+{databases}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {tmp_path}/users.txt
+pool_mode = transaction
+max_client_conn = 50
+ignore_startup_parameters = extra_float_digits
+logfile = {tmp_path}/pgbouncer.log
+pidfile = {tmp_path}/pgbouncer.pid
+""")
+    for f in tmp_path.iterdir():
+        os.chmod(f, 0o644)
+    subprocess.run(["runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", "-d", str(tmp_path / "pgbouncer.ini")],
+                   check=True)
+    through = {alias: f"host=127.0.0.1 port={port} user=postgres dbname={alias}" for alias in pools}
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            psycopg.connect(next(iter(through.values())), prepare_threshold=None).close()
+            break
+        except psycopg.OperationalError:
+            assert time.monotonic() < deadline, "pgbouncer did not start"
+            time.sleep(0.1)
+    try:
+        yield through
+    finally:
+        pid = (tmp_path / "pgbouncer.pid").read_text().strip()
+        subprocess.run(["kill", pid], check=False)
+        shutil.rmtree(tmp_path, ignore_errors=True)

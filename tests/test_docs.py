@@ -20,6 +20,8 @@ How a block is marked, in its info string (GitHub shows the first word as the la
                                building for a release (scripts/test-releases.sh does),
                                and installing the .deb (scripts/package.sh --check does)
     ```sh manual               run by hand, not by the tests: the benchmarks (an hour)
+    ```python program asyncpg  a whole program of docs/LANGUAGES.md, run by
+                               tests/test_languages.py (as are its other languages' blocks)
 
 Every sql, python, sh and bash block is marked one of these ways, so a new block cannot
 go untested by being forgotten. Each document starts on a cluster of its own. A failure names
@@ -40,7 +42,7 @@ PORT = int(os.environ.get("PG_JOBS_DOCS_PORT", "54417"))
 PSQL = os.path.join(os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin"), "psql")
 PYTHON = os.path.join(ROOT, ".venv/bin/python")
 LANGUAGES = {"sql", "python", "sh", "bash"}
-MARKS = ("run", "fragment", "setup", "manual")
+MARKS = ("run", "fragment", "setup", "manual", "program")
 DOCS = ["README.md", "docs/GETTING_STARTED.md", "docs/REFERENCE.md", "docs/OPERATIONS.md",
         "docs/SECURITY.md"]
 
@@ -71,7 +73,7 @@ def steps(path):
         if lang not in LANGUAGES:
             continue
         if not opts or opts[0] not in MARKS:
-            raise AssertionError(f"{path}:{line}: a ```{lang} block must say run, fragment, setup or manual")
+            raise AssertionError(f"{path}:{line}: a ```{lang} block must say run, fragment, setup, manual or program")
         if opts[0] != "run":
             continue
         shown = None
@@ -189,7 +191,7 @@ def test_every_runnable_block_is_marked():
         for line, lang, opts, _ in blocks(path):
             if lang in LANGUAGES and (not opts or opts[0] not in MARKS):
                 problems.append(f"{path}:{line}: ```{lang} {' '.join(map(shlex.quote, opts))}")
-    assert not problems, "blocks marked neither run, fragment, setup nor manual:\n" + "\n".join(problems)
+    assert not problems, "blocks marked neither run, fragment, setup, manual nor program:\n" + "\n".join(problems)
 
 
 if __name__ == "__main__":

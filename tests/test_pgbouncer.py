@@ -6,73 +6,22 @@ The workers' connections disable psycopg's server-side prepared statements, as a
 a transaction-pooling PgBouncer 1.18 must (a prepared statement lives in one server session).
 """
 
-import contextlib
 import os
-import pathlib
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 
 import psycopg
 import pytest
+from clusters import pgbouncer
 
 PORT = int(os.environ.get("PG_JOBS_PGBOUNCER_PORT", "54426"))
 DEADLINE = 60
 
 
-@contextlib.contextmanager
-def pgbouncer(dsn, pools):
-    """Debian's PgBouncer in transaction pooling in front of the database of `dsn`, with one
-    database entry per item of `pools` ({alias: pool size}), each its own pool of server
-    connections to that database: {alias: connection string through PgBouncer}."""
-    if not shutil.which("pgbouncer") and not os.path.exists("/usr/sbin/pgbouncer"):
-        pytest.fail("pgbouncer is missing: run scripts/setup.sh")
-    params = dict(part.split("=", 1) for part in dsn.split())
-    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="pg_jobs-pgbouncer."))  # postgres reads it
-    os.chmod(tmp_path, 0o777)
-    (tmp_path / "users.txt").write_text('"postgres" ""\n')
-    databases = "".join(f"{alias} = host={params['host']} port={params['port']} dbname={params['dbname']} "
-                        f"pool_size={size}\n" for alias, size in pools.items())
-    (tmp_path / "pgbouncer.ini").write_text(f"""[databases]
-{databases}
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {PORT}
-unix_socket_dir =
-auth_type = trust
-auth_file = {tmp_path}/users.txt
-pool_mode = transaction
-max_client_conn = 50
-logfile = {tmp_path}/pgbouncer.log
-pidfile = {tmp_path}/pgbouncer.pid
-""")
-    for f in tmp_path.iterdir():
-        os.chmod(f, 0o644)
-    subprocess.run(["runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", "-d", str(tmp_path / "pgbouncer.ini")],
-                   check=True)
-    through = {alias: f"host=127.0.0.1 port={PORT} user=postgres dbname={alias}" for alias in pools}
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        try:
-            psycopg.connect(next(iter(through.values())), prepare_threshold=None).close()
-            break
-        except psycopg.OperationalError:
-            assert time.monotonic() < deadline, "pgbouncer did not start"
-            time.sleep(0.1)
-    try:
-        yield through
-    finally:
-        pid = (tmp_path / "pgbouncer.pid").read_text().strip()
-        subprocess.run(["kill", pid], check=False)
-        shutil.rmtree(tmp_path, ignore_errors=True)
-
-
 @pytest.fixture
 def bouncer(dsn):
     """Workers and producers through one PgBouncer, in pools apart (docs/OPERATIONS.md)."""
-    with pgbouncer(dsn, {"workers": 4, "producers": 2}) as through:
+    with pgbouncer(dsn, {"workers": 4, "producers": 2}, PORT) as through:
         yield through
 
 
@@ -105,7 +54,7 @@ def test_producers_in_a_pool_of_their_own_are_not_held_by_waiting_claims(dsn):
     by two waiting claims, and a producer's enqueue through the same PgBouncer, in a pool of its
     own, wakes one of them at its commit. (Checked with both entries in one pool: the claims
     end with nothing at their wait, and the test fails.)"""
-    with pgbouncer(dsn, {"workers": 2, "producers": 2}) as through:
+    with pgbouncer(dsn, {"workers": 2, "producers": 2}, PORT) as through:
         ended = []
         threads = [waiting_claim(through["workers"], "20 s", ended) for _ in range(2)]
         asleep_in_claims(dsn, 2)
@@ -124,7 +73,7 @@ def test_in_one_shared_pool_waiting_claims_hold_a_producer_until_a_wait_ends(dsn
     """Why the pools are kept apart: with every server connection of a pool held by waiting
     claims, a producer in that pool starts its transaction only after a claim has ended (the
     server's clocks compared; the claims find nothing and end at their wait)."""
-    with pgbouncer(dsn, {"shared": 2}) as through:
+    with pgbouncer(dsn, {"shared": 2}, PORT) as through:
         ended = []
         threads = [waiting_claim(through["shared"], "2 s", ended) for _ in range(2)]
         asleep_in_claims(dsn, 2)
