@@ -9,6 +9,7 @@ Every wait polls with a deadline; none asserts how fast anything was.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -264,13 +265,15 @@ def test_a_shutdown_during_a_wait_ends_it_and_leaves_nothing_claimed():
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def test_a_cancelled_wait_tells_no_backtrace_whatever_rust_backtrace_says():
-    """With RUST_BACKTRACE=full in the server's environment, a waiting claim ended by
+@pytest.mark.parametrize("backtrace", ["1", "full"])
+def test_a_cancelled_wait_tells_no_backtrace_whatever_rust_backtrace_says(backtrace):
+    """With RUST_BACKTRACE=1 or full in the server's environment, a waiting claim ended by
     statement_timeout answers 57014 with no Rust backtrace in its DETAIL, and the server log
-    has no frame of one. Checked to fail without the guard (RUST_LIB_BACKTRACE set in
-    _PG_init): the DETAIL held 37 frames, logged at every cancel."""
+    has no frame of one: per cancelled wait, one error report. Checked to fail without the
+    guard (RUST_LIB_BACKTRACE set in _PG_init): the DETAIL held 37 frames, logged at every
+    cancel."""
     port = int(os.environ.get("PG_JOBS_BACKTRACE_PORT", "54419"))
-    with own_cluster("pg_jobs-backtrace.", port, "", env={"RUST_BACKTRACE": "full"}) as s:
+    with own_cluster("pg_jobs-backtrace.", port, "", env={"RUST_BACKTRACE": backtrace}) as s:
         with psycopg.connect(s["dsn"], autocommit=True) as conn:
             conn.execute("create extension pg_jobs")
             conn.execute("set statement_timeout = '300ms'")
@@ -282,3 +285,8 @@ def test_a_cancelled_wait_tells_no_backtrace_whatever_rust_backtrace_says():
             text = log.read()
         assert text.count("canceling statement due to statement timeout") == 2
         assert "std::" not in text
+        # From the first cancel on, the log holds one error report per cancelled wait: its
+        # ERROR line with PostgreSQL's own CONTEXT and STATEMENT, nothing of pg_jobs's.
+        first = text.rindex("\n", 0, text.index("canceling statement due to statement timeout")) + 1
+        entries = re.findall(r"^\S+ \S+ UTC \[\d+\] (\w+):", text[first:], re.M)
+        assert entries == ["ERROR", "CONTEXT", "STATEMENT"] * 2, entries
