@@ -72,7 +72,7 @@ def test_enqueue_on_djangos_connection_in_atomic(django_db: str) -> None:
 
 def test_djangos_task_api_runs_on_pg_jobs(django_db: str) -> None:
     from django.db import transaction
-    from djapp.tasks import elsewhere, record
+    from djapp.tasks import attempt_of, elsewhere, record
     with pytest.raises(Rollback), transaction.atomic():
         record.enqueue("rolled@example.com")
         raise Rollback
@@ -80,6 +80,7 @@ def test_djangos_task_api_runs_on_pg_jobs(django_db: str) -> None:
     with transaction.atomic():
         result = record.enqueue("ada@example.com", times=2)
     other = elsewhere.enqueue()
+    with_context = attempt_of.enqueue("first")
     assert jobs(django_db, "djapp.tasks.elsewhere") == [("ready", "other", 5)]
     assert result.status == "READY" and not result.is_finished
     env = {**os.environ, "PYTHONPATH": SAMPLE + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -100,6 +101,11 @@ def test_djangos_task_api_runs_on_pg_jobs(django_db: str) -> None:
             assert conn.execute("select count(*) from sent where address = 'ada@example.com'").fetchone() == (2,)
         other.refresh()
         assert other.id != result.id
+        # A task that takes Django's TaskContext gets this attempt's (its result id is the job's).
+        while not with_context.is_finished and time.monotonic() < deadline:
+            time.sleep(0.1)
+            with_context.refresh()
+        assert with_context.return_value == {"label": "first", "attempt": 1, "id": with_context.id}
         worker.send_signal(signal.SIGTERM)
         out, err = worker.communicate(timeout=30)
         assert worker.returncode == 0 and "Traceback" not in err, err

@@ -19,3 +19,9 @@ def record(address, times=1):
 @task(queue_name="other", priority=5)
 def elsewhere():
     return None
+
+
+@task(takes_context=True)
+def attempt_of(context, label):
+    """A task that takes Django's TaskContext: its result id is the job's id."""
+    return {"label": label, "attempt": context.attempt, "id": context.task_result.id}

@@ -24,12 +24,12 @@ from django.utils import timezone
 try:  # Django 6
     from django.tasks import Task, TaskResult, TaskResultStatus  # type: ignore[import-not-found,unused-ignore]
     from django.tasks.backends.base import BaseTaskBackend  # type: ignore[import-not-found,unused-ignore]
-    from django.tasks.base import TaskError  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks.base import TaskContext, TaskError  # type: ignore[import-not-found,unused-ignore]
     from django.tasks.exceptions import TaskResultDoesNotExist  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # the django-tasks package (Django 5.2)
     from django_tasks.base import Task, TaskResult, TaskResultStatus
     from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import TaskError
+    from django_tasks.base import TaskContext, TaskError
     from django_tasks.exceptions import TaskResultDoesNotExist
 
 from . import connection
@@ -103,11 +103,19 @@ def task_job(name: str) -> JobDefinition[Any] | None:
     task = _task(name)
     if task is None:
         return None
-    if task.takes_context:
-        return None  # a task that takes a TaskContext is not supported yet
+
+    def arguments(payload: Any, ctx: Any) -> tuple[list[Any], dict[str, Any]]:
+        args, kwargs = list(payload.get("args", [])), dict(payload.get("kwargs", {}))
+        if task.takes_context:  # Django's TaskContext first: this attempt's result
+            result = task.get_backend()._result(task, str(ctx.job.id), "running", ctx.job.enqueued_at,
+                                                timezone.now(), None, None, [], args, kwargs, ctx.job.attempt)
+            args.insert(0, TaskContext(task_result=result))
+        return args, kwargs
+
     if getattr(task, "func", None) is not None and _is_async(task.func):
         async def run_async(payload: Any, ctx: Any) -> Any:
-            return await task.acall(*payload.get("args", []), **payload.get("kwargs", {}))
+            args, kwargs = arguments(payload, ctx)
+            return await task.acall(*args, **kwargs)
         return JobDefinition(name=name, handler=run_async, transactional=False)
 
     def run(payload: Any, ctx: Any) -> Any:
@@ -115,7 +123,8 @@ def task_job(name: str) -> JobDefinition[Any] | None:
 
         close_old_connections()
         try:
-            return task.call(*payload.get("args", []), **payload.get("kwargs", {}))
+            args, kwargs = arguments(payload, ctx)
+            return task.call(*args, **kwargs)
         finally:
             close_old_connections()
     return JobDefinition(name=name, handler=run, transactional=False)
