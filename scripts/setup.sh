@@ -70,12 +70,13 @@ if [ $demo = 1 ]; then
     say "pip install psycopg into .venv"
     step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3'
   fi
-elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks, asyncpg' 2>/dev/null ||
+elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks, asyncpg, opentelemetry.sdk' 2>/dev/null ||
    ! .venv/bin/python -m ruff --version >/dev/null 2>&1; then
-  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy, Django and asyncpg into .venv"
+  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy, Django, asyncpg and OpenTelemetry into .venv"
   step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9' \
     'hypothesis>=6,<7' 'ruff>=0.6,<1' 'mypy>=1.10,<2' 'prometheus-client>=0.17,<1' 'sqlalchemy[asyncio]>=2,<3' \
-    'django>=5.2,<5.3' 'django-tasks>=0.12,<0.13' 'asyncpg>=0.29,<1'
+    'django>=5.2,<5.3' 'django-tasks>=0.12,<0.13' 'asyncpg>=0.29,<1' 'opentelemetry-api>=1.20,<2' \
+    'opentelemetry-sdk>=1.20,<2'
 fi
 if ! .venv/bin/python -c 'import pg_jobs' 2>/dev/null; then
   say "pip install -e clients/python (the Python library, for its tests and the conformance suite)"

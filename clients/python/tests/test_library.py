@@ -81,6 +81,34 @@ def test_drain_runs_sync_and_async_handlers_and_their_writes_commit_with_them(ds
     assert metrics.count("completed") == 10
 
 
+def test_opentelemetry_spans_one_per_attempt_with_its_outcome(dsn: str) -> None:
+    """With a tracer (opentelemetry-sdk's, recording in memory): a span per attempt, named
+    after the job, with its queue, id, attempt and outcome; an error status for an attempt
+    that did not land."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pg_jobs.sync_policies(conn, JOBS)
+        sent = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "t@example.com"})
+        failing = pg_jobs.enqueue(conn, myapp_jobs.flaky)
+    drain(pg_jobs.Worker(dsn, jobs=JOBS, concurrency=2, tracer=provider.get_tracer("test")))
+    spans = {(s.attributes or {})["messaging.message.id"]: s for s in exporter.get_finished_spans()}
+    ok, bad = spans[str(sent.id)], spans[str(failing.id)]
+    assert ok.name == "send_email process" and bad.name == "flaky process"
+    assert ok.attributes is not None and bad.attributes is not None
+    assert (ok.attributes["messaging.destination.name"], ok.attributes["pg_jobs.attempt"],
+            ok.attributes["pg_jobs.outcome"]) == ("default", 1, "completed")
+    assert ok.status.status_code != StatusCode.ERROR
+    assert bad.attributes["pg_jobs.outcome"] in ("dead", "failed") and bad.status.status_code == StatusCode.ERROR
+    assert len(spans) == 2
+
+
 def test_adrain_in_an_event_loop_of_the_tests_own(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         pg_jobs.enqueue(conn, myapp_jobs.send_email_async, {"to": "x@example.com"})
