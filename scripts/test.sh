@@ -68,8 +68,9 @@ dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)
 # tests from outside on 15 and the libraries' (mostly waiting), niced so that the builds take
 # the processor only when the tests leave it; their log is printed when they end.
 echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh), in the background: its log follows the libraries'"
-setsid nice -n 10 bash scripts/test-releases.sh >"$dir/releases.log" 2>&1 & releases_run=$!
-trap 'kill -- "-$releases_run" 2>/dev/null; bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
+releases_log=$(mktemp /tmp/pg_jobs-releases.XXXXXX)
+setsid nice -n 10 bash scripts/test-releases.sh >"$releases_log" 2>&1 & releases_run=$!
+trap 'kill -- "-$releases_run" 2>/dev/null; bash scripts/cluster.sh stop "$dir"; rm -rf "$dir" "$releases_log"' EXIT
 
 echo "== tests from outside the server (pytest)"
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
@@ -99,5 +100,5 @@ bash scripts/cluster.sh stop "$dir"
 echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh): waiting for it to end"
 releases_rc=0
 wait "$releases_run" || releases_rc=$?
-cat "$dir/releases.log"
+cat "$releases_log"
 if [ $releases_rc != 0 ]; then echo "scripts/test-releases.sh failed (exit $releases_rc)" >&2; exit 1; fi
