@@ -16,9 +16,17 @@
 //! function) keeps the caller's durability: an application's writes are never made
 //! asynchronous.
 
-use crate::gucs;
+use crate::{gucs, xact};
 use pgrx::prelude::*;
 use std::cell::Cell;
+
+/// Its hooks at the end of a transaction (src/xact.rs).
+static HOOKS: xact::Hooks = xact::Hooks {
+    order: 1,
+    before_commit: Some(before_commit),
+    at_end: Some(at_end),
+    at_subtransaction_abort: None,
+};
 
 thread_local! {
     /// The statement time of the standalone call this transaction made, until its end.
@@ -42,12 +50,12 @@ fn async_if_alone(function: &str) {
         return;
     }
     STANDALONE_AT.with(|s| s.set(Some(unsafe { pg_sys::GetCurrentStatementStartTimestamp() })));
-    crate::wakeups::call_at_transaction_end();
+    xact::register(&HOOKS);
 }
 
-/// Before the commit (from src/wakeups.rs's transaction callback): if the transaction's only
-/// work was a standalone claim or heartbeat, `synchronous_commit = off` for this commit alone.
-pub fn before_commit() {
+/// Before the commit: if the transaction's only work was a standalone claim or heartbeat,
+/// `synchronous_commit = off` for this commit alone.
+fn before_commit() {
     let alone_since = STANDALONE_AT.with(|s| s.take());
     let still_alone = alone_since == Some(unsafe { pg_sys::GetCurrentStatementStartTimestamp() })
         && !unsafe { pg_sys::IsTransactionBlock() };
@@ -56,8 +64,8 @@ pub fn before_commit() {
     }
 }
 
-/// At any end of a transaction (ditto): forgets its standalone call.
-pub fn end_of_transaction() {
+/// At any end of a transaction: forgets its standalone call.
+fn at_end(_commit: bool) {
     STANDALONE_AT.with(|s| s.set(None));
 }
 

@@ -11,9 +11,18 @@
 //!
 //! What a savepoint rolled back (or a failed statement) noted is forgotten with it.
 
+use crate::xact;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+
+/// Its hooks at the end of a transaction (src/xact.rs).
+static HOOKS: xact::Hooks = xact::Hooks {
+    order: 2,
+    before_commit: None,
+    at_end: Some(at_end),
+    at_subtransaction_abort: Some(forget_since),
+};
 
 thread_local! {
     /// The moves noted and not yet applied: (subtransaction, parent, move).
@@ -25,7 +34,7 @@ thread_local! {
 /// the end of this statement. True, to sit in an expression.
 #[pg_extern(volatile, parallel_unsafe, name = "_family_note")]
 fn family_note(parent: pgrx::Uuid, delta: i32) -> bool {
-    crate::wakeups::call_at_transaction_end();
+    xact::register(&HOOKS);
     let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
     PENDING.with(|p| p.borrow_mut().push((sub, parent, delta)));
     true
@@ -61,15 +70,14 @@ fn _family_statement_end<'a>(
     Ok(None)
 }
 
-/// A savepoint rolled back, or a failed statement's subtransaction (from src/wakeups.rs's
-/// subtransaction callback): what was noted under it is forgotten.
-pub fn forget_since(sub: pg_sys::SubTransactionId) {
+/// A savepoint rolled back, or a failed statement's subtransaction: what was noted under it
+/// is forgotten.
+fn forget_since(sub: pg_sys::SubTransactionId) {
     PENDING.with(|p| p.borrow_mut().retain(|(at, _, _)| *at < sub));
 }
 
-/// At any end of a transaction (from src/wakeups.rs's transaction callback): forgets what a
-/// failed statement noted.
-pub fn end_of_transaction() {
+/// At any end of a transaction: forgets what a failed statement noted.
+fn at_end(_commit: bool) {
     PENDING.with(|p| p.borrow_mut().clear());
 }
 

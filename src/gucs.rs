@@ -194,8 +194,14 @@ pub fn tenants() -> Option<Vec<String>> {
     if text.is_empty() {
         return None;
     }
-    Some(serde_json::from_str::<Vec<String>>(&text).unwrap_or_default())
+    Some(serde_json::from_str::<Binding>(&text).map_or_else(|_| Vec::new(), |b| b.0))
 }
+
+/// A role's binding as pg_jobs.tenants holds it: a JSON array of tenant ids. Anything else
+/// binds the role to no tenant (so a mistyped binding refuses rather than allows).
+#[derive(serde::Deserialize)]
+#[serde(transparent)]
+struct Binding(Vec<String>);
 
 thread_local! {
     /// The login role whose binding was read, and the binding (its setting's text, if any).

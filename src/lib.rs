@@ -6,6 +6,17 @@
 //! worker (`worker.rs`), job ids (`ids.rs`, UUIDv7), claim tokens (`tokens.rs`),
 //! the catalogue of error codes (`error.rs`, exported as `jobs.error_codes()`), and the tests
 //! that run inside the server.
+//!
+//! Who owns what of the server's process-wide state:
+//! - The transaction and subtransaction callbacks: `xact.rs`, the only module that registers
+//!   one; durability, family, relay, outcomes and wakeups give it their hooks.
+//! - Shared memory (with `shared_preload_libraries = 'pg_jobs'`, set up in `_PG_init` below):
+//!   `launcher.rs` (the databases it runs sweepers for), `wakeups.rs` (the wake-up counters
+//!   and condition variable of the blocking claim), `relay.rs` (the ring of notifications the
+//!   sweepers send), `outcomes.rs` (the outcome counters and their queue names).
+//! - Signal handlers: `launcher.rs` and `worker.rs` attach the background workers' SIGHUP and
+//!   SIGTERM handlers; `vacuum.rs` swaps SIGTERM's around the sweeper's vacuum and restores it.
+//!   Nothing of pg_jobs sets a handler in a client's backend.
 
 use pgrx::prelude::*;
 
@@ -27,6 +38,7 @@ mod unknown_queues;
 mod vacuum;
 mod wakeups;
 mod worker;
+mod xact;
 
 ::pgrx::pg_module_magic!(name, version);
 

@@ -25,6 +25,8 @@
 //! (just before its commit). Anybody who can connect can NOTIFY any channel: a signal is a
 //! hint to look, never a fact (a worker heartbeats the job before it stops the handler).
 
+use crate::relay::Signal;
+use crate::xact;
 use pgrx::atomics::PgAtomic;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
@@ -199,16 +201,23 @@ thread_local! {
     static PENDING: RefCell<Vec<(pg_sys::SubTransactionId, Noted)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Its hooks at the end of a transaction (src/xact.rs).
+static HOOKS: xact::Hooks = xact::Hooks {
+    order: 4,
+    before_commit: Some(before_commit),
+    at_end: Some(at_end),
+    at_subtransaction_abort: Some(forget_since),
+};
+
 fn note(noted: Noted) {
-    crate::wakeups::call_at_transaction_end();
+    xact::register(&HOOKS);
     let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
     PENDING.with(|p| p.borrow_mut().push((sub, noted)));
 }
 
-/// A savepoint rolled back (from src/wakeups.rs's subtransaction callback): what it and the
-/// subtransactions under it noted is forgotten (they all began after it, so their ids are at
-/// least its own).
-pub fn forget_since(sub: pg_sys::SubTransactionId) {
+/// A savepoint rolled back: what it and the subtransactions under it noted is forgotten (they
+/// all began after it, so their ids are at least its own).
+fn forget_since(sub: pg_sys::SubTransactionId) {
     PENDING.with(|p| p.borrow_mut().retain(|(at, _)| *at < sub));
 }
 
@@ -283,41 +292,6 @@ fn cancelling(
     value
 }
 
-/// A signal, as the relay carries it.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
-pub enum Signal {
-    /// `pg_jobs_cancel`: a running job was cancelled.
-    Cancelled(pgrx::Uuid),
-    /// `pg_jobs_dead`: jobs of a queue died: how many, and the id when one.
-    Dead {
-        queue: String,
-        count: u32,
-        id: Option<pgrx::Uuid>,
-    },
-}
-
-impl Signal {
-    pub fn channel(&self) -> &'static std::ffi::CStr {
-        match self {
-            Signal::Cancelled(_) => c"pg_jobs_cancel",
-            Signal::Dead { .. } => c"pg_jobs_dead",
-        }
-    }
-
-    pub fn payload(&self) -> String {
-        match self {
-            Signal::Cancelled(id) => id.to_string(),
-            Signal::Dead { queue, count, id } => {
-                let mut payload = serde_json::json!({"queue": queue, "count": count});
-                if let (Some(id), 1) = (id, count) {
-                    payload["id"] = serde_json::Value::String(id.to_string());
-                }
-                payload.to_string()
-            }
-        }
-    }
-}
-
 /// What this transaction signals: one per cancelled job, and per queue one for its dead.
 fn signals(pending: &[(pg_sys::SubTransactionId, Noted)]) -> Vec<Signal> {
     let mut dead: BTreeMap<&str, (u32, pgrx::Uuid)> = BTreeMap::new();
@@ -337,9 +311,9 @@ fn signals(pending: &[(pg_sys::SubTransactionId, Noted)]) -> Vec<Signal> {
     out
 }
 
-/// Just before a commit (src/wakeups.rs): the signals the relay cannot carry are sent now, by
-/// NOTIFY in this transaction; the others wait for the commit.
-pub fn before_commit() {
+/// Just before a commit: the signals the relay cannot carry are sent now, by NOTIFY in this
+/// transaction; the others wait for the commit.
+fn before_commit() {
     let has_signals = PENDING.with(|p| {
         p.borrow()
             .iter()
@@ -362,9 +336,9 @@ pub fn before_commit() {
     });
 }
 
-/// The end of a transaction (src/wakeups.rs): at a commit, the counts go to shared memory and
-/// the signals not sent yet to the relay; else they are forgotten.
-pub fn end_of_transaction(commit: bool) {
+/// The end of a transaction: at a commit, the counts go to shared memory and the signals not
+/// sent yet to the relay; else they are forgotten.
+fn at_end(commit: bool) {
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if !commit || pending.is_empty() {
         return;

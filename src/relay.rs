@@ -27,7 +27,7 @@
 //! handed over after the commit; the relay merges the deaths of a queue into one signal. A
 //! full ring loses them, and the relay then says so (`*`, a null queue).
 
-use crate::outcomes::Signal;
+use crate::xact;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory};
@@ -153,7 +153,7 @@ thread_local! {
 fn notify(queue: &str) {
     if queue.len() <= NAME_BYTES && relaying(this_database()) {
         PENDING.with(|p| p.borrow_mut().insert(queue.to_owned()));
-        crate::wakeups::call_at_transaction_end();
+        xact::register(&HOOKS);
     } else {
         send_one(queue);
     }
@@ -183,9 +183,17 @@ fn relaying(db: u32) -> bool {
     shared() && RELAY.share().relays.iter().any(|r| r.db == db && r.ready)
 }
 
-/// The end of a transaction that called `_notify` (from src/wakeups.rs): at a commit, hands
-/// its queues to the sweeper and wakes it; at an abort, forgets them.
-pub fn end_of_transaction(commit: bool) {
+/// Its hooks at the end of a transaction (src/xact.rs).
+static HOOKS: xact::Hooks = xact::Hooks {
+    order: 3,
+    before_commit: None,
+    at_end: Some(at_end),
+    at_subtransaction_abort: None,
+};
+
+/// The end of a transaction that called `_notify`: at a commit, hands its queues to the
+/// sweeper and wakes it; at an abort, forgets them.
+fn at_end(commit: bool) {
     let queues = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if !commit || queues.is_empty() || !shared() {
         return;
@@ -403,4 +411,48 @@ pub fn hand_over(signals: &[Signal]) {
     }
     let latch = ring.relays[at].latch as *mut pg_sys::Latch;
     unsafe { pg_sys::SetLatch(latch) };
+}
+
+/// A signal, as the relay carries it.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Signal {
+    /// `pg_jobs_cancel`: a running job was cancelled.
+    Cancelled(pgrx::Uuid),
+    /// `pg_jobs_dead`: jobs of a queue died: how many, and the id when one.
+    Dead {
+        queue: String,
+        count: u32,
+        id: Option<pgrx::Uuid>,
+    },
+}
+
+impl Signal {
+    pub fn channel(&self) -> &'static std::ffi::CStr {
+        match self {
+            Signal::Cancelled(_) => c"pg_jobs_cancel",
+            Signal::Dead { .. } => c"pg_jobs_dead",
+        }
+    }
+
+    pub fn payload(&self) -> String {
+        match self {
+            Signal::Cancelled(id) => id.to_string(),
+            Signal::Dead { queue, count, id } => serde_json::to_string(&DeadPayload {
+                count: *count,
+                id: id.filter(|_| *count == 1).map(|id| id.to_string()),
+                queue,
+            })
+            .expect("a pg_jobs_dead payload serializes"),
+        }
+    }
+}
+
+/// The payload of `pg_jobs_dead`: `{"count": n, "id": ..., "queue": q}`, the id when n = 1
+/// (keys in this order, as before they were typed).
+#[derive(serde::Serialize)]
+struct DeadPayload<'a> {
+    count: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    queue: &'a str,
 }

@@ -23,6 +23,7 @@
 //! then sleeps one step of `POLL` and the claim looks again (a documented difference: waits
 //! are polled).
 
+use crate::xact;
 use pgrx::atomics::PgAtomic;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory};
@@ -83,9 +84,15 @@ fn bucket(queue: &str) -> usize {
 thread_local! {
     /// Buckets this transaction made work in, bumped at its commit.
     static PENDING: RefCell<BTreeSet<usize>> = const { RefCell::new(BTreeSet::new()) };
-    /// Whether this backend has registered `at_transaction_end` (once, for its life).
-    static REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
+
+/// Its hooks at the end of a transaction (src/xact.rs).
+static HOOKS: xact::Hooks = xact::Hooks {
+    order: 5,
+    before_commit: None,
+    at_end: Some(at_end),
+    at_subtransaction_abort: None,
+};
 
 /// `jobs._signal_work(queues)`: at this transaction's commit, wakes the claims waiting on
 /// these queues. On every enqueue: a set insert, and at commit an atomic add per bucket and,
@@ -101,7 +108,7 @@ fn signal_work(queues: Vec<Option<String>>) {
             p.insert(bucket(queue));
         }
     });
-    call_at_transaction_end();
+    xact::register(&HOOKS);
 }
 
 /// The wake-up key of a limit: a job name (`name:`) or a concurrency key (`key:`), after a
@@ -127,64 +134,15 @@ fn slot_freed(name: &str, concurrency_key: Option<&str>) -> bool {
             p.insert(bucket(&limit_key("key", key)));
         }
     });
-    call_at_transaction_end();
+    xact::register(&HOOKS);
     true
 }
 
-/// Makes sure `at_transaction_end` runs at the end of this backend's transactions (registered
-/// once, for the backend's life).
-pub fn call_at_transaction_end() {
-    if !REGISTERED.with(Cell::get) {
-        REGISTERED.with(|r| r.set(true));
-        unsafe {
-            pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut());
-            pg_sys::RegisterSubXactCallback(Some(at_subtransaction_end), std::ptr::null_mut());
-        }
-    }
-}
-
-/// The one subtransaction callback of pg_jobs, registered with the transaction callback: a
-/// savepoint rolled back (or a failed statement's subtransaction) forgets what the outcome
-/// counters (src/outcomes.rs) and the counts of live children (src/family.rs) noted under it.
-#[pg_guard]
-unsafe extern "C-unwind" fn at_subtransaction_end(
-    event: pg_sys::SubXactEvent::Type,
-    sub: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
-    _arg: *mut std::ffi::c_void,
-) {
-    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        crate::outcomes::forget_since(sub);
-        crate::family::forget_since(sub);
-    }
-}
-
-/// The one transaction callback of pg_jobs, for every transaction of a backend that ever
-/// signalled a wake-up, notified or made a standalone claim. Before a commit: the asynchronous
-/// commit of a standalone claim (src/durability.rs). At a commit, bumps the
-/// buckets it made work in (its rows are visible by now) and wakes the waiting claims, and
-/// hands its notifications to the relay (src/relay.rs); at an abort, forgets them. A prepared
-/// transaction's wake-ups are forgotten too: it commits later, from another session (the
-/// waiting claims find its jobs at their next look).
-#[pg_guard]
-unsafe extern "C-unwind" fn at_transaction_end(
-    event: pg_sys::XactEvent::Type,
-    _arg: *mut std::ffi::c_void,
-) {
-    use pg_sys::XactEvent::*;
-    let commit = match event {
-        XACT_EVENT_PRE_COMMIT => {
-            crate::outcomes::before_commit();
-            return crate::durability::before_commit();
-        }
-        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => true,
-        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => false,
-        _ => return,
-    };
-    crate::durability::end_of_transaction();
-    crate::family::end_of_transaction();
-    crate::relay::end_of_transaction(commit);
-    crate::outcomes::end_of_transaction(commit);
+/// The end of a transaction that made work: at a commit, bumps the buckets it made work in
+/// (its rows are visible by now) and wakes the claims waiting on them; else forgets them. A
+/// prepared transaction's wake-ups are forgotten too: it commits later, from another session
+/// (the waiting claims find its jobs at their next look).
+fn at_end(commit: bool) {
     let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if !commit || buckets.is_empty() {
         return;
