@@ -65,7 +65,7 @@ def pgbouncer(dsn, pools, port):
     with one database entry per item of `pools` ({alias: pool size}), each its own pool of
     server connections to that database: {alias: connection string through PgBouncer}."""
     assert os.path.exists("/usr/sbin/pgbouncer"), "pgbouncer is missing: run scripts/setup.sh"
-    params = dict(part.split("=", 1) for part in dsn.split())
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
     tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="pg_jobs-pgbouncer."))  # postgres reads it
     os.chmod(tmp_path, 0o777)
     (tmp_path / "users.txt").write_text('"postgres" ""\n')
@@ -80,7 +80,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = {tmp_path}/users.txt
 pool_mode = transaction
-max_client_conn = 50
+max_client_conn = 100
 ignore_startup_parameters = extra_float_digits
 logfile = {tmp_path}/pgbouncer.log
 pidfile = {tmp_path}/pgbouncer.pid
@@ -93,14 +93,18 @@ pidfile = {tmp_path}/pgbouncer.pid
     deadline = time.monotonic() + 60
     while True:
         try:
+            # Its own pid file, so that another PgBouncer left on the port is not taken for it.
+            assert (tmp_path / "pgbouncer.pid").exists(), "pgbouncer is not running"
             psycopg.connect(next(iter(through.values())), prepare_threshold=None).close()
             break
-        except psycopg.OperationalError:
-            assert time.monotonic() < deadline, "pgbouncer did not start"
+        except (psycopg.OperationalError, AssertionError):
+            log = tmp_path / "pgbouncer.log"
+            assert time.monotonic() < deadline, f"pgbouncer did not start: {log.read_text() if log.exists() else ''}"
             time.sleep(0.1)
     try:
         yield through
     finally:
         pid = (tmp_path / "pgbouncer.pid").read_text().strip()
         subprocess.run(["kill", pid], check=False)
+        time.sleep(0.2)
         shutil.rmtree(tmp_path, ignore_errors=True)

@@ -2,13 +2,10 @@
 worker (README.md) started against it as a process of its own."""
 
 import os
-import pathlib
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
@@ -17,7 +14,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from clusters import cluster, database, own_cluster  # noqa: E402 (the tests' throwaway clusters)
+from clusters import cluster, database, own_cluster, pgbouncer  # noqa: E402 (the tests' throwaway clusters)
 
 RESTART_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_RESTART_PORT", "54431"))
 BOUNCER_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_PGBOUNCER_PORT", "54432"))
@@ -68,50 +65,9 @@ def bouncer(db):
     """Debian's PgBouncer in transaction pooling before the test's database, as
     docs/OPERATIONS.md sizes it: the workers' pool (`workers`, 10 server connections) apart
     from the producers' (`producers`, 2). Answers the two databases as seen through it."""
-    params = psycopg.conninfo.conninfo_to_dict(db.dsn)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="pg_jobs-conformance-pgbouncer."))
-    os.chmod(tmp, 0o777)
-    (tmp / "users.txt").write_text('"postgres" ""\n')
-    target = f"host={params['host']} port={params['port']} dbname={params['dbname']}"
-    (tmp / "pgbouncer.ini").write_text(f"""[databases]
-workers = {target} pool_size=10
-producers = {target} pool_size=2
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {BOUNCER_PORT}
-unix_socket_dir =
-auth_type = trust
-auth_file = {tmp}/users.txt
-pool_mode = transaction
-max_client_conn = 100
-logfile = {tmp}/pgbouncer.log
-pidfile = {tmp}/pgbouncer.pid
-""")
-    for f in tmp.iterdir():
-        os.chmod(f, 0o644)
-    subprocess.run(["runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", "-d", str(tmp / "pgbouncer.ini")],
-                   check=True)
-    through = {name: Database(f"host=127.0.0.1 port={BOUNCER_PORT} user=postgres dbname={name}",
-                              f"postgresql://postgres@127.0.0.1:{BOUNCER_PORT}/{name}")
-               for name in ("workers", "producers")}
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            # Its own pid file, so that another PgBouncer left on the port is not taken for it.
-            assert (tmp / "pgbouncer.pid").exists(), "pgbouncer is not running"
-            psycopg.connect(through["producers"].dsn, prepare_threshold=None).close()
-            break
-        except (psycopg.OperationalError, AssertionError):
-            log = tmp / "pgbouncer.log"
-            assert time.monotonic() < deadline, f"pgbouncer did not start: {log.read_text() if log.exists() else ''}"
-            time.sleep(0.1)
-    try:
-        yield through
-    finally:
-        subprocess.run(["kill", (tmp / "pgbouncer.pid").read_text().strip()], check=False)
-        time.sleep(0.2)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with pgbouncer(db.dsn, {"workers": 10, "producers": 2}, BOUNCER_PORT) as through:
+        yield {name: Database(dsn, f"postgresql://postgres@127.0.0.1:{BOUNCER_PORT}/{name}")
+               for name, dsn in through.items()}
 
 
 def make_db(server_dsn):
