@@ -17,7 +17,7 @@ if [ -z "${PG_JOBS_DEMO_SKIP_SETUP:-}" ]; then
 fi
 
 port=${PG_JOBS_DEMO_PORT:-$(free_port 54393)}
-if ss -tan 2>/dev/null | grep -qE "[:.]$port[[:space:]]"; then
+if port_in_use "$port"; then
   echo "demo: port $port (PG_JOBS_DEMO_PORT) is in use; set PG_JOBS_DEMO_PORT to a free one, or unset it" >&2
   exit 1
 fi

@@ -38,9 +38,16 @@ pg_features() {
 # Runs a command as the postgres user: PostgreSQL refuses to run as root.
 as_pg() { runuser -u postgres -- "$@"; }
 
-# The first TCP port from $1 upward that no socket on this machine uses (ss, from iproute2).
+# Whether a TCP socket on this machine has port $1 as its local port (ss, from iproute2). ss
+# filters by itself: `ss | grep -q` under `set -o pipefail` fails when grep stops reading
+# before ss has written everything (SIGPIPE), which took a busy port for a free one.
+port_in_use() {
+  [ -n "$(ss -Htan "( sport = :$1 )" 2>/dev/null)" ]
+}
+
+# The first TCP port from $1 upward that no socket on this machine uses.
 free_port() {
   local port=$1
-  while ss -tan 2>/dev/null | grep -qE "[:.]$port[[:space:]]"; do port=$((port + 1)); done
+  while port_in_use "$port"; do port=$((port + 1)); done
   echo "$port"
 }
