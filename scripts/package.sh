@@ -109,7 +109,7 @@ if [ "${1:-}" = "--check" ]; then
     # created on a cluster of that install, then the .deb removed with its files.
     aptlog=$(mktemp /tmp/pg_jobs-deb-apt.XXXXXX)
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "./$deb" >"$aptlog" 2>&1 || { cat "$aptlog"; exit 1; }
-    dpkg -s "postgresql-15-pg-jobs" | grep -q "^Status: install ok installed"
+    [ "$(dpkg-query -W -f '${Status}' postgresql-15-pg-jobs)" = "install ok installed" ]
     cluster=$(mktemp -d /tmp/pg_jobs-deb-cluster.XXXXXX)
     dsn=$(bash scripts/cluster.sh start "$cluster" "${PG_JOBS_DEB_PORT:-54401}")
     got=$("$PG_BIN/psql" "$dsn" -X -q -A -t -v ON_ERROR_STOP=1 -c "create extension pg_jobs" \
