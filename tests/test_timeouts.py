@@ -51,12 +51,17 @@ def test_a_hung_handler_with_its_heartbeat_running_loses_its_job_at_the_timeout(
                     if row is not None:
                         break
                     time.sleep(0.1)
+                # A beat sent before this claim may still be on its way; wait for one sent after.
+                beats_at_claim = len(beats)
                 other_id, attempt, other_claim, last_error = row
                 assert other_id == job_id and attempt == 2
                 assert last_error.startswith(f"timed out after 00:00:0{TIMEOUT_S} on attempt 1 of 25")
                 # The hung worker can change nothing now, however its heartbeat tries.
                 assert hung.execute("select jobs.complete(%s, %s)", (job_id, claim)).fetchone()[0] is False
                 assert other.execute("select jobs.complete(%s, %s)", (job_id, other_claim)).fetchone()[0] is True
+                while len(beats) < beats_at_claim + 2:
+                    assert time.monotonic() - started < DEADLINE_S, "the heartbeat thread stopped beating"
+                    time.sleep(0.05)
         finally:
             stop.set()
             beating.join(timeout=5)
