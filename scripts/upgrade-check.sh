@@ -10,7 +10,8 @@
 #   4. pg_dump it and restore the dump into a new database: every row comes back;
 #   5. use it: claims taken before the upgrade settle with their tokens, steps, claims,
 #      idempotency keys and event waits work (pg_test/upgrade/use.sql);
-#   6. a role granted jobs.grant_worker before the upgrade still enqueues and claims after it.
+#   6. a role granted jobs.grant_worker before the upgrade still enqueues and claims after it,
+#      and one granted jobs.grant_admin still grants and reads the tables.
 # Needs the current build installed (scripts/setup.sh). Exits non-zero on any difference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +79,16 @@ for script in sql/released/pg_jobs--*.sql; do
     -c "select count(*) from jobs.complete_and_claim('{}', '{}', 'w')" >/dev/null ||
     fail "a role granted jobs.grant_worker before the upgrade from $old cannot enqueue and claim after it"
   echo "  a worker role granted before the upgrade enqueues, claims, and completes and claims after it"
+  # An admin keeps every function, the grants too (they were dropped and made again: their
+  # answer changed from void to text).
+  sql postgres -c "create database admins_$db"
+  sql "admins_$db" -c "create extension pg_jobs version '$old'" \
+    -c "create role upgrade_admin_$db" -c "create role upgrade_other_$db" \
+    -c "select jobs.grant_admin('upgrade_admin_$db')" -c "alter extension pg_jobs update" \
+    -c "set role upgrade_admin_$db" -c "select jobs.grant_producer('upgrade_other_$db')" \
+    -c "select count(*) from jobs.jobs" >/dev/null ||
+    fail "a role granted jobs.grant_admin before the upgrade from $old cannot grant or read after it"
+  echo "  an admin role granted before the upgrade grants and reads the tables after it"
   checked=$((checked + 1))
 done
 [ "$checked" -gt 0 ] || fail "no earlier release in sql/released/"

@@ -37,6 +37,8 @@
 -- 20. Events per tenant: jobs_data.events.tenant_id, jobs.publish(..., tenant_id).
 -- 19. Waiting claims on a full limit sleep until a slot of it can free (jobs._held_back, and
 --     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
+-- 21. The grants answer what the role may now do (text, not void); admins may call them again
+--     (the last block but one).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -615,6 +617,9 @@ select set_config('pg_jobs_upgrade.publish_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.publish(text, jsonb, text, interval);
+-- 21.
+drop function jobs.grant_producer(name), jobs.grant_worker(name), jobs.grant_admin(name),
+  jobs.grant_monitor(name);
 -- (a composite type's new attributes: job_spec)
 alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text;
 
@@ -3488,28 +3493,30 @@ end
 $$;
 
 create or replace function jobs.grant_producer(role name)
-returns void
+returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes'], false) $$;
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes'], false);
+      select format('%I may enqueue jobs and publish events (producer)', $1) $$;
 
 comment on function jobs.grant_producer(name) is 'Let a role enqueue and publish';
 
 create or replace function jobs.grant_worker(role name)
-returns void
+returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
-                               'await_children'], false) $$;
+                               'await_children'], false);
+      select format('%I may enqueue, publish, claim and settle jobs (worker)', $1) $$;
 
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
 
 create or replace function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
-returns void
+returns jsonb
 language plpgsql volatile
 as $$
 declare
@@ -3538,41 +3545,46 @@ begin
         select p_tenant) as t;
   execute format('alter role %I in database %I set pg_jobs.tenants = %L', p_role,
                  current_database(), v_tenants::text);
+  return v_tenants;
 end
 $$;
 
 create or replace function jobs.grant_producer(role name, tenant text)
-returns void
+returns text
 language sql volatile
-as $$ select jobs.grant_producer($1), jobs._bind_tenant('jobs.grant_producer', $1, $2) $$;
+as $$ select format('%s for the tenants %s, from its next connection', jobs.grant_producer($1),
+                    jobs._bind_tenant('jobs.grant_producer', $1, $2)) $$;
 
 comment on function jobs.grant_producer(name, text) is
   'Let a role enqueue and publish, for this tenant (and any it was bound to before) only';
 
 create or replace function jobs.grant_worker(role name, tenant text)
-returns void
+returns text
 language sql volatile
-as $$ select jobs.grant_worker($1), jobs._bind_tenant('jobs.grant_worker', $1, $2) $$;
+as $$ select format('%s for the tenants %s, from its next connection', jobs.grant_worker($1),
+                    jobs._bind_tenant('jobs.grant_worker', $1, $2)) $$;
 
 comment on function jobs.grant_worker(name, text) is
   'Let a role work as jobs.grant_worker(role) does, on the jobs of this tenant (and any it was bound to before) only';
 
 create or replace function jobs.grant_admin(role name)
-returns void
+returns text
 language sql volatile
-as $$ select jobs._grant('jobs.grant_admin', $1, null, true) $$;
+as $$ select jobs._grant('jobs.grant_admin', $1, null, true);
+      select format('%I may call every function of jobs and read and write every table (admin)', $1) $$;
 
 comment on function jobs.grant_admin(name) is
   'Let a role do everything: every function, and read and write every table';
 
 create or replace function jobs.grant_monitor(role name)
-returns void
+returns text
 language plpgsql volatile
 as $$
 begin
   perform jobs._grant('jobs.grant_monitor', role,
     array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
+  return format('%I may read jobs.queue_stats and jobs.outcome_stats (monitor)', role);
 end
 $$;
 
@@ -3707,7 +3719,9 @@ begin
   end if;
 end
 $$;
--- 13., 16. and 17. Admins may use the new tables, views and functions.
+-- 7., 13., 16., 17. and 21. Admins (the roles that could delete from the table jobs.jobs, now
+-- jobs_data.jobs, which kept its privileges when it moved) may use the new schema, tables,
+-- views and functions.
 do $$
 declare
   v_role text;
@@ -3715,9 +3729,10 @@ begin
   for v_role in
     select distinct quote_ident(a.grantee::regrole::text)
     from pg_catalog.pg_class as c, pg_catalog.aclexplode(c.relacl) as a
-    where c.oid = 'jobs.jobs'::regclass
+    where c.oid = 'jobs_data.jobs'::regclass
       and a.privilege_type = 'DELETE' and a.grantee <> c.relowner and a.grantee <> 0
   loop
+    execute 'grant usage on schema jobs_data to ' || v_role;
     execute 'grant select, insert, update, delete on all tables in schema jobs, jobs_data to ' || v_role;
     execute 'grant usage, select on all sequences in schema jobs_data to ' || v_role;
     execute 'grant execute on all functions in schema jobs to ' || v_role;

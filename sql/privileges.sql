@@ -58,22 +58,25 @@ begin
 end
 $$;
 
+-- Each grant answers what the role may now do, so psql shows more than an empty row.
 create function jobs.grant_producer(role name)
-returns void
+returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes'], false) $$;
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes'], false);
+      select format('%I may enqueue jobs and publish events (producer)', $1) $$;
 comment on function jobs.grant_producer(name) is 'Let a role enqueue and publish';
 
 create function jobs.grant_worker(role name)
-returns void
+returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
-                               'await_children'], false) $$;
+                               'await_children'], false);
+      select format('%I may enqueue, publish, claim and settle jobs (worker)', $1) $$;
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
 
@@ -85,7 +88,7 @@ comment on function jobs.grant_worker(name) is
 -- next connection (role settings apply at connection start). To unbind:
 --   alter role r in database d reset pg_jobs.tenants;
 create function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
-returns void
+returns jsonb
 language plpgsql volatile
 as $$
 declare
@@ -114,38 +117,43 @@ begin
         select p_tenant) as t;
   execute format('alter role %I in database %I set pg_jobs.tenants = %L', p_role,
                  current_database(), v_tenants::text);
+  return v_tenants;
 end
 $$;
 
 create function jobs.grant_producer(role name, tenant text)
-returns void
+returns text
 language sql volatile
-as $$ select jobs.grant_producer($1), jobs._bind_tenant('jobs.grant_producer', $1, $2) $$;
+as $$ select format('%s for the tenants %s, from its next connection', jobs.grant_producer($1),
+                    jobs._bind_tenant('jobs.grant_producer', $1, $2)) $$;
 comment on function jobs.grant_producer(name, text) is
   'Let a role enqueue and publish, for this tenant (and any it was bound to before) only';
 
 create function jobs.grant_worker(role name, tenant text)
-returns void
+returns text
 language sql volatile
-as $$ select jobs.grant_worker($1), jobs._bind_tenant('jobs.grant_worker', $1, $2) $$;
+as $$ select format('%s for the tenants %s, from its next connection', jobs.grant_worker($1),
+                    jobs._bind_tenant('jobs.grant_worker', $1, $2)) $$;
 comment on function jobs.grant_worker(name, text) is
   'Let a role work as jobs.grant_worker(role) does, on the jobs of this tenant (and any it was bound to before) only';
 
 create function jobs.grant_admin(role name)
-returns void
+returns text
 language sql volatile
-as $$ select jobs._grant('jobs.grant_admin', $1, null, true) $$;
+as $$ select jobs._grant('jobs.grant_admin', $1, null, true);
+      select format('%I may call every function of jobs and read and write every table (admin)', $1) $$;
 comment on function jobs.grant_admin(name) is
   'Let a role do everything: every function, and read and write every table';
 
 create function jobs.grant_monitor(role name)
-returns void
+returns text
 language plpgsql volatile
 as $$
 begin
   perform jobs._grant('jobs.grant_monitor', role,
     array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
+  return format('%I may read jobs.queue_stats and jobs.outcome_stats (monitor)', role);
 end
 $$;
 comment on function jobs.grant_monitor(name) is

@@ -35,6 +35,8 @@
 -- 20. Events per tenant: jobs_data.events.tenant_id, jobs.publish(..., tenant_id).
 -- 19. Waiting claims on a full limit sleep until a slot of it can free (jobs._held_back, and
 --     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
+-- 21. The grants answer what the role may now do (text, not void); admins may call them again
+--     (the last block but one).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -288,6 +290,9 @@ select set_config('pg_jobs_upgrade.publish_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.publish(text, jsonb, text, interval);
+-- 21.
+drop function jobs.grant_producer(name), jobs.grant_worker(name), jobs.grant_admin(name),
+  jobs.grant_monitor(name);
 -- (a composite type's new attributes: job_spec)
 alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text;
 -- @after
@@ -348,7 +353,9 @@ begin
   end if;
 end
 $$;
--- 13., 16. and 17. Admins may use the new tables, views and functions.
+-- 7., 13., 16., 17. and 21. Admins (the roles that could delete from the table jobs.jobs, now
+-- jobs_data.jobs, which kept its privileges when it moved) may use the new schema, tables,
+-- views and functions.
 do $$
 declare
   v_role text;
@@ -356,9 +363,10 @@ begin
   for v_role in
     select distinct quote_ident(a.grantee::regrole::text)
     from pg_catalog.pg_class as c, pg_catalog.aclexplode(c.relacl) as a
-    where c.oid = 'jobs.jobs'::regclass
+    where c.oid = 'jobs_data.jobs'::regclass
       and a.privilege_type = 'DELETE' and a.grantee <> c.relowner and a.grantee <> 0
   loop
+    execute 'grant usage on schema jobs_data to ' || v_role;
     execute 'grant select, insert, update, delete on all tables in schema jobs, jobs_data to ' || v_role;
     execute 'grant usage, select on all sequences in schema jobs_data to ' || v_role;
     execute 'grant execute on all functions in schema jobs to ' || v_role;
