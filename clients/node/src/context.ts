@@ -75,8 +75,10 @@ export class Parked extends Error {
 export type Control = <R extends object>(text: string, values: unknown[]) => Promise<R[]>;
 
 /** `tx` gives the client of the job's transaction; the worker opens the transaction at the
- * first use (a handler that never uses it costs no BEGIN and COMMIT). */
-export function makeContext<P>(job: Job<P>, signal: AbortSignal, tx: () => PoolClient, control: Control): JobContext<P> {
+ * first use (a handler that never uses it costs no BEGIN and COMMIT). `signal` makes the
+ * AbortSignal at the first use (most handlers never read it). Methods are closures, not a
+ * class's, so a handler may destructure them (`async (payload, { step }) => ...`). */
+export function makeContext<P>(job: Job<P>, signal: () => AbortSignal, tx: () => PoolClient, control: Control): JobContext<P> {
   const call = async <R extends object>(text: string, values: unknown[]): Promise<R[]> => {
     try {
       return await control<R>(text, values);
@@ -86,7 +88,9 @@ export function makeContext<P>(job: Job<P>, signal: AbortSignal, tx: () => PoolC
   };
   return {
     job,
-    signal,
+    get signal() {
+      return signal();
+    },
     get tx() {
       return tx();
     },

@@ -10,7 +10,7 @@
 
 import os from 'node:os';
 import pg from 'pg';
-import { CLAIMED_COLUMNS, type ClaimedRow, type Job, makeContext, Parked, toJob } from './context.js';
+import { CLAIMED_COLUMNS, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
 import { codes, fromDriver, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
@@ -46,7 +46,12 @@ type Reason = 'lost' | 'cancelled' | 'deadline' | 'shutdown';
 
 interface Held {
   job: Job;
-  controller: AbortController;
+  /** Why the attempt must stop, once it must. */
+  reason: Reason | undefined;
+  /** Made when the handler first reads ctx.signal (most never do). */
+  controller: AbortController | undefined;
+  /** Set while the worker waits for the handler: called when the attempt must stop. */
+  onAbort: (() => void) | undefined;
   timer: NodeJS.Timeout | undefined;
 }
 
@@ -61,6 +66,10 @@ interface Group {
   /** True while the dispatcher's claim sleeps in the server: an ending job completes itself. */
   waiting: boolean;
   wake: (() => void) | undefined;
+  /** Connections of the pool kept between the group's jobs and claims (a checkout per job cost
+   * more than the job); given back to the pool before a waiting claim, so an idle worker holds
+   * one. At most `size` are in use at once: the dispatcher runs only while a slot is free. */
+  clients: pg.PoolClient[];
 }
 
 /** How much longer than its signal a handler is waited for before its connection is closed. */
@@ -81,6 +90,7 @@ export class Worker {
   private readonly jobs = new Map<string, JobDefinition>();
   private readonly held = new Map<string, Held>();
   private readonly claiming = new Set<number>();
+  private readonly guarded = new WeakSet<pg.PoolClient>();
   private readonly warnedNames = new Set<string>();
   private readonly logger: Logger;
   private readonly workerId: string;
@@ -99,7 +109,9 @@ export class Worker {
     }
     this.queues = options.queues?.length ? [...options.queues] : ['default'];
     const c = options.concurrency ?? 10;
-    const group = (queues: string[], size: number): Group => ({ queues, size, free: size, pending: [], waiting: false, wake: undefined });
+    const group = (queues: string[], size: number): Group => ({
+      queues, size, free: size, pending: [], waiting: false, wake: undefined, clients: [],
+    });
     this.groups = typeof c === 'number' ? [group(this.queues, c)]
       : Object.entries(c).filter(([, n]) => n > 0).map(([queue, n]) => group([queue], n));
     this.concurrency = this.groups.reduce((sum, g) => sum + g.free, 0);
@@ -202,6 +214,7 @@ export class Worker {
       await Promise.race([all, sleep(ABANDON_MS + 500)]);
     }
     await this.handBack([...this.held.values()].map((h) => h.job));
+    for (const g of this.groups) for (const c of g.clients.splice(0)) c.release();
     clearInterval(this.heartbeat);
     await this.listener.close();
     await this.control.close();
@@ -258,19 +271,15 @@ export class Worker {
       // then completed by one statement rather than one each.
       if (group.size > 1) await new Promise<void>((resolve) => setImmediate(resolve));
       let client: pg.PoolClient | undefined;
-      const onError = (): void => {};
       try {
-        client = await this.pool.connect();
-        client.on('error', onError);
+        client = group.clients.pop() ?? await this.connect();
         const rows = group.pending.length > 0 ? await this.settle(client, group) : await this.claim(client, group);
         backoff.reset();
-        client.off('error', onError);
-        client.release();
+        this.giveBack(group, client, false);
         client = undefined;
         for (const row of rows) this.launch(group, row);
       } catch (err) {
-        client?.off('error', onError);
-        client?.release(true);
+        if (client) this.giveBack(group, client, true);
         if (this.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) continue;
         const wait = backoff.next();
         this.logger.warn('database error; trying again', { error: firstLine(err), retryInMs: Math.round(wait) });
@@ -324,6 +333,9 @@ export class Worker {
     const found = await client.query<ClaimedRow>(text, [this.workerId, group.queues, group.free, lease, null]);
     if (found.rows.length > 0 || this.stopping) return found.rows;
     const pid = (client as unknown as { processID: number }).processID;
+    // An idle worker holds one connection: the others go back to the pool (which closes them
+    // once idle for its idleTimeoutMillis).
+    for (const c of group.clients.splice(0)) c.release();
     this.claiming.add(pid);
     group.waiting = true;
     try {
@@ -335,6 +347,25 @@ export class Worker {
       group.waiting = false;
       this.claiming.delete(pid);
     }
+  }
+
+  /** A connection of the pool, with a listener for the errors of a broken one (kept, so that
+   * one broken while the group keeps it does not end the process). */
+  private async connect(): Promise<pg.PoolClient> {
+    const client = await this.pool.connect();
+    if (!this.guarded.has(client)) {
+      client.on('error', () => {});
+      this.guarded.add(client);
+    }
+    return client;
+  }
+
+  /** Keeps a connection for the group's next job or claim; a broken one is closed, and one
+   * goes back to the pool when the worker stops or another user of the pool waits for one. */
+  private giveBack(group: Group, client: pg.PoolClient, broken: boolean): void {
+    if (broken) client.release(true);
+    else if (this.stopping || this.pool.waitingCount > 0) client.release();
+    else group.clients.push(client);
   }
 
   /** Takes a slot and runs the job in it. */
@@ -379,7 +410,7 @@ export class Worker {
       }
       return;
     }
-    const held: Held = { job, controller: new AbortController(), timer: undefined };
+    const held: Held = { job, reason: undefined, controller: undefined, onAbort: undefined, timer: undefined };
     if (row.time_left_ms !== null) {
       held.timer = setTimeout(() => this.abort(held, 'deadline'), Math.max(0, row.time_left_ms));
     }
@@ -389,11 +420,9 @@ export class Worker {
     let outcome: Outcome | null = 'lost';
     let error: string | undefined;
     let client: pg.PoolClient | undefined;
-    const onError = (): void => {};
     let broken = false;
     try {
-      client = await this.pool.connect();
-      client.on('error', onError);
+      client = group.clients.pop() ?? await this.connect();
       const c = client;
       // The transaction opens when the handler first uses ctx.tx (node-postgres runs a client's
       // queries in order, so BEGIN goes before the handler's first); one that never does is
@@ -406,21 +435,20 @@ export class Worker {
         }
         return c;
       };
-      const ctx = makeContext(job, held.controller.signal, tx, (text, values) => this.control.query(text, values));
+      const ctx = makeContext(job, () => signalOf(held), tx, this.controlQuery);
       let result: unknown;
       let thrown: unknown;
       let failed = false;
       try {
-        result = await this.untilAborted(Promise.resolve().then(() => def.handler(job.payload, ctx)), held.controller.signal);
+        result = await this.untilAborted(Promise.resolve().then(() => def.handler(job.payload, ctx)), held);
       } catch (err) {
         if (err instanceof Abandoned) throw err;
         thrown = err;
         failed = true;
       }
-      const signal = held.controller.signal;
-      if (signal.aborted) {
+      const reason = held.reason;
+      if (reason !== undefined) {
         if (opened.inTx) await c.query('rollback');
-        const reason = signal.reason as Reason;
         if (reason === 'shutdown') {
           await c.query('select jobs.snooze($1, $2::bigint, clock_timestamp())', [job.id, job.claim]);
           outcome = 'handed_back';
@@ -464,8 +492,7 @@ export class Worker {
       if (err instanceof Abandoned || isConnectionError(err)) throw err;
       throw fromDriver(err);
     } finally {
-      client?.off('error', onError);
-      client?.release(broken);
+      if (client) this.giveBack(group, client, broken);
       if (outcome !== null) this.ended(group, held, outcome, started, span, error);
       this.freeSlot(group);
     }
@@ -473,24 +500,29 @@ export class Worker {
 
   /** The handler's result; when the signal aborts, the handler gets ABANDON_MS more to
    * return, after which its connection is closed (Abandoned). */
-  private untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  private untilAborted<T>(work: Promise<T>, held: Held): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const onAbort = (): void => {
-        timer = setTimeout(() => reject(new Abandoned('the handler did not stop')), ABANDON_MS);
+        timer ??= setTimeout(() => reject(new Abandoned('the handler did not stop')), ABANDON_MS);
       };
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
+      if (held.reason !== undefined) onAbort();
+      else held.onAbort = onAbort;
       work.then(resolve, reject).finally(() => {
         clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
+        held.onAbort = undefined;
       });
     });
   }
 
   private abort(held: Held, reason: Reason): void {
-    if (!held.controller.signal.aborted) held.controller.abort(reason);
+    if (held.reason !== undefined) return;
+    held.reason = reason;
+    held.controller?.abort(reason);
+    held.onAbort?.();
   }
+
+  private readonly controlQuery: Control = (text, values) => this.control.query(text, values);
 
   private onCancel(payload: string): void {
     const ids = payload === '*' ? [...this.held.keys()] : this.held.has(payload) ? [payload] : [];
@@ -531,6 +563,15 @@ export class Worker {
     if (outcome === 'completed' || outcome === 'parked' || outcome === 'handed_back') this.logger.info(`job ${outcome}`, fields);
     else this.logger.warn(`job ${outcome}`, fields);
   }
+}
+
+/** The attempt's AbortSignal, made at its first use (aborted already if the attempt must stop). */
+function signalOf(held: Held): AbortSignal {
+  if (!held.controller) {
+    held.controller = new AbortController();
+    if (held.reason !== undefined) held.controller.abort(held.reason);
+  }
+  return held.controller.signal;
 }
 
 function describe(err: unknown): string {
