@@ -294,7 +294,8 @@ export class Worker {
     const batch = group.pending.splice(0);
     const ids = batch.map((p) => p.held.job.id);
     const claims = batch.map((p) => p.held.job.claim);
-    const results = batch.map((p) => p.result);
+    // No results at all (handlers that answer nothing): none sent, none for the server to read.
+    const results = batch.every((p) => p.result === 'null') ? null : batch.map((p) => p.result);
     const free = this.stopping ? 0 : group.free;
     let landed: Set<string>;
     let rows: ClaimedRow[] = [];
@@ -319,7 +320,7 @@ export class Worker {
     return rows;
   }
 
-  private async completeMany(client: pg.PoolClient, ids: string[], claims: string[], results: string[]): Promise<Set<string>> {
+  private async completeMany(client: pg.PoolClient, ids: string[], claims: string[], results: string[] | null): Promise<Set<string>> {
     const { rows } = await client.query<{ id: string; landed: boolean }>(
       'select id::text, landed from jobs.complete_many($1::uuid[], $2::bigint[], $3::jsonb[])', [ids, claims, results]);
     return new Set(rows.filter((r) => r.landed).map((r) => r.id));
@@ -442,19 +443,21 @@ export class Worker {
       try {
         result = await this.untilAborted(Promise.resolve().then(() => def.handler(job.payload, ctx)), held);
       } catch (err) {
-        if (err instanceof Abandoned) throw err;
+        if (err instanceof Abandoned) {
+          // Its connection is closed (the handler may still use it); its job is reported as what
+          // stopped it, and handed back (on the control connection) if that was a shutdown.
+          broken = true;
+          this.logger.warn('the handler did not stop within a second of being told to; its connection is closed',
+            { id: job.id, name: job.name, reason: held.reason });
+          outcome = await this.stoppedOutcome(held);
+          return;
+        }
         thrown = err;
         failed = true;
       }
-      const reason = held.reason;
-      if (reason !== undefined) {
+      if (held.reason !== undefined) {
         if (opened.inTx) await c.query('rollback');
-        if (reason === 'shutdown') {
-          await c.query('select jobs.snooze($1, $2::bigint, clock_timestamp())', [job.id, job.claim]);
-          outcome = 'handed_back';
-        } else {
-          outcome = reason === 'deadline' ? 'timed_out' : reason;
-        }
+        outcome = await this.stoppedOutcome(held);
         return;
       }
       if (failed && thrown instanceof Parked) {
@@ -489,12 +492,26 @@ export class Worker {
       outcome = landed ? 'completed' : 'lost';
     } catch (err) {
       broken = true;
-      if (err instanceof Abandoned || isConnectionError(err)) throw err;
+      if (isConnectionError(err)) throw err;
       throw fromDriver(err);
     } finally {
       if (client) this.giveBack(group, client, broken);
       if (outcome !== null) this.ended(group, held, outcome, started, span, error);
       this.freeSlot(group);
+    }
+  }
+
+  /** The outcome of an attempt that was told to stop: a shutdown hands its job back (no
+   * attempt used); a cancel, a deadline or a lost claim has settled it already. */
+  private async stoppedOutcome(held: Held): Promise<Outcome> {
+    switch (held.reason) {
+      case 'shutdown':
+        await this.control.query('select jobs.snooze($1, $2::bigint, clock_timestamp())', [held.job.id, held.job.claim]);
+        return 'handed_back';
+      case 'deadline':
+        return 'timed_out';
+      default:
+        return held.reason ?? 'lost';
     }
   }
 

@@ -6,7 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { makeDatabase } from './database.mjs';
-import { defineJob, enqueue, enqueueMany, PgJobsError } from 'pg-jobs';
+import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, PgJobsError, silentLogger } from 'pg-jobs';
 import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
 
 let db;
@@ -157,4 +157,80 @@ test('concurrency per queue: each queue gets its own slots', async () => {
   assert.deepEqual(most, { a: 1, b: 3 });
   const { rows } = await pool.query("select count(*)::int as n from jobs.jobs where name like 'per_%' and state = 'completed'");
   assert.equal(rows[0].n, 12);
+});
+
+test('a handler that ignores its cancellation is abandoned and its slot goes to the next job', async () => {
+  // Guard checked: with Worker.abort no longer calling held.onAbort (the abandon timer), the
+  // quick job waits for the stubborn handler and the test fails at its deadline.
+  const deadline = Date.now() + 20_000;
+  let started = false;
+  let release = false;
+  let ended = false;
+  const stubborn = defineJob({
+    name: 'stubborn', queue: 'abandon',
+    async handler() { // ignores ctx.signal
+      started = true;
+      while (!release) await new Promise((resolve) => setTimeout(resolve, 20));
+      ended = true;
+    },
+  });
+  const quick = defineJob({ name: 'quick', queue: 'abandon', handler: () => null });
+  const metrics = new CountingMetrics();
+  const worker = createWorker({ pool, queues: ['abandon'], concurrency: 1, jobs: [stubborn, quick], metrics,
+    pollMs: 200, logger: silentLogger });
+  const { id } = await enqueue(pool, stubborn);
+  await worker.start();
+  try {
+    while (!started) {
+      assert.ok(Date.now() < deadline, 'the stubborn job never started');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await enqueue(pool, quick);
+    await pool.query('select jobs.cancel($1)', [id]);
+    while (metrics.count('completed', { name: 'quick' }) === 0) {
+      assert.ok(Date.now() < deadline, 'the stubborn handler kept its slot');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.equal(ended, false);
+    assert.equal(metrics.count('cancelled', { name: 'stubborn' }), 1);
+  } finally {
+    release = true;
+    await worker.stop({ graceMs: 0 });
+  }
+  const { rows } = await pool.query("select name, state::text from jobs.jobs where queue = 'abandon' order by name");
+  assert.deepEqual(rows, [{ name: 'quick', state: 'completed' }, { name: 'stubborn', state: 'cancelled' }]);
+});
+
+test('a handler that ignores a shutdown is abandoned and its job handed back', async () => {
+  // Handed back as a shutdown hands back a job that stops (claimable at once, no attempt used),
+  // not left running until its lease lapses. Checked: without the snooze in the worker's
+  // abandon path (stoppedOutcome), the job stays running with its attempt used.
+  const deadline = Date.now() + 20_000;
+  let started = false;
+  let release = false;
+  const stubborn = defineJob({
+    name: 'stubborn_stop', queue: 'abandon_stop',
+    async handler() { // ignores ctx.signal
+      started = true;
+      while (!release) await new Promise((resolve) => setTimeout(resolve, 20));
+    },
+  });
+  const metrics = new CountingMetrics();
+  const worker = createWorker({ pool, queues: ['abandon_stop'], concurrency: 1, jobs: [stubborn], metrics,
+    logger: silentLogger });
+  await enqueue(pool, stubborn);
+  await worker.start();
+  try {
+    while (!started) {
+      assert.ok(Date.now() < deadline, 'the stubborn job never started');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await worker.stop({ graceMs: 0 });
+    assert.equal(metrics.count('handed_back', { name: 'stubborn_stop' }), 1);
+  } finally {
+    release = true;
+  }
+  const { rows } = await pool.query(
+    "select state::text, attempt, run_at <= now() as due from jobs.jobs where queue = 'abandon_stop'");
+  assert.deepEqual(rows, [{ state: 'suspended', attempt: 0, due: true }]);
 });

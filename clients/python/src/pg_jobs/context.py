@@ -139,15 +139,27 @@ def _snooze(seconds: float) -> Parked:
 class AsyncContext:
     """What an ``async def`` handler gets as ``ctx``."""
 
-    def __init__(self, job: Job, cancelled: threading.Event, conn: psycopg.AsyncConnection[Any],
-                 control: Control) -> None:
+    def __init__(self, job: Job, conn: psycopg.AsyncConnection[Any], control: Control) -> None:
         self.job = job
-        #: Set when the claim is lost, the job is cancelled, its deadline passes or a shutdown's
-        #: grace ends (the handler's task is cancelled too); ``cancel_reason`` says which.
-        self.cancelled = cancelled
         self.cancel_reason: str | None = None
+        self._cancelled: threading.Event | None = None  # made at the first read: most never read it
         self._conn = conn
         self._durable = _Durable(job, control)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the claim is lost, the job is cancelled, its deadline passes or a shutdown's
+        grace ends (the handler's task is cancelled too); ``cancel_reason`` says which."""
+        if self._cancelled is None:
+            self._cancelled = threading.Event()
+            if self.cancel_reason is not None:
+                self._cancelled.set()
+        return self._cancelled
+
+    def _cancel(self, reason: str) -> None:
+        self.cancel_reason = reason
+        if self._cancelled is not None:
+            self._cancelled.set()
 
     @property
     def conn(self) -> psycopg.AsyncConnection[Any]:
@@ -197,6 +209,10 @@ class Context:
         self._conn = conn
         self._durable = _Durable(job, control)
         self._loop = loop
+
+    def _cancel(self, reason: str) -> None:
+        self.cancel_reason = reason
+        self.cancelled.set()
 
     @property
     def conn(self) -> psycopg.Connection[Any]:

@@ -39,14 +39,17 @@ QUERY_CANCELED = "57014"
 ABANDON = 1.0
 
 
-@dataclass(eq=False)
 class _Held:
-    job: Job
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    reason: str | None = None
-    task: asyncio.Future[Any] | None = None
-    timer: asyncio.TimerHandle | None = None
-    ctx: AsyncContext | Context | None = None
+    __slots__ = ("job", "reason", "task", "timer", "ctx", "waiter")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.reason: str | None = None
+        self.task: asyncio.Future[Any] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.ctx: AsyncContext | Context | None = None
+        #: Resolved when the handler ends, or ABANDON after the attempt must stop.
+        self.waiter: asyncio.Future[None] | None = None
 
 
 @dataclass(eq=False)
@@ -56,6 +59,10 @@ class _Group:
     pending: list[tuple[_Held, Any, float]] = field(default_factory=list)
     waiting: bool = False  # the dispatcher's claim sleeps in the server: an ending job completes itself
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Connections kept between the group's jobs and claims (the pool's checkout per job cost
+    #: more than the job); given back before a waiting claim, so an idle worker holds one. At
+    #: most as many as its slots are in use at once: the dispatcher runs only while one is free.
+    slots: list[Slot] = field(default_factory=list)
 
 
 class Worker:
@@ -185,16 +192,16 @@ class Worker:
                     continue
             slot: Slot | None = None
             try:
-                slot = await self._pool.acquire()
+                slot = group.slots.pop() if group.slots else await self._pool.acquire()
                 rows = await (self._settle(slot, group) if group.pending else self._claim(slot, group))
                 backoff.reset()
-                await self._pool.release(slot)
+                await self._give_back(group, slot, False)
                 slot = None
                 for row in rows:
                     self._launch(group, row)
             except Exception as err:  # noqa: BLE001 (a worker never ends on a database error)
                 if slot is not None:
-                    await self._pool.release(slot, broken=True)
+                    await self._give_back(group, slot, True)
                 if self._stopping and isinstance(err, psycopg.Error) and err.sqlstate == QUERY_CANCELED:
                     continue
                 wait = backoff.next()
@@ -205,7 +212,8 @@ class Worker:
         batch, group.pending = group.pending, []
         ids = [h.job.id for h, _, _ in batch]
         claims = [h.job.claim for h, _, _ in batch]
-        results = [Jsonb(r) for _, r, _ in batch]
+        # No results at all (handlers that answer nothing): none sent, none for the server to read.
+        results = None if all(r is None for _, r, _ in batch) else [Jsonb(r) for _, r, _ in batch]
         free = 0 if self._stopping else group.free
         rows: list[tuple[Any, ...]] = []
         try:
@@ -226,12 +234,23 @@ class Worker:
             self._ended(held, "completed" if held.job.id in landed else "lost", started)
         return rows
 
-    async def _complete_many(self, slot: Slot, ids: list[Any], claims: list[int], results: list[Jsonb]) -> set[Any]:
+    async def _complete_many(self, slot: Slot, ids: list[Any], claims: list[int],
+                             results: list[Jsonb] | None) -> set[Any]:
         cur = await slot.conn.execute("select id, landed from jobs.complete_many(%s, %s, %s::jsonb[])",
                                       (ids, claims, results))
         return {r[0] for r in await cur.fetchall() if r[1]}
 
+    async def _give_back(self, group: _Group, slot: Slot, broken: bool) -> None:
+        """Keeps a connection for the group's next job or claim; a broken one is closed, and one
+        goes back to the pool when the worker stops."""
+        if broken or slot.broken or self._stopping:
+            await self._pool.release(slot, broken)
+        else:
+            group.slots.append(slot)
+
     async def _claim(self, slot: Slot, group: _Group) -> list[tuple[Any, ...]]:
+        while group.slots:  # an idle worker holds one connection
+            await self._pool.release(group.slots.pop())
         pid = slot.pid
         self._claiming.add(pid)
         group.waiting = True
@@ -293,7 +312,7 @@ class Worker:
         slot: Slot | None = None
         broken = False
         try:
-            slot = await self._pool.acquire()
+            slot = group.slots.pop() if group.slots else await self._pool.acquire()
             outcome, error = await self._attempt(group, slot, held, definition, started)
         except Exception as err:  # noqa: BLE001 (the job is left to its lease)
             broken = True
@@ -302,7 +321,7 @@ class Worker:
                 self.log.warning("job %s: %s", job.id, first_line(from_driver(err)))
         finally:
             if slot is not None:
-                await self._pool.release(slot, broken or slot.broken)
+                await self._give_back(group, slot, broken)
             if outcome is not None:
                 self._ended(held, outcome, started, error)
             self._free_slot(group)
@@ -316,14 +335,14 @@ class Worker:
         if definition.is_async:
             if transactional:
                 await conn.set_autocommit(False)  # the handler's first statement begins the transaction
-            ctx: AsyncContext | Context = AsyncContext(job, held.cancelled, conn, self._control.query)
+            ctx: AsyncContext | Context = AsyncContext(job, conn, self._control.query)
             held.ctx = ctx
             held.task = asyncio.ensure_future(definition.handler(job.payload, ctx))
         else:
             if transactional:
                 slot.view.autocommit = False
             loop = asyncio.get_running_loop()
-            ctx = Context(job, held.cancelled, slot.view, self._control.query, loop)
+            ctx = Context(job, threading.Event(), slot.view, self._control.query, loop)
             held.ctx = ctx
             held.task = loop.run_in_executor(self._threads, definition.handler, job.payload, ctx)
         if held.reason is not None:
@@ -331,9 +350,13 @@ class Worker:
         try:
             result = await self._until_abandoned(held)
         except _Abandoned:
-            slot.broken = True
+            slot.broken = True  # closed: the handler may still use it
             if not definition.is_async:
                 slot.conn.cancel()  # a thread cannot be stopped: its statement can
+            self.log.warning("job %s: the handler did not stop within a second of being told to (%s); "
+                             "its connection is closed", job.id, held.reason)
+            if held.reason == "shutdown":  # handed back on the control connection
+                await self._control.query("select jobs.snooze(%s, %s, clock_timestamp())", (job.id, job.claim))
             return self._stopped_outcome(held), None
         except BaseException as err:  # noqa: BLE001 (the handler's failure, parking or cancellation)
             thrown = err
@@ -391,23 +414,29 @@ class Worker:
 
     async def _until_abandoned(self, held: _Held) -> Any:
         """The handler's result; once it was cancelled it gets ABANDON seconds more to end."""
-        assert held.task is not None
-        while True:
-            if held.reason is None:
-                done, _ = await asyncio.wait({held.task}, timeout=0.25)
-            else:
-                done, _ = await asyncio.wait({held.task}, timeout=ABANDON)
-                if not done:
-                    raise _Abandoned()
-            if done:
-                return held.task.result()
+        task = held.task
+        assert task is not None
+        if not task.done():
+            waiter = held.waiter = asyncio.get_running_loop().create_future()
+            task.add_done_callback(lambda _: _resolve(waiter))
+            if held.reason is not None:
+                self._abandon_later(held)
+            await waiter
+            if not task.done():
+                raise _Abandoned()
+        return task.result()
+
+    def _abandon_later(self, held: _Held) -> None:
+        waiter = held.waiter
+        if waiter is not None and not waiter.done():
+            asyncio.get_running_loop().call_later(ABANDON, _resolve, waiter)
 
     def _abort(self, held: _Held, reason: str) -> None:
         if held.reason is None:
             held.reason = reason
-            if held.ctx is not None:
-                held.ctx.cancel_reason = reason
-            held.cancelled.set()
+            self._abandon_later(held)
+        if held.ctx is not None and held.ctx.cancel_reason is None:
+            held.ctx._cancel(held.reason)
         if held.task is not None and isinstance(held.task, asyncio.Task) and not held.task.done():
             held.task.cancel()
 
@@ -504,11 +533,19 @@ class Worker:
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
+        for g in self._groups:
+            while g.slots:
+                await self._pool.release(g.slots.pop())
         await self._listener.close()
         await self._control.close()
         await self._pool.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
         self.log.info("pg_jobs worker stopped: worker_id=%s", self.worker_id)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class _Abandoned(Exception):
