@@ -112,8 +112,16 @@ async function enqueue(n) {
       null, null, null, null, null, null)::graphile_worker.job_spec) from generate_series(1, $1::int) g))`, [n]);
   } else {
     await pool.query("delete from jobs.jobs where queue = 'bench'");
-    await pool.query(`select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'bench',
-      'queue', 'bench', 'payload', jsonb_build_object('n', g))) from generate_series(1, $1::int) g))`, [n]);
+    // One commit; enqueue_batch takes at most 10,000 at a time.
+    const client = await pool.connect();
+    await client.query('begin');
+    for (let first = 1; first <= n; first += 10_000) {
+      await client.query(`select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'bench',
+        'queue', 'bench', 'payload', jsonb_build_object('n', g))) from generate_series($1::int, $2::int) g))`,
+      [first, Math.min(n, first + 9_999)]);
+    }
+    await client.query('commit');
+    client.release();
   }
   await pool.end();
 }

@@ -46,8 +46,11 @@ def ended(n=1):
 def enqueue_pg_jobs(n):
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         conn.execute("delete from jobs.jobs where queue = 'bench'")
-        conn.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'bench', "
-                     "'queue', 'bench', 'payload', jsonb_build_object('n', g))) from generate_series(1, %s) g))", (n,))
+        with conn.transaction():  # one commit; enqueue_batch takes at most 10,000 at a time
+            for first in range(1, n + 1, 10000):
+                conn.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object("
+                             "'name', 'bench', 'queue', 'bench', 'payload', jsonb_build_object('n', g))) "
+                             "from generate_series(%s::int, %s::int) g))", (first, min(n, first + 9999)))
 
 
 def procrastinate_app():
