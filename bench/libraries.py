@@ -103,6 +103,11 @@ def main():
     args = p.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     systems = args.systems.split(",") if args.systems else SYSTEMS[args.language]
+    # A peer's schema made before its first workers start (procrastinate's workers started
+    # before it existed failed every job they took).
+    for s in systems:
+        if s in LEFT:
+            subprocess.run(command(args.language, s) + ["--dsn", args.dsn, "--enqueue", "0"], check=True)
     results = []
     for rep in range(args.reps):
         order = [(c, s) for c in levels for s in systems]

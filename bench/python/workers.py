@@ -74,7 +74,8 @@ async def enqueue_procrastinate(n):
             if not (await cur.fetchone())[0]:
                 await app.schema_manager.apply_schema_async()
             await conn.execute("delete from procrastinate_jobs where queue_name = 'bench'")
-        await bench.batch_defer_async(*[{"n": i} for i in range(n)])
+        if n:
+            await bench.batch_defer_async(*[{"n": i} for i in range(n)])
 
 
 async def library(handlers):

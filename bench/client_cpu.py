@@ -1,0 +1,90 @@
+"""The CPU a worker process spends per job, which throughput on a shared machine hides: one
+worker process of bench/libraries.py (bench/node/workers.js or bench/python/workers.py) works
+the queue `bench`; after it started, --jobs no-op jobs are enqueued in one commit, and once the
+queue is empty the process's user + system CPU since the enqueue, divided by the jobs, is its
+cost per job (the server's is not counted). Systems alternate, --reps times; medians.
+
+    python3 bench/client_cpu.py --language node --systems library,bare --concurrency 32 \\
+        --dsn postgres://postgres@127.0.0.1:54430/postgres [--jobs 20000] [--reps 3] \\
+        [--root DIR]   # the checkout whose bench/ and clients/ to run (default: this one)
+"""
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import psycopg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEFT = "select count(*) from jobs_data.jobs where queue = 'bench' and state in ('ready', 'running')"
+
+
+def command(root, language, system):
+    if language == "node":
+        return ["node", os.path.join(root, "bench", "node", "workers.js"), "--system", system]
+    return [sys.executable, os.path.join(root, "bench", "python", "workers.py"), "--system", system]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def environment(root):
+    """The checkout's own Python library first (an earlier commit's, for an A/B)."""
+    return dict(os.environ, PYTHONPATH=os.path.join(root, "clients", "python", "src"))
+
+
+def once(args, system):
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        conn.execute("delete from jobs.jobs where queue = 'bench'")
+    worker = subprocess.Popen(command(args.root, args.language, system)
+                              + ["--dsn", args.dsn, "--concurrency", str(args.concurrency)],
+                              stdout=subprocess.PIPE, text=True, env=environment(args.root))
+    try:
+        assert worker.stdout.readline().strip() == "ready", f"{system} worker did not start"
+        time.sleep(1)  # its connections made
+        before = cpu_seconds(worker.pid)
+        subprocess.run(command(args.root, args.language, system) + ["--dsn", args.dsn, "--enqueue", str(args.jobs)],
+                       check=True, env=environment(args.root))
+        deadline = time.monotonic() + 600
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            while conn.execute(LEFT).fetchone()[0] > 0:
+                assert time.monotonic() < deadline, f"{system} did not drain"
+                time.sleep(0.1)
+        used = cpu_seconds(worker.pid) - before
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=60)
+    return used / args.jobs * 1e6
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--language", choices=["node", "python"], required=True)
+    p.add_argument("--systems", required=True, help="comma-separated: library, bare, library-async, ...")
+    p.add_argument("--dsn", required=True)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--jobs", type=int, default=20_000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--root", default=os.path.dirname(HERE))
+    args = p.parse_args()
+    systems = args.systems.split(",")
+    results = {s: [] for s in systems}
+    for rep in range(args.reps):
+        for s in systems:
+            results[s].append(once(args, s))
+            print(f"rep {rep + 1} {s}: {results[s][-1]:.0f} us/job", file=sys.stderr, flush=True)
+    print("| system | CPU per job (median, us) | each rep |")
+    print("|---|---|---|")
+    for s in systems:
+        print(f"| {s} | {statistics.median(results[s]):.0f} | {', '.join(f'{v:.0f}' for v in results[s])} |")
+
+
+if __name__ == "__main__":
+    main()
