@@ -159,21 +159,31 @@ test('concurrency per queue: each queue gets its own slots', async () => {
   assert.equal(rows[0].n, 12);
 });
 
+/** A job whose handler ignores ctx.signal until `state.release`; `state` records it started and ended. */
+function stubbornJob(name, queue, state) {
+  return defineJob({
+    name, queue,
+    async handler() {
+      state.started = true;
+      while (!state.release) await new Promise((resolve) => setTimeout(resolve, 20));
+      state.ended = true;
+    },
+  });
+}
+
+async function until(done, deadline, failure) {
+  while (!done()) {
+    assert.ok(Date.now() < deadline, failure);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 test('a handler that ignores its cancellation is abandoned and its slot goes to the next job', async () => {
   // Guard checked: with Worker.abort no longer calling held.onAbort (the abandon timer), the
   // quick job waits for the stubborn handler and the test fails at its deadline.
   const deadline = Date.now() + 20_000;
-  let started = false;
-  let release = false;
-  let ended = false;
-  const stubborn = defineJob({
-    name: 'stubborn', queue: 'abandon',
-    async handler() { // ignores ctx.signal
-      started = true;
-      while (!release) await new Promise((resolve) => setTimeout(resolve, 20));
-      ended = true;
-    },
-  });
+  const state = { started: false, release: false, ended: false };
+  const stubborn = stubbornJob('stubborn', 'abandon', state);
   const quick = defineJob({ name: 'quick', queue: 'abandon', handler: () => null });
   const metrics = new CountingMetrics();
   const worker = createWorker({ pool, queues: ['abandon'], concurrency: 1, jobs: [stubborn, quick], metrics,
@@ -181,20 +191,14 @@ test('a handler that ignores its cancellation is abandoned and its slot goes to 
   const { id } = await enqueue(pool, stubborn);
   await worker.start();
   try {
-    while (!started) {
-      assert.ok(Date.now() < deadline, 'the stubborn job never started');
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await until(() => state.started, deadline, 'the stubborn job never started');
     await enqueue(pool, quick);
     await pool.query('select jobs.cancel($1)', [id]);
-    while (metrics.count('completed', { name: 'quick' }) === 0) {
-      assert.ok(Date.now() < deadline, 'the stubborn handler kept its slot');
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    assert.equal(ended, false);
+    await until(() => metrics.count('completed', { name: 'quick' }) > 0, deadline, 'the stubborn handler kept its slot');
+    assert.equal(state.ended, false);
     assert.equal(metrics.count('cancelled', { name: 'stubborn' }), 1);
   } finally {
-    release = true;
+    state.release = true;
     await worker.stop({ graceMs: 0 });
   }
   const { rows } = await pool.query("select name, state::text from jobs.jobs where queue = 'abandon' order by name");
@@ -206,29 +210,19 @@ test('a handler that ignores a shutdown is abandoned and its job handed back', a
   // not left running until its lease lapses. Checked: without the snooze in the worker's
   // abandon path (stoppedOutcome), the job stays running with its attempt used.
   const deadline = Date.now() + 20_000;
-  let started = false;
-  let release = false;
-  const stubborn = defineJob({
-    name: 'stubborn_stop', queue: 'abandon_stop',
-    async handler() { // ignores ctx.signal
-      started = true;
-      while (!release) await new Promise((resolve) => setTimeout(resolve, 20));
-    },
-  });
+  const state = { started: false, release: false, ended: false };
+  const stubborn = stubbornJob('stubborn_stop', 'abandon_stop', state);
   const metrics = new CountingMetrics();
   const worker = createWorker({ pool, queues: ['abandon_stop'], concurrency: 1, jobs: [stubborn], metrics,
     logger: silentLogger });
   await enqueue(pool, stubborn);
   await worker.start();
   try {
-    while (!started) {
-      assert.ok(Date.now() < deadline, 'the stubborn job never started');
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await until(() => state.started, deadline, 'the stubborn job never started');
     await worker.stop({ graceMs: 0 });
     assert.equal(metrics.count('handed_back', { name: 'stubborn_stop' }), 1);
   } finally {
-    release = true;
+    state.release = true;
   }
   const { rows } = await pool.query(
     "select state::text, attempt, run_at <= now() as due from jobs.jobs where queue = 'abandon_stop'");

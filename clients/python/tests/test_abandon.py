@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -42,6 +43,12 @@ def stubborn_job(kind: str, started: threading.Event, release: threading.Event,
     return stubborn_sync
 
 
+async def until(done: Callable[[], bool], began: float, failure: str) -> None:
+    while not done():
+        assert time.monotonic() - began < DEADLINE, failure
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.parametrize("kind", ["async", "sync"])
 def test_a_handler_ignoring_its_cancellation_is_abandoned_and_frees_its_slot(dsn: str, kind: str) -> None:
     started, release, ended = threading.Event(), threading.Event(), threading.Event()
@@ -59,15 +66,12 @@ def test_a_handler_ignoring_its_cancellation_is_abandoned_and_frees_its_slot(dsn
             await worker.start()
             try:
                 began = time.monotonic()
-                while not started.is_set():
-                    assert time.monotonic() - began < DEADLINE, "the stubborn job never started"
-                    await asyncio.sleep(0.05)
+                await until(started.is_set, began, "the stubborn job never started")
                 await conn.execute("select jobs.enqueue('quick')")
                 await conn.execute("select jobs.cancel(%s)", (stubborn_id,))
                 # The quick job runs in the only slot while the stubborn handler still runs.
-                while metrics.count("completed", name="quick") == 0:
-                    assert time.monotonic() - began < DEADLINE, "the stubborn handler kept its slot"
-                    await asyncio.sleep(0.05)
+                await until(lambda: metrics.count("completed", name="quick") > 0, began,
+                            "the stubborn handler kept its slot")
                 assert not ended.is_set()
                 assert metrics.count("cancelled", name="stubborn") == 1
             finally:
@@ -95,10 +99,7 @@ def test_a_handler_ignoring_a_shutdown_is_abandoned_and_its_job_handed_back(dsn:
             await conn.execute("select jobs.enqueue('stubborn')")
         await worker.start()
         try:
-            began = time.monotonic()
-            while not started.is_set():
-                assert time.monotonic() - began < DEADLINE, "the stubborn job never started"
-                await asyncio.sleep(0.05)
+            await until(started.is_set, time.monotonic(), "the stubborn job never started")
             await worker.stop(grace=0)
             assert not ended.is_set()
             assert metrics.count("handed_back", name="stubborn") == 1
