@@ -29,7 +29,8 @@ def settings_for(dsn: str) -> dict[str, object]:
     return {
         "DATABASES": {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": p["dbname"], "USER": p["user"],
                                   "HOST": p["host"], "PORT": p["port"]}},
-        "INSTALLED_APPS": ["django_tasks", "pg_jobs.contrib.django", "djapp"],
+        # Django 6 has the tasks framework; 5.2 has it from the django-tasks package, an app.
+        "INSTALLED_APPS": [*(["django_tasks"] if django.VERSION < (6,) else []), "pg_jobs.contrib.django", "djapp"],
         "TASKS": {"default": {"BACKEND": "pg_jobs.contrib.django.backend.PgJobsBackend",
                               "QUEUES": ["default", "other"]}},
         "USE_TZ": True,
