@@ -10,7 +10,8 @@
 #   4. pg_dump it and restore the dump into a new database: every row comes back;
 #   5. use it: claims taken before the upgrade settle with their tokens, steps, claims,
 #      idempotency keys and event waits work (pg_test/upgrade/use.sql);
-#   6. a role granted jobs.grant_worker before the upgrade still enqueues and claims after it,
+#   6. a role granted jobs.grant_worker before the upgrade still enqueues and claims (and may
+#      read its jobs' state) after it,
 #      and one granted jobs.grant_admin still grants and reads the tables.
 # Needs the current build installed (scripts/setup.sh). Exits non-zero on any difference.
 set -euo pipefail
@@ -76,9 +77,10 @@ for script in sql/released/pg_jobs--*.sql; do
     -c "create role upgrade_worker_$db" -c "select jobs.grant_worker('upgrade_worker_$db')" \
     -c "alter extension pg_jobs update" -c "set role upgrade_worker_$db" \
     -c "select jobs.enqueue('x') is not null" -c "select count(*) from jobs.claim('w')" \
-    -c "select count(*) from jobs.complete_and_claim('{}', '{}', 'w')" >/dev/null ||
-    fail "a role granted jobs.grant_worker before the upgrade from $old cannot enqueue and claim after it"
-  echo "  a worker role granted before the upgrade enqueues, claims, and completes and claims after it"
+    -c "select count(*) from jobs.complete_and_claim('{}', '{}', 'w')" \
+    -c "select count(*) from jobs.get_jobs('{}')" >/dev/null ||
+    fail "a role granted jobs.grant_worker before the upgrade from $old cannot enqueue, claim or read its jobs after it"
+  echo "  a worker role granted before the upgrade enqueues, claims, completes and claims, and reads its jobs' state after it"
   # An admin keeps every function, the grants too (they were dropped and made again: their
   # answer changed from void to text).
   sql postgres -c "create database admins_$db"

@@ -39,6 +39,7 @@
 --     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
 -- 21. The grants answer what the role may now do (text, not void); admins may call them again
 --     (the last block but one).
+-- 22. jobs.get_job and jobs.get_jobs (sql/status.sql): the roles that may enqueue may call them.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -2602,6 +2603,56 @@ $$;
 comment on function jobs.promote(uuid) is
   'Make a delayed job claimable now. Raises not_promotable for any other state';
 
+create or replace function jobs.get_jobs(ids uuid[])
+returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
+               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
+               finished_at timestamptz, tenant_id text)
+language plpgsql stable
+as $$
+#variable_conflict use_column
+declare
+  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
+begin
+  if get_jobs.ids is null then
+    perform jobs._raise('22004', 'jobs.get_jobs: ids must not be NULL', 'pass an array of job ids');
+  elsif cardinality(get_jobs.ids) > 10000 then
+    perform jobs._raise('22023', 'jobs.get_jobs: at most 10000 ids per call, got '
+      || cardinality(get_jobs.ids), 'split the ids');
+  end if;
+  -- In the order of ids (the first of a repeated id only), each looked up by the primary key.
+  return query
+  select j.id, j.name, j.queue, j.state::text, j.attempt, j.max_attempts, j.result, j.last_error,
+         j.run_at, j.enqueued_at, j.finished_at, j.tenant_id
+  from (select distinct on (i.id) i.id, i.ord
+        from unnest(get_jobs.ids) with ordinality as i(id, ord)
+        where i.id is not null
+        order by i.id, i.ord) as i
+  cross join lateral (select * from jobs_data.jobs as j
+                      where j.id = i.id and (v_tenants is null or j.tenant_id = any(v_tenants))) as j
+  order by i.ord;
+end
+$$;
+
+comment on function jobs.get_jobs(uuid[]) is
+  'The state, attempts and outcome of these jobs, in the order given; a job this role may not see answers no row';
+
+create or replace function jobs.get_job(job_id uuid)
+returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
+               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
+               finished_at timestamptz, tenant_id text)
+language plpgsql stable
+as $$
+begin
+  if get_job.job_id is null then
+    perform jobs._raise('22004', 'jobs.get_job: id must not be NULL', 'pass the id jobs.enqueue answered');
+  end if;
+  return query select * from jobs.get_jobs(array[get_job.job_id]);
+end
+$$;
+
+comment on function jobs.get_job(uuid) is
+  'The state, attempts and outcome of a job; no row for a job this role may not see';
+
 create or replace function jobs._family_changed()
 returns trigger
 language plpgsql volatile
@@ -3496,16 +3547,17 @@ create or replace function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes'], false);
-      select format('%I may enqueue jobs and publish events (producer)', $1) $$;
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs'],
+                         false);
+      select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
 
-comment on function jobs.grant_producer(name) is 'Let a role enqueue and publish';
+comment on function jobs.grant_producer(name) is 'Let a role enqueue, read its jobs'' state and publish';
 
 create or replace function jobs.grant_worker(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
@@ -3602,7 +3654,7 @@ begin
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
                         'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
-                        'spawn', 'await_children',
+                        'spawn', 'await_children', 'get_job', 'get_jobs',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats')
   loop
@@ -3689,21 +3741,6 @@ begin
   end if;
 end
 $$;
--- 12. Roles that may complete a batch may complete it and claim the next in one call.
-do $$
-declare
-  v_grantees text;
-begin
-  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
-  from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
-  where p.oid = 'jobs.complete_many(uuid[], bigint[], jsonb[])'::regprocedure
-    and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
-  if v_grantees is not null then
-    execute 'grant execute on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, '
-      || 'interval, jsonb[]) to ' || v_grantees;
-  end if;
-end
-$$;
 -- 17. Monitors may read the outcome counters.
 do $$
 declare
@@ -3739,7 +3776,7 @@ begin
   end loop;
 end
 $$;
--- 18. The children's triggers (their function is above), and the workers may spawn and await.
+-- 18. The children's triggers (their function is above).
 create trigger jobs_family_changed
 after update of state on jobs_data.jobs
 for each row
@@ -3756,17 +3793,29 @@ create trigger jobs_family_statement_end
 after update or delete on jobs_data.jobs
 for each statement
 execute function jobs._family_statement_end();
+-- 12., 18. and 22. The roles that may call a function of 0.1.0 may call the new ones beside
+-- it: who may complete a batch may complete it and claim the next in one call; the workers
+-- (who may save a step) may spawn and await children; the producers and workers (who may
+-- enqueue) may read their jobs' state.
 do $$
 declare
+  v_grant record;
   v_grantees text;
 begin
-  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
-  from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
-  where p.oid = 'jobs.save_step(uuid, bigint, text, jsonb)'::regprocedure
-    and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
-  if v_grantees is not null then
-    execute 'grant execute on function jobs.spawn(uuid, bigint, jsonb), '
-      || 'jobs.await_children(uuid, bigint) to ' || v_grantees;
-  end if;
+  for v_grant in
+    select * from (values
+      ('jobs.complete_many(uuid[], bigint[], jsonb[])',
+       'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])'),
+      ('jobs.save_step(uuid, bigint, text, jsonb)', 'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint)'),
+      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[])')) as g(held, added)
+  loop
+    select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
+    from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+    where p.oid = v_grant.held::regprocedure
+      and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
+    if v_grantees is not null then
+      execute 'grant execute on function ' || v_grant.added || ' to ' || v_grantees;
+    end if;
+  end loop;
 end
 $$;

@@ -1,5 +1,5 @@
 -- Privileges. Nothing in jobs is granted to PUBLIC. Three capabilities, granted per role:
---   producer  enqueue, enqueue_batch, publish
+--   producer  enqueue, enqueue_batch, publish, get_job, get_jobs
 --   worker    a producer's, and claim, heartbeat, complete, complete_many, complete_and_claim,
 --             fail, snooze, assert_claim, save_step, get_step, await_event, spawn,
 --             await_children
@@ -63,15 +63,16 @@ create function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes'], false);
-      select format('%I may enqueue jobs and publish events (producer)', $1) $$;
-comment on function jobs.grant_producer(name) is 'Let a role enqueue and publish';
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs'],
+                         false);
+      select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
+comment on function jobs.grant_producer(name) is 'Let a role enqueue, read its jobs'' state and publish';
 
 create function jobs.grant_worker(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'claim',
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
@@ -170,7 +171,7 @@ begin
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
                         'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
-                        'spawn', 'await_children',
+                        'spawn', 'await_children', 'get_job', 'get_jobs',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats')
   loop

@@ -75,6 +75,7 @@ extension_sql_file!("../sql/settle.sql", name = "settle", requires = ["policy"])
 extension_sql_file!("../sql/steps.sql", name = "steps", requires = ["settle"]);
 extension_sql_file!("../sql/events.sql", name = "events", requires = ["steps"]);
 extension_sql_file!("../sql/operate.sql", name = "operate", requires = ["steps"]);
+extension_sql_file!("../sql/status.sql", name = "status", requires = ["operate"]);
 extension_sql_file!(
     "../sql/children.sql",
     name = "children",

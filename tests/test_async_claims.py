@@ -163,12 +163,18 @@ def test_a_lost_burial_of_a_final_attempt_is_made_again_and_the_job_never_handed
 def test_crash_rounds_keep_every_effect_exactly_once(server):
     """ROUNDS times: claim a batch in autocommit, crash, then claim again and complete each job
     with its effect in one transaction; every lost token is refused. At the end each job's
-    effect landed once."""
+    effect landed once.
+
+    A claim the WAL writer happened to flush before the crash (its 10 s tick falls between the
+    claim and the crash only on a loaded machine, where a round takes that long) is not lost:
+    its token is the job's, and settles it, with its effect, as a worker's would. What the
+    fence must do is refuse each token whose claim the crash did lose; most are."""
     dsn = server["dsn"]
     jobs = fresh(dsn, n=ROUNDS)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("create table if not exists effects (job uuid)")
         conn.execute("truncate effects")
+    refused = 0
     for _ in range(ROUNDS):
         with psycopg.connect(dsn, autocommit=True) as conn:  # a bare claim: asynchronous
             lost = conn.execute("select id, claim from jobs.claim('a', max_jobs => 3)").fetchall()
@@ -180,11 +186,18 @@ def test_crash_rounds_keep_every_effect_exactly_once(server):
                 worker.execute("insert into effects values (%s)", (job,))
                 assert worker.execute("select jobs.complete(%s, %s)", (job, token)).fetchone()[0]
                 worker.commit()
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn) as conn:
             for job, token in lost:
-                assert conn.execute("select jobs.complete(%s, %s)", (job, token)).fetchone()[0] is False
+                survived = conn.execute("select state = 'running' and claim = %s from jobs.jobs where id = %s",
+                                        (token, job)).fetchone()[0]
+                if survived:
+                    conn.execute("insert into effects values (%s)", (job,))
+                assert conn.execute("select jobs.complete(%s, %s)", (job, token)).fetchone()[0] is survived
+                conn.commit()
+                refused += not survived
     with psycopg.connect(dsn, autocommit=True) as conn:
         counts = dict(conn.execute("select job, count(*) from effects group by job").fetchall())
         attempts = dict(conn.execute("select id, attempt from jobs.jobs where state = 'completed'").fetchall())
     assert counts == dict.fromkeys(jobs, 1)
     assert set(attempts.values()) == {1}  # no lost claim charged an attempt
+    assert refused > 0  # the crash lost claims, and the fence refused their tokens

@@ -20,7 +20,8 @@ SIGNATURES = {
     "assert_claim": ["uuid", "bigint"], "save_step": ["uuid", "bigint", "text", "jsonb"],
     "get_step": ["uuid", "text"], "publish": ["text", "jsonb", "text", "interval"],
     "await_event": ["uuid", "bigint", "text", "text", "interval"], "cancel": ["uuid"],
-    "requeue": ["uuid", "text"], "promote": ["uuid"], "pause_queue": ["text"], "resume_queue": ["text"],
+    "requeue": ["uuid", "text"], "promote": ["uuid"], "get_job": ["uuid"], "get_jobs": ["uuid[]"],
+    "pause_queue": ["text"], "resume_queue": ["text"],
     "sweep": ["int"], "grant_producer": ["name"], "grant_worker": ["name"], "grant_admin": ["name"],
     "grant_monitor": ["name"],
 }

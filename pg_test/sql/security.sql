@@ -222,6 +222,16 @@ select landed from jobs.complete_many(array[:'globex_id']::uuid[], array[:globex
 select jobs.assert_claim(:'globex_id', :globex_claim);
 select jobs.enqueue('mine', tenant_id => 'acme', id => :'globex_id');
 \echo :LAST_ERROR_SQLSTATE
+-- jobs.get_job and get_jobs answer a bound role its tenants' jobs only; another tenant's job
+-- answers as no job, as an unknown id does. Checked: without the tenant test in jobs.get_jobs
+-- the producer saw globex's job.
+\c - postgres
+select id as acme_id from jobs.jobs where tenant_id = 'acme' order by enqueued_at, id limit 1 \gset
+\c - pgj_acme_producer
+\set VERBOSITY terse
+select name, tenant_id from jobs.get_jobs(array[:'globex_id', :'acme_id',
+                                                '00000000-0000-0000-0000-00000000ffff']::uuid[]);
+select count(*) as globex_seen from jobs.get_job(:'globex_id');
 \c - postgres
 select state from jobs.jobs where id = :'globex_id';
 \set VERBOSITY terse

@@ -37,6 +37,7 @@
 --     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
 -- 21. The grants answer what the role may now do (text, not void); admins may call them again
 --     (the last block but one).
+-- 22. jobs.get_job and jobs.get_jobs (sql/status.sql): the roles that may enqueue may call them.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -323,21 +324,6 @@ begin
   end if;
 end
 $$;
--- 12. Roles that may complete a batch may complete it and claim the next in one call.
-do $$
-declare
-  v_grantees text;
-begin
-  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
-  from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
-  where p.oid = 'jobs.complete_many(uuid[], bigint[], jsonb[])'::regprocedure
-    and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
-  if v_grantees is not null then
-    execute 'grant execute on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, '
-      || 'interval, jsonb[]) to ' || v_grantees;
-  end if;
-end
-$$;
 -- 17. Monitors may read the outcome counters.
 do $$
 declare
@@ -373,19 +359,31 @@ begin
   end loop;
 end
 $$;
--- 18. The children's triggers (their function is above), and the workers may spawn and await.
+-- 18. The children's triggers (their function is above).
 -- @include sql/children_triggers.sql
+-- 12., 18. and 22. The roles that may call a function of 0.1.0 may call the new ones beside
+-- it: who may complete a batch may complete it and claim the next in one call; the workers
+-- (who may save a step) may spawn and await children; the producers and workers (who may
+-- enqueue) may read their jobs' state.
 do $$
 declare
+  v_grant record;
   v_grantees text;
 begin
-  select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
-  from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
-  where p.oid = 'jobs.save_step(uuid, bigint, text, jsonb)'::regprocedure
-    and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
-  if v_grantees is not null then
-    execute 'grant execute on function jobs.spawn(uuid, bigint, jsonb), '
-      || 'jobs.await_children(uuid, bigint) to ' || v_grantees;
-  end if;
+  for v_grant in
+    select * from (values
+      ('jobs.complete_many(uuid[], bigint[], jsonb[])',
+       'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])'),
+      ('jobs.save_step(uuid, bigint, text, jsonb)', 'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint)'),
+      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[])')) as g(held, added)
+  loop
+    select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
+    from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+    where p.oid = v_grant.held::regprocedure
+      and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0;
+    if v_grantees is not null then
+      execute 'grant execute on function ' || v_grant.added || ' to ' || v_grantees;
+    end if;
+  end loop;
 end
 $$;

@@ -6,7 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { makeDatabase } from './database.mjs';
-import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, PgJobsError, silentLogger } from 'pg-jobs';
+import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, silentLogger } from 'pg-jobs';
 import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
 
 let db;
@@ -227,4 +227,19 @@ test('a handler that ignores a shutdown is abandoned and its job handed back', a
   const { rows } = await pool.query(
     "select state::text, attempt, run_at <= now() as due from jobs.jobs where queue = 'abandon_stop'");
   assert.deepEqual(rows, [{ state: 'suspended', attempt: 0, due: true }]);
+});
+
+test('getJob and getJobs answer a job\'s state, result and error; an unknown id none', async () => {
+  const ok = defineJob({ name: 'status_ok', queue: 'status', handler: () => ({ total: 3 }) });
+  const bad = defineJob({ name: 'status_bad', queue: 'status', handler: () => { throw new Error('no stock'); } });
+  const [a, b] = await enqueueMany(pool, [{ job: ok }, { job: bad, maxAttempts: 1 }]);
+  const before = await getJob(pool, a.id);
+  assert.deepEqual([before.state, before.attempt, before.result, before.finishedAt], ['ready', 0, null, null]);
+  await runUntilEmpty({ pool, queues: ['status'], concurrency: 1, jobs: [ok, bad], logger: silentLogger });
+  const unknown = '00000000-0000-0000-0000-00000000ffff';
+  const after = await getJobs(pool, [b.id, unknown, a.id]);
+  assert.deepEqual(after.map((s) => [s.name, s.state, s.attempt, s.result, s.lastError]),
+    [['status_bad', 'dead', 1, null, 'Error: no stock'], ['status_ok', 'completed', 1, { total: 3 }, null]]);
+  assert.ok(after.every((s) => s.finishedAt instanceof Date && s.enqueuedAt instanceof Date));
+  assert.equal(await getJob(pool, unknown), null);
 });

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -79,6 +80,30 @@ def test_drain_runs_sync_and_async_handlers_and_their_writes_commit_with_them(ds
     assert count(dsn, "select count(*) from jobs.jobs where state = 'completed'") == 10
     assert count(dsn, "select count(*) from jobs.jobs where name = 'flaky' and state in ('failed', 'dead')") == 1
     assert metrics.count("completed") == 10
+
+
+def test_get_job_and_get_jobs_answer_state_result_and_error_sync_and_async(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pg_jobs.sync_policies(conn, JOBS)
+        sent = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "g@example.com"})
+        failing = pg_jobs.enqueue(conn, myapp_jobs.flaky, max_attempts=1)
+        before = pg_jobs.get_job(conn, sent.id)
+        assert before is not None and (before.state, before.attempt, before.finished_at) == ("ready", 0, None)
+    drain(pg_jobs.Worker(dsn, jobs=JOBS, concurrency=1))
+    unknown = uuid.UUID(int=0xFFFF)
+    with psycopg.connect(dsn) as conn:
+        after = pg_jobs.get_jobs(conn, [failing.id, unknown, sent.id])
+        assert [(s.name, s.attempt, s.last_error is None) for s in after] == [("flaky", 1, False),
+                                                                              ("send_email", 1, True)]
+        assert after[0].state in ("failed", "dead") and after[1].state == "completed"
+        assert pg_jobs.get_job(conn, unknown) is None
+
+    async def read() -> pg_jobs.JobStatus | None:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            return await pg_jobs.get_job(aconn, sent.id)
+
+    status = asyncio.run(read())
+    assert status is not None and status.state == "completed" and status.finished_at is not None
 
 
 def test_opentelemetry_spans_one_per_attempt_with_its_outcome(dsn: str) -> None:

@@ -11,12 +11,14 @@ from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, 
                      NotRequeueable, PgJobsError, RetryAfter, TenantNotAllowed, WaitNeedsReadCommitted)
 from .jobs import JobDefinition, Policy, job, jobs_in, sync_policies
 from .observe import CountingMetrics, Metrics, Outcome
+from .status import JobStatus, get_job, get_jobs
 from .worker import Worker
 
 __all__ = [
     "AsyncContext", "ChildResult", "Context", "EventResult", "Job", "Enqueued", "enqueue", "enqueue_many", "CODES",
     "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotPromotable",
     "NotRequeueable", "PgJobsError", "RetryAfter", "TenantNotAllowed", "WaitNeedsReadCommitted", "JobDefinition",
-    "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker",
+    "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker", "JobStatus",
+    "get_job", "get_jobs",
 ]
 __version__ = "0.1.1"

@@ -1,0 +1,88 @@
+"""What a producer may know of its jobs: jobs.get_job and jobs.get_jobs, which a role granted
+jobs.grant_producer or jobs.grant_worker may call (jobs.jobs is for admins); sync or asyncio."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, overload
+
+import psycopg
+
+from .errors import from_driver
+
+_SQL = ("select id, name, queue, state, attempt, max_attempts, result, last_error, run_at, enqueued_at, "
+        "finished_at, tenant_id from jobs.get_jobs(%s::uuid[])")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's state (ready, delayed, running, suspended, completed, failed, dead or
+    cancelled), attempts and outcome."""
+
+    id: uuid.UUID
+    name: str
+    queue: str
+    state: str
+    attempt: int
+    max_attempts: int
+    result: Any
+    last_error: str | None
+    run_at: dt.datetime | None
+    enqueued_at: dt.datetime
+    finished_at: dt.datetime | None
+    tenant_id: str | None
+
+
+def _ids(ids: Iterable[uuid.UUID | str]) -> list[str]:
+    return [str(i) for i in ids]
+
+
+def _sync(conn: psycopg.Connection[Any], ids: list[str]) -> list[JobStatus]:
+    try:
+        return [JobStatus(*row) for row in conn.execute(_SQL, (ids,)).fetchall()]
+    except psycopg.Error as err:
+        raise from_driver(err) from None
+
+
+async def _async(conn: psycopg.AsyncConnection[Any], ids: list[str]) -> list[JobStatus]:
+    try:
+        cur = await conn.execute(_SQL, (ids,))
+        return [JobStatus(*row) for row in await cur.fetchall()]
+    except psycopg.Error as err:
+        raise from_driver(err) from None
+
+
+async def _first(many: Coroutine[Any, Any, list[JobStatus]]) -> JobStatus | None:
+    found = await many
+    return found[0] if found else None
+
+
+@overload
+def get_jobs(conn: psycopg.Connection[Any], ids: Iterable[uuid.UUID | str]) -> list[JobStatus]: ...
+@overload
+def get_jobs(conn: psycopg.AsyncConnection[Any],
+             ids: Iterable[uuid.UUID | str]) -> Coroutine[Any, Any, list[JobStatus]]: ...
+def get_jobs(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+             ids: Iterable[uuid.UUID | str]) -> list[JobStatus] | Coroutine[Any, Any, list[JobStatus]]:
+    """These jobs' states, in the order of ``ids`` (at most 10,000; a repeated id once;
+    awaitable on an AsyncConnection). A job that does not exist, or no longer does (past its
+    retention), or that belongs to a tenant the role is not bound to, has no entry."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return _async(conn, _ids(ids))
+    return _sync(conn, _ids(ids))
+
+
+@overload
+def get_job(conn: psycopg.Connection[Any], id: uuid.UUID | str) -> JobStatus | None: ...
+@overload
+def get_job(conn: psycopg.AsyncConnection[Any], id: uuid.UUID | str) -> Coroutine[Any, Any, JobStatus | None]: ...
+def get_job(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+            id: uuid.UUID | str) -> JobStatus | None | Coroutine[Any, Any, JobStatus | None]:
+    """The job's state, or None where get_jobs would give it no entry."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return _first(_async(conn, [str(id)]))
+    found = _sync(conn, [str(id)])
+    return found[0] if found else None
