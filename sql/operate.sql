@@ -24,7 +24,7 @@ begin
       when p_fn = 'jobs.promote' and v_state = 'ready' then 'a ready job is claimable already'
       when p_fn = 'jobs.promote' and v_state = 'running' then 'it is running already'
       when p_fn = 'jobs.promote' and v_state = 'suspended' then
-        'a suspended job waits for its event or its snooze: publish the event, or cancel the job'
+        'it waits for an event or for its children: publish the event, or cancel the job'
       when p_fn = 'jobs.promote' then 'it has finished; jobs.requeue runs it again'
       when p_fn = 'jobs.requeue' and v_state = 'ready' then 'it waits to be claimed already'
       when p_fn = 'jobs.requeue' and v_state = 'delayed' then
@@ -131,19 +131,21 @@ declare
   v_queue text;
 begin
   if promote.id is null then
-    perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed job');
+    perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed or snoozed job');
   end if;
+  -- A snoozed job is suspended with no event to wait for (jobs.snooze); one waiting for an event
+  -- or for its children keeps waiting.
   update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
-  where j.id = promote.id and j.state = 'delayed'
+  where j.id = promote.id and (j.state = 'delayed' or (j.state = 'suspended' and j.wait_event is null))
   returning j.queue into v_queue;
   if found then
     perform jobs._wake(array[v_queue], array[promote.id]);
   else
-    perform jobs._refuse('jobs.promote', promote.id, 'PJ006', 'only delayed jobs can be promoted',
-      'a ready job is claimable already; a suspended one waits for its event or snooze');
+    perform jobs._refuse('jobs.promote', promote.id, 'PJ006', 'only delayed and snoozed jobs can be promoted',
+      'a ready job is claimable already; a suspended one waits for its event or its children');
   end if;
   return true;
 end
 $$;
 comment on function jobs.promote(uuid) is
-  'Make a delayed job claimable now. Raises not_promotable for any other state';
+  'Make a delayed or snoozed job claimable now. Raises not_promotable for any other state';

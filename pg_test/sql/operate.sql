@@ -48,6 +48,20 @@ select jobs.promote('00000000-0000-0000-0000-000000000000');
 \echo :LAST_ERROR_SQLSTATE
 select jobs.promote(null);
 \echo :LAST_ERROR_SQLSTATE
+-- A snoozed job runs now, with its attempt as the snooze left it; one waiting for an event keeps
+-- waiting (refused).
+select jobs.enqueue('s', id => '00000000-0000-0000-0000-0000000000c5') is not null;
+select id, claim from jobs.claim('w', array['default'], 1) \gset
+select jobs.snooze(:'id', :claim, now() + interval '1 day');
+select jobs.promote(:'id');
+select state, attempt, run_at <= now() as due from jobs.jobs where id = :'id';
+select name, attempt from jobs.claim('w', array['default'], 1);
+select jobs.enqueue('e', id => '00000000-0000-0000-0000-0000000000c6') is not null;
+select id, claim from jobs.claim('w', array['default'], 1) \gset
+select status from jobs.await_event(:'id', :claim, 'paid');
+select jobs.promote(:'id');
+\echo :LAST_ERROR_SQLSTATE
+select state from jobs.jobs where id = :'id';
 
 -- Each refusal's hint fits the state the job is in.
 select jobs.enqueue('c', id => '00000000-0000-0000-0000-0000000000c4') is not null;

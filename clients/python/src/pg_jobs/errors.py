@@ -65,7 +65,7 @@ class NotCancellable(PgJobsError):
 
 
 class NotPromotable(PgJobsError):
-    """PJ006: the job is not delayed."""
+    """PJ006: the job is neither delayed nor snoozed."""
 
     code = "PJ006"
 
