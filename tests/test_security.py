@@ -96,12 +96,14 @@ def test_code_planted_by_a_role_never_runs_as_the_background_worker(mallory):
         conn.execute("alter system set pg_jobs.vacuum_interval = '100ms'")
         conn.execute("alter system set pg_jobs.completed_retention = '1s'")
         conn.execute("select pg_reload_conf()")
-        conn.execute("select jobs.enqueue('abandoned', max_attempts => 1)")
-        conn.execute("select count(*) from jobs.claim('gone', lease => '100 ms')")
-        conn.execute("select jobs.publish('flash', ttl => '100 ms')")
+        # 'done' first: claimed after the 100 ms lease below had lapsed, a claim of one job
+        # would bury 'abandoned' in its only slot and answer no row (a fresh run at fcdec36).
         conn.execute("select jobs.enqueue('done')")
         job_id, claim = conn.execute("select id, claim from jobs.claim('w', array['default'])").fetchone()
         conn.execute("select jobs.complete(%s, %s)", (job_id, claim))
+        conn.execute("select jobs.enqueue('abandoned', max_attempts => 1)")
+        conn.execute("select count(*) from jobs.claim('gone', lease => '100 ms')")
+        conn.execute("select jobs.publish('flash', ttl => '100 ms')")
     eventually(mallory, "select count(*) from jobs.jobs where name = 'done'", 0)
     eventually(mallory, "select state::text from jobs.jobs where name = 'abandoned'", "dead")
     eventually(mallory, "select count(*) from jobs.events", 0)
