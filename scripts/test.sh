@@ -34,7 +34,7 @@ if [ "${1:-}" = --quick ]; then
   exit 0
 fi
 
-echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (the Go example); ruff (the Python), mypy (its library); eslint, tsc and typedoc (the Node.js)"
+echo "== cargo fmt, clippy (the extension, pgjobs and the Rust example), pgjobs built for its tests; gofmt, go vet (the Go example); ruff (the Python), mypy (its library); eslint, tsc and typedoc (the Node.js)"
 .venv/bin/python -m ruff check tests examples bench scripts clients
 (cd examples/node && npx --no-install eslint .)
 (cd clients/node && npx --no-install eslint . && npx --no-install tsc --noEmit -p tsconfig.test.json)
@@ -43,6 +43,9 @@ echo "== cargo fmt, clippy (the extension and the Rust example); gofmt, go vet (
 (cd clients/python && ../../.venv/bin/mypy src)
 cargo fmt --check
 cargo clippy --features "pg15 pg_test" --all-targets -- -D warnings
+cargo clippy --quiet -p pgjobs --all-targets -- -D warnings
+cargo build --quiet -p pgjobs  # target/debug/pgjobs, for tests/test_cli.py
+cargo test --quiet -p pgjobs
 cargo fmt --check --manifest-path examples/rust/Cargo.toml
 cargo clippy --quiet --release --locked --manifest-path examples/rust/Cargo.toml -- -D warnings
 test -z "$(gofmt -l examples/go)"

@@ -114,7 +114,9 @@ def run_document(path, show=False):
         f.write(DEBIAN_HBA)
     subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(os.path.dirname(PSQL), "pg_ctl"),
                     "-D", directory, "reload"], check=True, capture_output=True)
-    env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(PORT), PGUSER="postgres",
+    # pgjobs (cli/) as a reader who ran cargo install --path cli has it (scripts/test.sh builds it).
+    bin_path = os.path.join(ROOT, "target/debug") + os.pathsep + os.environ["PATH"]
+    env = dict(os.environ, PATH=bin_path, PGHOST="127.0.0.1", PGPORT=str(PORT), PGUSER="postgres",
                PGDATABASE="postgres", PYTHONPATH=scratch, HOME=scratch, SOCKET_DIR=directory)
     variables = {}  # psql variables (\gset) carried from one SQL block to the next
     try:

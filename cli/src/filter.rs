@@ -1,0 +1,132 @@
+//! The job filters shared by `pgjobs jobs` and the bulk actions, as SQL conditions on
+//! `jobs.jobs` with their values passed as parameters (never spliced into the text).
+
+use clap::Args;
+use tokio_postgres::types::ToSql;
+
+/// The states of `jobs.job_state`.
+pub const STATES: [&str; 8] = [
+    "ready",
+    "delayed",
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "dead",
+    "cancelled",
+];
+
+#[derive(Args, Clone, Debug, Default)]
+pub struct Filters {
+    /// Only jobs of this queue
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only jobs in these states (comma-separated)
+    #[arg(long, value_delimiter = ',', value_parser = STATES)]
+    pub state: Vec<String>,
+    /// Only jobs of this name (job type)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Only jobs of this tenant
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only jobs that finished (live jobs: were enqueued) within this interval, e.g. '1 hour'
+    #[arg(long, value_name = "INTERVAL")]
+    pub since: Option<String>,
+    /// Only jobs whose last error matches this ILIKE pattern; without % it matches anywhere
+    #[arg(long, value_name = "PATTERN")]
+    pub error_like: Option<String>,
+}
+
+pub type Param = Box<dyn ToSql + Sync + Send>;
+
+/// SQL conditions and their parameters, numbered from $1.
+#[derive(Default)]
+pub struct Where {
+    pub conditions: Vec<String>,
+    pub params: Vec<Param>,
+}
+
+impl Where {
+    /// The next parameter's placeholder (`$n`) for this value.
+    pub fn param(&mut self, value: Param) -> String {
+        self.params.push(value);
+        format!("${}", self.params.len())
+    }
+
+    /// Adds a condition whose `$?` is the next parameter.
+    pub fn add(&mut self, condition: &str, value: Param) {
+        let placeholder = self.param(value);
+        self.conditions.push(condition.replace("$?", &placeholder));
+    }
+
+    /// ` where a and b`, or nothing.
+    pub fn sql(&self) -> String {
+        if self.conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" where {}", self.conditions.join(" and "))
+        }
+    }
+
+    pub fn refs(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect()
+    }
+}
+
+impl Filters {
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_none()
+            && self.state.is_empty()
+            && self.name.is_none()
+            && self.tenant.is_none()
+            && self.since.is_none()
+            && self.error_like.is_none()
+    }
+
+    /// The conditions on `jobs.jobs as j`; `states` narrows --state to those an action takes.
+    pub fn conditions(&self, states: Option<&[&str]>) -> Where {
+        let mut w = Where::default();
+        if let Some(q) = &self.queue {
+            w.add("j.queue = $?", Box::new(q.clone()));
+        }
+        let mut wanted: Vec<String> = self.state.clone();
+        if let Some(allowed) = states {
+            if wanted.is_empty() {
+                wanted = allowed.iter().map(|s| s.to_string()).collect();
+            } else {
+                wanted.retain(|s| allowed.contains(&s.as_str()));
+            }
+        }
+        if !wanted.is_empty() || states.is_some() {
+            w.add(
+                "j.state = any($?::text[]::jobs.job_state[])",
+                Box::new(wanted),
+            );
+        }
+        if let Some(n) = &self.name {
+            w.add("j.name = $?", Box::new(n.clone()));
+        }
+        if let Some(t) = &self.tenant {
+            w.add("j.tenant_id = $?", Box::new(t.clone()));
+        }
+        if let Some(s) = &self.since {
+            w.add(
+                "coalesce(j.finished_at, j.enqueued_at) >= jobs.clock() - $?::text::interval",
+                Box::new(s.clone()),
+            );
+        }
+        if let Some(p) = &self.error_like {
+            let pattern = if p.contains('%') {
+                p.clone()
+            } else {
+                format!("%{p}%")
+            };
+            w.add("j.last_error ilike $?", Box::new(pattern));
+        }
+        w
+    }
+}

@@ -1,0 +1,206 @@
+//! `pgjobs`: the pg_jobs operators' command. Everything it reads and does goes through the
+//! `jobs.*` views and functions, as the role it connects as: the engine decides and refuses
+//! as it does for any caller.
+
+mod connect;
+mod doctor;
+mod filter;
+mod jobs;
+mod output;
+mod queues;
+mod status;
+
+use clap::{Args, Parser, Subcommand};
+use filter::Filters;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "pgjobs",
+    version,
+    about = "Look at and act on the pg_jobs queues of a PostgreSQL database"
+)]
+struct Cli {
+    /// Connection string (URL or key=value pairs); else DATABASE_URL, else the PG* variables
+    #[arg(long, global = true, value_name = "DSN")]
+    dsn: Option<String>,
+    /// Print JSON instead of tables
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Bulk {
+    /// Job ids (instead of filters)
+    ids: Vec<String>,
+    #[command(flatten)]
+    filters: Filters,
+    /// Every job the action can take, when no filter is given
+    #[arg(long)]
+    all: bool,
+    /// At most this many jobs, oldest first
+    #[arg(long)]
+    limit: Option<i64>,
+    /// List the jobs the action would take, and change nothing
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Each queue's jobs per state, oldest ready job, paused, and outcomes
+    Status {
+        /// Look again every SECONDS, with outcome rates per minute
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<u64>,
+        /// With --watch: stop after this many looks
+        #[arg(long, requires = "watch")]
+        count: Option<u64>,
+    },
+    /// List jobs, newest first
+    Jobs {
+        #[command(flatten)]
+        filters: Filters,
+        /// At most this many
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// The next page: jobs older than this job id
+        #[arg(long, value_name = "JOB_ID")]
+        before: Option<String>,
+    },
+    /// One job: payload, result, failed attempts, steps, children, holder
+    Show { job_id: String },
+    /// Run finished jobs (completed, failed, dead, cancelled) again
+    Requeue {
+        #[command(flatten)]
+        bulk: Bulk,
+        /// Drop the run's steps from this one on (jobs.requeue's from_step)
+        #[arg(long, value_name = "STEP")]
+        from_step: Option<String>,
+    },
+    /// Cancel live jobs (ready, delayed, running, suspended)
+    Cancel {
+        #[command(flatten)]
+        bulk: Bulk,
+    },
+    /// Make delayed and snoozed jobs ready now
+    Promote {
+        #[command(flatten)]
+        bulk: Bulk,
+    },
+    /// Pause a queue: claims hand out none of its jobs; running jobs finish
+    Pause { queue: String },
+    /// Resume a paused queue
+    Resume { queue: String },
+    /// The recurring schedules, with their last and next slot
+    Schedules,
+    /// Find what is wrong (preload, sweeper, pending upgrade, long transactions, stuck queues,
+    /// bloat, grants), each with its fix; exits 1 when something is
+    Doctor {
+        /// A transaction open longer than this is reported
+        #[arg(long, default_value = "5 minutes", value_name = "INTERVAL")]
+        transaction_age: String,
+        /// A ready job waiting longer than this (queue not paused) is reported
+        #[arg(long, default_value = "5 minutes", value_name = "INTERVAL")]
+        ready_age: String,
+    },
+}
+
+async fn run(cli: Cli) -> anyhow::Result<bool> {
+    let client = connect::connect(cli.dsn.as_deref()).await?;
+    let json = cli.json;
+    let bulk = |b: &Bulk, from_step: Option<String>| {
+        (
+            b.ids.clone(),
+            b.filters.clone(),
+            b.all,
+            b.limit,
+            b.dry_run,
+            from_step,
+        )
+    };
+    let (action, args) = match &cli.command {
+        Command::Status { watch, count } => {
+            return status::status(&client, *watch, *count, json)
+                .await
+                .map(|_| true)
+        }
+        Command::Jobs {
+            filters,
+            limit,
+            before,
+        } => {
+            return jobs::list(&client, filters, *limit, before.as_deref(), json)
+                .await
+                .map(|_| true)
+        }
+        Command::Show { job_id } => return jobs::show(&client, job_id, json).await,
+        Command::Pause { queue } => {
+            return queues::set_paused(&client, queue, true).await.map(|_| true)
+        }
+        Command::Resume { queue } => {
+            return queues::set_paused(&client, queue, false)
+                .await
+                .map(|_| true)
+        }
+        Command::Schedules => return queues::schedules(&client, json).await.map(|_| true),
+        Command::Doctor {
+            transaction_age,
+            ready_age,
+        } => {
+            let t = doctor::Thresholds {
+                transaction_age: transaction_age.clone(),
+                ready_age: ready_age.clone(),
+            };
+            return doctor::doctor(&client, &t, json).await;
+        }
+        Command::Requeue { bulk: b, from_step } => {
+            (jobs::Action::Requeue, bulk(b, from_step.clone()))
+        }
+        Command::Cancel { bulk: b } => (jobs::Action::Cancel, bulk(b, None)),
+        Command::Promote { bulk: b } => (jobs::Action::Promote, bulk(b, None)),
+    };
+    let (ids, filters, all, limit, dry_run, from_step) = args;
+    let a = jobs::ActArgs {
+        ids: &ids,
+        filters: &filters,
+        all,
+        limit,
+        dry_run,
+        from_step: from_step.as_deref(),
+        json,
+    };
+    jobs::act(&client, action, a).await
+}
+
+fn main() -> ExitCode {
+    // Output piped into `head` that closes early ends the command quietly, as for any Unix
+    // tool, instead of a panic on the broken pipe.
+    // SAFETY: called before any thread starts; SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pgjobs: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            // The message may quote the database's data (a queue name, a job's error).
+            let lines: Vec<String> = e.to_string().lines().map(output::visible).collect();
+            eprintln!("pgjobs: {}", lines.join("\n"));
+            ExitCode::from(2)
+        }
+    }
+}

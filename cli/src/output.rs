@@ -1,0 +1,134 @@
+//! What the commands print: tables for people, JSON (`--json`) for scripts, and database
+//! errors with PostgreSQL's message, hint and code.
+
+use anyhow::Result;
+use comfy_table::{presets::UTF8_BORDERS_ONLY, ContentArrangement, Table};
+use serde_json::{Map, Value};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Client;
+
+pub type Row = Map<String, Value>;
+
+/// A database error as a person should read it: the message, then the hint and the code.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut s = db.message().to_string();
+            if let Some(detail) = db.detail() {
+                s.push_str(&format!("\n  detail: {detail}"));
+            }
+            match (db.code().code(), db.hint()) {
+                // The role is missing a grant: which one a superuser gives it.
+                ("42501", _) => s.push_str(
+                    "\n  fix: a superuser runs select jobs.grant_monitor('ROLE') for reading, \
+                     or select jobs.grant_admin('ROLE') for actions",
+                ),
+                (_, Some(hint)) => s.push_str(&format!("\n  fix: {hint}")),
+                _ => {}
+            }
+            s.push_str(&format!(" [{}]", db.code().code()));
+            s
+        }
+        // The driver's own errors keep their cause in the source ("invalid configuration":
+        // which setting).
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    }
+}
+
+/// Runs a query whose rows are one `json` column each (`select row_to_json(x) from (...) x`),
+/// keeping the columns' order.
+pub async fn rows(client: &Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+    let found = client
+        .query(sql, params)
+        .await
+        .map_err(|e| anyhow::anyhow!(describe(&e)))?;
+    Ok(found
+        .iter()
+        .filter_map(|r| match r.get::<_, Value>(0) {
+            Value::Object(m) => Some(m),
+            _ => None,
+        })
+        .collect())
+}
+
+/// A cell: strings as they are, NULL empty, anything else as compact JSON, cut to `width`.
+pub fn cell(v: &Value, width: usize) -> String {
+    let s = match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let s = visible(&s);
+    if s.chars().count() > width {
+        let cut: String = s.chars().take(width.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        s
+    }
+}
+
+/// Rows as a table with their columns in order (or "none" when there are no rows).
+pub fn table(rows: &[Row], width: usize) -> String {
+    let Some(first) = rows.first() else {
+        return "(none)".to_string();
+    };
+    let mut t = Table::new();
+    t.load_preset(UTF8_BORDERS_ONLY)
+        .set_content_arrangement(ContentArrangement::Disabled);
+    t.set_header(first.keys().cloned().collect::<Vec<_>>());
+    for r in rows {
+        t.add_row(r.values().map(|v| cell(v, width)).collect::<Vec<_>>());
+    }
+    t.to_string()
+}
+
+/// One row as `key: value` lines.
+pub fn fields(row: &Row) -> String {
+    let w = row.keys().map(|k| k.len()).max().unwrap_or(0);
+    row.iter()
+        .map(|(k, v)| format!("{k:>w$}: {}", cell(v, 2000)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Text from the database as a terminal may show it: payloads, errors and names are anyone's
+/// data, and a control character (an escape sequence retitling the window or rewriting the
+/// screen) must not reach the operator's terminal. Line breaks and tabs become spaces, other
+/// control characters `\u{..}`.
+pub fn visible(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' | '\r' | '\t' => out.push(' '),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JSON for `--json`, one document. serde_json escapes C0 controls; DEL and the C1 controls,
+/// which a terminal may also act on, are escaped here.
+pub fn json(v: &Value) -> String {
+    escape_c1(&serde_json::to_string_pretty(v).unwrap_or_default())
+}
+
+/// A line of JSON (while watching).
+pub fn json_line(v: &Value) -> String {
+    escape_c1(&v.to_string())
+}
+
+fn escape_c1(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if ('\u{7f}'..='\u{9f}').contains(&c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

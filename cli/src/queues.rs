@@ -1,0 +1,45 @@
+//! `pgjobs pause`, `resume` and `schedules`.
+
+use crate::output;
+use anyhow::Result;
+use serde_json::Value;
+use tokio_postgres::Client;
+
+pub async fn set_paused(client: &Client, queue: &str, paused: bool) -> Result<()> {
+    let sql = if paused {
+        "select jobs.pause_queue($1)"
+    } else {
+        "select jobs.resume_queue($1)"
+    };
+    client
+        .execute(sql, &[&queue])
+        .await
+        .map_err(|e| anyhow::anyhow!(output::describe(&e)))?;
+    println!(
+        "{} queue {queue}",
+        if paused { "paused" } else { "resumed" }
+    );
+    Ok(())
+}
+
+pub async fn schedules(client: &Client, json: bool) -> Result<()> {
+    let rows = output::rows(
+        client,
+        "select row_to_json(x) from (
+           select s.name, s.cron, s.timezone, s.enabled, s.catch_up,
+                  date_trunc('second', s.last_slot) as last_slot,
+                  date_trunc('second', s.next_slot) as next_slot, s.last_job_id, s.last_error, s.job
+           from jobs.schedules as s order by s.name) as x",
+        &[],
+    )
+    .await?;
+    if json {
+        println!(
+            "{}",
+            output::json(&Value::Array(rows.into_iter().map(Value::Object).collect()))
+        );
+    } else {
+        println!("{}", output::table(&rows, 60));
+    }
+    Ok(())
+}

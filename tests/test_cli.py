@@ -1,0 +1,317 @@
+"""`pgjobs`, the operators' command (cli/): each command against a database holding jobs in
+every state. Bulk actions change exactly what --dry-run listed and nothing else; a refused
+command changes nothing; `doctor` finds each problem it names, set up for real.
+
+The binary is target/debug/pgjobs (scripts/test.sh builds it: cargo build -p pgjobs), or
+$PGJOBS_BIN.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import psycopg
+import pytest
+
+from clusters import ROOT, own_cluster
+from polling import one
+
+BIN = os.environ.get("PGJOBS_BIN", os.path.join(ROOT, "target/debug/pgjobs"))
+PORT = int(os.environ.get("PG_JOBS_CLI_PORT", "54445"))
+
+# One job in each state, in three queues, with errors to filter on.
+EVERY_STATE = """
+insert into jobs.job_types (name, dead_letter) values ('no_dead_letter', false);
+select jobs.enqueue('send_email', '{"to": "a@example.com"}');                         -- ready
+select jobs.enqueue('send_email', run_at => now() + interval '1 hour');               -- delayed
+select jobs.enqueue('report', queue => 'reports');
+select jobs.claim('w1', array['reports'], lease => '1 hour');                           -- running
+select jobs.enqueue('report', queue => 'reports');
+select jobs.snooze(id, claim, now() + interval '1 hour') from jobs.claim('w1', array['reports']);  -- suspended
+select jobs.enqueue('cleanup', queue => 'maintenance');
+select jobs.complete(id, claim, '{"ok": true}') from jobs.claim('w1', array['maintenance']);   -- completed
+select jobs.enqueue('no_dead_letter', queue => 'maintenance', max_attempts => 1);
+select jobs.fail(id, claim, 'disk full') from jobs.claim('w1', array['maintenance']);          -- failed
+select jobs.enqueue('send_email', queue => 'mail', max_attempts => 1);
+select jobs.enqueue('send_email', queue => 'mail', max_attempts => 1);
+select jobs.fail(id, claim, 'timeout talking to smtp') from jobs.claim('w1', array['mail'], 2); -- dead x2
+select jobs.enqueue('send_email', queue => 'mail', max_attempts => 1);
+select jobs.fail(id, claim, 'mailbox unavailable') from jobs.claim('w1', array['mail']);        -- dead
+select jobs.cancel((jobs.enqueue('send_email', queue => 'mail')).id);                           -- cancelled
+"""
+
+
+def pgjobs(dsn, *args, env=None):
+    """Runs the command: (exit status, standard output, standard error)."""
+    if not os.path.exists(BIN):
+        pytest.fail(f"{BIN} is missing: cargo build -p pgjobs")
+    run = subprocess.run([BIN, *args] + ([] if dsn is None else ["--dsn", dsn]), capture_output=True,
+                         text=True, timeout=60, env=env)
+    return run.returncode, run.stdout, run.stderr
+
+
+def pgjobs_json(dsn, *args):
+    code, out, err = pgjobs(dsn, "--json", *args)
+    assert code in (0, 1), err
+    return json.loads(out)
+
+
+def snapshot(dsn):
+    """Every job's row as text, and the queues' paused flags: what a refused or dry run must
+    leave as it was."""
+    with psycopg.connect(dsn) as conn:
+        jobs = conn.execute("select j::text from jobs.jobs as j order by j.id").fetchall()
+        queues = conn.execute("select q::text from jobs.queues as q order by q.queue").fetchall()
+        return jobs, queues
+
+
+@pytest.fixture
+def jobs_db(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(EVERY_STATE)
+    return dsn
+
+
+def test_status_counts_each_queues_jobs_per_state(jobs_db):
+    doc = pgjobs_json(jobs_db, "status")
+    queues = {q["queue"]: q for q in doc["queues"]}
+    assert {k: queues["mail"][k] for k in ("dead", "cancelled", "ready")} == {"dead": 3, "cancelled": 1, "ready": 0}
+    assert (queues["reports"]["running"], queues["reports"]["suspended"]) == (1, 1)
+    assert (queues["maintenance"]["completed"], queues["maintenance"]["failed"]) == (1, 1)
+    assert (queues["default"]["ready"], queues["default"]["delayed"]) == (1, 1)
+    # The test cluster preloads pg_jobs: the outcome counters are there (server-wide since start).
+    assert {o["queue"] for o in doc["outcomes"]} >= {"mail"}
+    code, out, _ = pgjobs(jobs_db, "status")
+    assert code == 0 and "queues:" in out and "maintenance" in out
+    # --watch looks again and reports rates between looks; --count ends it.
+    code, out, err = pgjobs(jobs_db, "--json", "status", "--watch", "1", "--count", "2")
+    looks = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(looks) == 2 and "per_minute" in looks[1], err
+
+
+def test_jobs_filters_and_pages_newest_first(jobs_db):
+    every = pgjobs_json(jobs_db, "jobs", "--limit", "100")
+    assert len(every) == 10
+    assert [j["id"] for j in every] == sorted((j["id"] for j in every), reverse=True)
+    dead = pgjobs_json(jobs_db, "jobs", "--state", "dead", "--error-like", "timeout")
+    assert [(j["state"], j["last_error"]) for j in dead] == [("dead", "timeout talking to smtp")] * 2
+    assert len(pgjobs_json(jobs_db, "jobs", "--state", "dead,failed")) == 4
+    assert len(pgjobs_json(jobs_db, "jobs", "--queue", "mail", "--name", "send_email")) == 4
+    assert len(pgjobs_json(jobs_db, "jobs", "--error-like", "MAIL%")) == 1  # a pattern as given
+    assert len(pgjobs_json(jobs_db, "jobs", "--since", "1 hour", "--queue", "maintenance")) == 2
+    # Pages: --before the last id of a page gives the next, without repeats or gaps.
+    seen, before = [], []
+    while True:
+        page = pgjobs_json(jobs_db, "jobs", "--limit", "4", *before)
+        seen += [j["id"] for j in page]
+        if len(page) < 4:
+            break
+        before = ["--before", page[-1]["id"]]
+    assert seen == [j["id"] for j in every]
+    code, out, _ = pgjobs(jobs_db, "jobs", "--limit", "4")
+    assert f"more: add --before {every[3]['id']}" in out
+    # A state that does not exist is refused by the command line itself.
+    code, _, err = pgjobs(jobs_db, "jobs", "--state", "runing")
+    assert code == 2 and "possible values" in err
+
+
+def test_show_has_the_payload_result_attempts_steps_and_children(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue('parent', '{\"n\": 1}', max_attempts => 3)")
+        job, claim = conn.execute("select id, claim from jobs.claim('w1')").fetchone()
+        conn.execute("select jobs.fail(%s, %s, 'first try broke', retry_at => now())", (job, claim))
+        job, claim = conn.execute("select id, claim from jobs.claim('w2')").fetchone()
+        conn.execute("select jobs.save_step(%s, %s, 'fetch', '{\"rows\": 2}')", (job, claim))
+        conn.execute("select jobs.spawn(%s, %s, '{\"name\": \"child\", \"child_key\": \"c1\"}')", (job, claim))
+    doc = pgjobs_json(dsn, "show", str(job))
+    assert (doc["job"]["state"], doc["job"]["attempt"], doc["job"]["claimed_by"]) == ("running", 2, "w2")
+    assert doc["job"]["payload"] == {"n": 1} and doc["job"]["lease_expires_at"]
+    assert [(a["attempt"], a["outcome"], a["error"]) for a in doc["attempts"]] == [(1, "failed", "first try broke")]
+    assert [(s["step"], s["output"]) for s in doc["steps"]] == [("fetch", {"rows": 2})]
+    assert [(c["name"], c["state"]) for c in doc["children"]] == [("child", "ready")]
+    code, out, _ = pgjobs(dsn, "show", str(job))
+    assert code == 0 and "first try broke" in out and "fetch" in out and "child" in out
+    code, _, err = pgjobs(dsn, "show", "01a238bf-e703-74c4-8c3e-a46d5ebae9a9")
+    assert code == 2 and "no job has id" in err and "retention" in err
+    code, _, err = pgjobs(dsn, "show", "not-an-id")
+    assert code == 2 and "22P02" in err
+
+
+@pytest.mark.parametrize("action, args, changed_state", [
+    ("requeue", ["--state", "dead", "--error-like", "timeout"], "ready"),
+    ("requeue", ["--queue", "maintenance"], "ready"),
+    ("cancel", ["--name", "send_email"], "cancelled"),
+    ("promote", ["--all"], "ready"),
+])
+def test_a_bulk_action_changes_exactly_what_its_dry_run_listed(jobs_db, action, args, changed_state):
+    before = snapshot(jobs_db)
+    listed = pgjobs_json(jobs_db, action, *args, "--dry-run")["jobs"]
+    assert listed, "the filter selects some jobs"
+    assert snapshot(jobs_db) == before, "a dry run changes nothing"
+    done = pgjobs_json(jobs_db, action, *args)
+    verb = {"requeue": "requeued", "cancel": "cancelled", "promote": "promoted"}[action]
+    assert sorted(j["id"] for j in done[verb]) == sorted(j["id"] for j in listed) and done["refused"] == []
+    with psycopg.connect(jobs_db) as conn:
+        after = dict(conn.execute("select id::text, state::text from jobs.jobs").fetchall())
+        untouched = conn.execute("select j::text from jobs.jobs as j where not (j.id::text = any(%s)) order by j.id",
+                                 ([j["id"] for j in listed],)).fetchall()
+    assert {after[j["id"]] for j in listed} == {changed_state}
+    assert untouched == [row for row in before[0] if not any(j["id"] in row[0] for j in listed)]
+
+
+def test_a_bulk_action_without_a_selection_or_outside_its_states_is_refused_and_changes_nothing(jobs_db):
+    before = snapshot(jobs_db)
+    for args, said in [
+        (["cancel"], "no jobs selected"),
+        (["requeue", "--state", "running"], "takes jobs that are completed, failed, dead, cancelled only"),
+        (["promote", "--state", "ready,dead"], "selects none"),
+        (["cancel", "--queue", "mail", "01a238bf-e703-74c4-8c3e-a46d5ebae9a9"], "not both"),
+        (["cancel", "01a238bf-e703-74c4-8c3e-a46d5ebae9a9"], "no job has id"),
+    ]:
+        code, out, err = pgjobs(jobs_db, *args)
+        assert code == 2 and said in err, (args, out, err)
+    assert snapshot(jobs_db) == before
+
+
+def test_the_engine_refusing_one_job_leaves_the_others_changed_and_says_why(jobs_db):
+    with psycopg.connect(jobs_db) as conn:
+        live = conn.execute("select id::text from jobs.jobs where state = 'ready'").fetchone()[0]
+        dead = conn.execute("select id::text from jobs.jobs where state = 'dead' limit 1").fetchone()[0]
+    code, out, _ = pgjobs(jobs_db, "requeue", live, dead)
+    assert code == 1 and "requeued 1 job(s)" in out and "refused 1 job(s)" in out
+    assert "PJ004" in out and "it waits to be claimed already" in out  # the engine's refusal and hint
+    assert one(jobs_db, "select state::text from jobs.jobs where id = %s", (dead,)) == "ready"
+    assert one(jobs_db, "select state::text from jobs.jobs where id = %s", (live,)) == "ready"
+
+
+def test_pause_resume_and_schedules(jobs_db):
+    code, out, _ = pgjobs(jobs_db, "pause", "mail")
+    assert code == 0 and one(jobs_db, "select paused from jobs.queues where queue = 'mail'") is True
+    code, out, _ = pgjobs(jobs_db, "resume", "mail")
+    assert code == 0 and one(jobs_db, "select paused from jobs.queues where queue = 'mail'") is False
+    before = snapshot(jobs_db)
+    code, _, err = pgjobs(jobs_db, "pause", "no_such_queue")
+    assert code == 2 and "unknown queue" in err and "[22023]" in err
+    assert snapshot(jobs_db) == before
+    one(jobs_db, "select jobs.schedule('nightly', '0 3 * * *', '{\"name\": \"report\"}')")
+    rows = pgjobs_json(jobs_db, "schedules")
+    assert [(s["name"], s["cron"], s["enabled"]) for s in rows] == [("nightly", "0 3 * * *", True)]
+    assert rows[0]["next_slot"]
+
+
+def test_hostile_text_never_reaches_the_terminal_as_control_characters(dsn):
+    """A payload, an error and a queue name holding escape sequences (retitle the window,
+    recolour, the C1 CSI): printed as tables they come out as visible \\u{..} text; as JSON,
+    escaped and read back unchanged."""
+    hostile = "\x1b]0;pwned\x07<script>alert(1)</script>\x1b[31m\u009b2J\x7f"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        job = conn.execute("select (jobs.enqueue('x', jsonb_build_object('p', %s::text), queue => %s, max_attempts => 1)).id",
+                           (hostile, hostile)).fetchone()[0]
+        conn.execute("select jobs.fail(id, claim, %s) from jobs.claim('w', array[%s])", (hostile, hostile))
+    for args in (["jobs"], ["show", str(job)], ["status"], ["doctor"], ["pause", hostile + "x"]):
+        _, out, err = pgjobs(dsn, *args)
+        for text in (out, err):
+            assert not any(0x7F <= ord(c) <= 0x9F or (ord(c) < 0x20 and c not in "\n") for c in text), (args, text)
+    _, out, _ = pgjobs(dsn, "--json", "show", str(job))
+    assert not any(0x7F <= ord(c) <= 0x9F for c in out)
+    doc = json.loads(out)
+    assert (doc["job"]["payload"]["p"], doc["job"]["last_error"], doc["job"]["queue"]) == (hostile, hostile, hostile)
+
+
+def test_it_connects_as_libpq_would(dsn):
+    """--dsn, else DATABASE_URL, else the PG* variables, which also complete a connection
+    string that leaves something out."""
+    params = dict(p.split("=", 1) for p in dsn.split())
+    base = {"PATH": os.environ["PATH"]}
+    pg = {"PGHOST": params["host"], "PGPORT": params["port"], "PGUSER": params["user"], "PGDATABASE": params["dbname"]}
+    url = f"postgres://{params['user']}@{params['host']}:{params['port']}/{params['dbname']}"
+    for env in (pg, {"DATABASE_URL": url}, {**pg, "PGDATABASE": "", "DATABASE_URL": f"dbname={params['dbname']}"}):
+        code, out, err = pgjobs(None, "--json", "status", env={**base, **env})
+        assert code == 0 and "queues" in json.loads(out), (env, err)
+    code, _, err = pgjobs(None, "status", env={**base, **pg, "PGPORT": "1"})
+    assert code == 2 and "cannot connect" in err and "DATABASE_URL" in err
+
+
+def test_a_monitor_reads_and_is_told_which_grant_acting_needs(jobs_db):
+    with psycopg.connect(jobs_db, autocommit=True) as conn:
+        conn.execute("drop role if exists cli_monitor")
+        conn.execute("create role cli_monitor login")
+        conn.execute("select jobs.grant_monitor('cli_monitor')")
+    try:
+        monitor = jobs_db + " user=cli_monitor"
+        assert pgjobs_json(monitor, "status")["queues"]
+        before = snapshot(jobs_db)
+        code, out, err = pgjobs(monitor, "requeue", "--all")
+        assert code in (1, 2) and "grant_admin" in out + err, (out, err)
+        assert snapshot(jobs_db) == before
+        doc = {c["check"]: c for c in pgjobs_json(monitor, "doctor")}
+        assert doc["grants"]["ok"] is False and "grant_admin('cli_monitor')" in doc["grants"]["fix"]
+        # Without pg_read_all_stats a role sees no other process: doctor says it cannot tell.
+        assert doc["preload"]["ok"] is True
+        for check in ("sweeper", "long transactions"):
+            assert doc[check]["ok"] is None and "GRANT pg_read_all_stats TO it" in doc[check]["unknown"]
+        assert doc["queues"]["ok"] is None and "grant_admin" in doc["queues"]["unknown"]  # reads jobs.jobs
+    finally:
+        with psycopg.connect(jobs_db, autocommit=True) as conn:
+            conn.execute("drop owned by cli_monitor cascade")
+            conn.execute("drop role cli_monitor")
+
+
+def checks(dsn, *args):
+    """doctor's answer: exit status and each check by name."""
+    code, out, err = pgjobs(dsn, "--json", "doctor", *args)
+    assert code in (0, 1), err
+    return code, {c["check"]: c for c in json.loads(out)}
+
+
+def test_doctor_finds_a_pending_upgrade(server_dsn):
+    from clusters import database
+    with database(server_dsn, "t_", "drop extension pg_jobs; create extension pg_jobs version '0.1.0'") as (_, db):
+        code, found = checks(db)
+        assert code == 1 and found["upgrade"]["ok"] is False
+        assert "0.1.0" in found["upgrade"]["problem"] and "ALTER EXTENSION pg_jobs UPDATE" in found["upgrade"]["fix"]
+        assert "queues" not in found  # (read after the upgrade)
+        one(db, "alter extension pg_jobs update")
+        assert checks(db)[1]["upgrade"]["ok"] is True
+
+
+def test_doctor_finds_a_long_transaction_and_no_sweeper_here(jobs_db):
+    # The test cluster sweeps only the database named by pg_jobs.database_name (tests/cluster.conf).
+    code, found = checks(jobs_db, "--ready-age", "1 day")
+    assert found["sweeper"]["ok"] is False and "pg_jobs.database_name is 'postgres'" in found["sweeper"]["problem"]
+    assert found["long transactions"]["ok"] is True
+    with psycopg.connect(jobs_db) as idle:
+        pid = idle.execute("select pg_backend_pid()").fetchone()[0]
+        idle.execute("select txid_current()")  # and idles in its transaction
+        time.sleep(1.2)
+        code, found = checks(jobs_db, "--transaction-age", "1 second")
+        assert code == 1 and f"pid {pid}" in found["long transactions"]["problem"]
+        assert "idle_in_transaction_session_timeout" in found["long transactions"]["fix"]
+    assert checks(jobs_db, "--transaction-age", "1 second")[1]["long transactions"]["ok"] is True
+
+
+def test_doctor_finds_a_paused_queue_a_waiting_one_and_lapsed_leases(jobs_db):
+    assert checks(jobs_db, "--ready-age", "1 day")[1]["queues"]["ok"] is True
+    one(jobs_db, "select jobs.pause_queue('default')")
+    code, out, _ = pgjobs(jobs_db, "doctor", "--ready-age", "1 day")
+    assert code == 1 and "queue default is paused with 1 ready job(s)" in out and "pgjobs resume default" in out
+    one(jobs_db, "select jobs.resume_queue('default')")
+    time.sleep(1.1)
+    code, out, _ = pgjobs(jobs_db, "doctor", "--ready-age", "1 second")
+    assert "queue default: its oldest ready job has waited" in out
+    one(jobs_db, "update jobs_data.jobs set lease_expires_at = now() - interval '2 minutes' where state = 'running'")
+    code, out, _ = pgjobs(jobs_db, "doctor", "--ready-age", "1 day")
+    assert "queue reports: 1 running job(s) whose lease ended over a minute ago" in out
+
+
+def test_doctor_without_preload_says_what_is_missing_and_how_to_preload():
+    with own_cluster("pg_jobs-cli.", PORT, "shared_preload_libraries = ''\n") as s:
+        one(s["dsn"], "create extension pg_jobs")
+        code, found = checks(s["dsn"])
+        assert code == 1 and found["preload"]["ok"] is False
+        assert "shared_preload_libraries = 'pg_jobs'" in found["preload"]["fix"]
+        assert "jobs.sweep()" in found["preload"]["fix"]
+        assert "sweeper" not in found  # (the preload problem says it)
+        code, out, _ = pgjobs(s["dsn"], "status")
+        assert code == 0 and "they need shared_preload_libraries" in out
