@@ -37,7 +37,8 @@ if [ $demo = 0 ]; then
              golang-go golang-github-lib-pq-dev  # the Go example worker, from Debian
              pgbouncer  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
              # tests/test_languages.py: docs/LANGUAGES.md's Java, Go, Ruby and Perl programs
-             default-jdk-headless libpostgresql-jdbc-java golang-github-jackc-pgx-v4-dev ruby-pg libdbd-pg-perl)
+             default-jdk-headless libpostgresql-jdbc-java golang-github-jackc-pgx-v4-dev ruby-pg libdbd-pg-perl
+             chromium chromium-driver)  # tests/test_ui.py: the dashboard in a headless browser (Selenium)
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -71,13 +72,13 @@ if [ $demo = 1 ]; then
     say "pip install psycopg into .venv"
     step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3'
   fi
-elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks, asyncpg, opentelemetry.sdk' 2>/dev/null ||
+elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks, asyncpg, opentelemetry.sdk, selenium' 2>/dev/null ||
    ! .venv/bin/python -m ruff --version >/dev/null 2>&1; then
-  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy, Django, asyncpg and OpenTelemetry into .venv"
+  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy, Django, asyncpg, OpenTelemetry and Selenium into .venv"
   step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9' \
     'hypothesis>=6,<7' 'ruff>=0.6,<1' 'mypy>=1.10,<2' 'prometheus-client>=0.17,<1' 'sqlalchemy[asyncio]>=2,<3' \
     'django>=5.2,<5.3' 'django-tasks>=0.12,<0.13' 'asyncpg>=0.29,<1' 'opentelemetry-api>=1.20,<2' \
-    'opentelemetry-sdk>=1.20,<2'
+    'opentelemetry-sdk>=1.20,<2' 'selenium>=4.20,<5'
 fi
 if ! .venv/bin/python -c 'import pg_jobs' 2>/dev/null; then
   say "pip install -e clients/python (the Python library, for its tests and the conformance suite)"

@@ -8,6 +8,7 @@ $PGJOBS_BIN.
 
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -300,7 +301,8 @@ def test_doctor_finds_a_paused_queue_a_waiting_one_and_lapsed_leases(jobs_db):
     time.sleep(1.1)
     code, out, _ = pgjobs(jobs_db, "doctor", "--ready-age", "1 second")
     assert "queue default: its oldest ready job has waited" in out
-    one(jobs_db, "update jobs_data.jobs set lease_expires_at = now() - interval '2 minutes' where state = 'running'")
+    one(jobs_db, "update jobs_data.jobs set lease_expires_at = now() - interval '2 minutes', "
+                 "lease_scan_at = now() - interval '2 minutes' where state = 'running'")
     code, out, _ = pgjobs(jobs_db, "doctor", "--ready-age", "1 day")
     assert "queue reports: 1 running job(s) whose lease ended over a minute ago" in out
 
@@ -315,3 +317,51 @@ def test_doctor_without_preload_says_what_is_missing_and_how_to_preload():
         assert "sweeper" not in found  # (the preload problem says it)
         code, out, _ = pgjobs(s["dsn"], "status")
         assert code == 0 and "they need shared_preload_libraries" in out
+
+
+def test_every_command_and_page_walks_indexes_with_a_million_finished_jobs(dsn):
+    """1M completed jobs, 1,000 dead and 100k ready ones in 10 queues: the plans of every
+    statement `pgjobs` and the dashboard run (auto_explain, at NOTICE, which both print as psql
+    does) read no table of jobs from end to end. Each command's time is printed (pytest -s)."""
+    from test_ui import request, ui
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts, attempt,
+                                      payload, enqueued_at, created_at, updated_at, finished_at, last_error, tenant_id)
+               select gen_random_uuid(), gen_random_uuid(),
+                      case when g <= 1001000 then 'report' else 'send_email' end,
+                      'q' || (g % 10), s.state, 0, now() - make_interval(secs => g), 25, 1, '{"n": 1}',
+                      now() - make_interval(secs => g), now(), now(),
+                      case when s.state <> 'ready' then now() - make_interval(secs => g) end,
+                      case when s.state = 'dead' then 'smtp timeout ' || (g % 10) end, 't' || (g % 100)
+               from generate_series(1, 1101000) as g
+               cross join lateral (select case when g <= 1000000 then 'completed' when g <= 1001000 then 'dead'
+                                               else 'ready' end::jobs.job_state as state) as s""")
+        conn.execute("vacuum analyze jobs_data.jobs")
+        job = conn.execute("select id::text from jobs.jobs where state = 'dead' limit 1").fetchone()[0]
+    explain = (" options='-c session_preload_libraries=auto_explain -c auto_explain.log_min_duration=0"
+               " -c auto_explain.log_nested_statements=on -c auto_explain.log_level=notice'")
+    plans = []
+    for args in (["status"], ["jobs"], ["jobs", "--state", "dead"], ["jobs", "--queue", "q3", "--state", "ready"],
+                 ["jobs", "--name", "send_email", "--state", "ready", "--limit", "5"],
+                 ["jobs", "--state", "dead", "--error", "smtp timeout 3"], ["show", job],
+                 ["requeue", "--state", "dead", "--error-like", "timeout 3", "--dry-run"],
+                 ["doctor", "--ready-age", "100 years"]):
+        started = time.monotonic()
+        code, out, err = pgjobs(dsn + explain, *args)
+        slowest = max((float(ms) for ms in re.findall(r"duration: ([0-9.]+) ms", err)), default=0)
+        print(f"pgjobs {' '.join(args)}: {1000 * (time.monotonic() - started):.0f} ms, slowest statement {slowest:.0f} ms")
+        assert code in (0, 1), err
+        assert "Query Text" in err
+        plans.append((" ".join(args), err))
+    served = []
+    with ui(dsn + explain, log=served) as base:
+        for path in ("/", "/jobs", "/jobs?state=dead&queue=q3", f"/jobs/{job}", "/dead", "/jobs?queue=q5&state=ready"):
+            started = time.monotonic()
+            assert request(base, "GET", path)[0] == 200, path
+            print(f"GET {path}: {1000 * (time.monotonic() - started):.0f} ms")
+    plans.append(("ui", served[0]))  # (the server's notices: its standard error)
+    for what, err in plans:
+        scans = re.findall(r"(?:Parallel )?Seq Scan on jobs\b.*", err)
+        assert not scans, f"pgjobs {what}: {scans}\n{err}"

@@ -85,12 +85,37 @@ pub async fn connect(dsn: Option<&str>) -> Result<Client> {
             crate::output::describe(&e)
         )
     })?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            eprintln!("pgjobs: the connection ended: {e}");
-        }
-    });
+    tokio::spawn(drive(connection));
+    // Short index walks: a JIT compile would cost more than it saves.
+    client
+        .batch_execute("set jit = off")
+        .await
+        .map_err(|e| anyhow::anyhow!(crate::output::describe(&e)))?;
     Ok(client)
+}
+
+/// Runs a connection until it ends, printing the server's notices and warnings on standard
+/// error as psql does (each line made visible: they may quote anyone's data).
+pub async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use futures_util::StreamExt;
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(message) = messages.next().await {
+        match message {
+            Ok(tokio_postgres::AsyncMessage::Notice(n)) => {
+                let lines: Vec<String> = n.message().lines().map(crate::output::visible).collect();
+                eprintln!("{}:  {}", n.severity(), lines.join("\n"));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("pgjobs: the connection ended: {e}");
+                break;
+            }
+        }
+    }
 }
 
 /// The password for this connection's first host, port, database and user from the password

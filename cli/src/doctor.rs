@@ -229,10 +229,12 @@ pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool>
             "select row_to_json(x) from (
                select s.queue, s.paused, s.ready, date_trunc('second', s.oldest_ready_age) as oldest_ready,
                       l.lapsed
-               from jobs.queue_stats() as s
+               from jobs.queue_stats as s  -- (the view computes only the columns read)
                cross join lateral (
+                 -- jobs_lease_idx: a running job's lease_scan_at is at most its lease's end
                  select count(*) as lapsed from jobs.jobs as j
                  where j.queue = s.queue and j.state = 'running'
+                   and j.lease_scan_at < jobs.clock() - interval '1 minute'
                    and j.lease_expires_at < jobs.clock() - interval '1 minute') as l
                where s.ready > 0 and s.paused or s.oldest_ready_age > $1::text::interval
                   or l.lapsed > 0) as x",

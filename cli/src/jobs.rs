@@ -1,6 +1,7 @@
-//! `pgjobs jobs`, `pgjobs show` and the bulk actions (`requeue`, `cancel`, `promote`), each
-//! through the `jobs.*` view and functions, so the engine decides and refuses as it does for
-//! any caller.
+//! Jobs: listed by filter, one job in full, and the bulk actions (`requeue`, `cancel`,
+//! `promote`), each through the `jobs.*` views and functions, so the engine decides and refuses
+//! as it does for any caller. The command line (`pgjobs jobs`, `show`, the actions) prints
+//! what these answer; the dashboard renders it.
 
 use crate::filter::{Filters, Where};
 use crate::output::{self, Row};
@@ -8,20 +9,20 @@ use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 
-/// The columns a listing shows, newest job first (ids are UUIDv7: time-ordered).
+/// The columns a listing shows.
 const LISTED: &str = "select row_to_json(x) from (
   select j.id, j.name, j.queue, j.state, j.attempt || '/' || j.max_attempts as attempts,
          j.priority, date_trunc('second', j.run_at) as run_at,
          date_trunc('second', j.finished_at) as finished_at, j.tenant_id as tenant, j.last_error
   from jobs.jobs as j";
 
-pub async fn list(
+/// A page of jobs, newest first (ids are UUIDv7: in enqueue order), older than `before`.
+pub async fn page(
     client: &Client,
     filters: &Filters,
     limit: i64,
     before: Option<&str>,
-    json: bool,
-) -> Result<()> {
+) -> Result<Vec<Row>> {
     let mut w = filters.conditions(None);
     if let Some(id) = before {
         w.add("j.id < $?::text::uuid", Box::new(id.to_string()));
@@ -31,7 +32,17 @@ pub async fn list(
         "{LISTED}{} order by j.id desc limit {limit_param}) as x",
         w.sql()
     );
-    let rows = output::rows(client, &sql, &w.refs()).await?;
+    output::rows(client, &sql, &w.refs()).await
+}
+
+pub async fn list(
+    client: &Client,
+    filters: &Filters,
+    limit: i64,
+    before: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    let rows = page(client, filters, limit, before).await?;
     if json {
         println!(
             "{}",
@@ -52,13 +63,22 @@ pub async fn list(
     Ok(())
 }
 
-pub async fn show(client: &Client, id: &str, json: bool) -> Result<bool> {
+/// One job in full (but its claim token, a worker's fence: nothing an operator needs): its row, its attempts that did not complete, its run's steps, and its
+/// descendants (children first, to `depth` levels and at most 500, each with its parent_id).
+pub struct Detail {
+    pub job: Row,
+    pub attempts: Vec<Row>,
+    pub steps: Vec<Row>,
+    pub children: Vec<Row>,
+}
+
+pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Detail>> {
     let job = output::rows(
         client,
         "select row_to_json(x) from (
            select j.id, j.run_id, j.name, j.queue, j.state, j.attempt, j.max_attempts, j.priority,
                   j.tenant_id, j.idempotency_key, j.concurrency_key, j.parent_id,
-                  j.claimed_by, j.claim, date_trunc('second', j.enqueued_at) as enqueued_at,
+                  j.claimed_by, date_trunc('second', j.enqueued_at) as enqueued_at,
                   date_trunc('second', j.run_at) as run_at,
                   date_trunc('second', j.claimed_at) as claimed_at,
                   date_trunc('second', j.lease_expires_at) as lease_expires_at,
@@ -71,7 +91,7 @@ pub async fn show(client: &Client, id: &str, json: bool) -> Result<bool> {
     )
     .await?;
     let Some(job) = job.into_iter().next() else {
-        bail!("no job has id {id}\n  fix: check the id; finished jobs are deleted after their retention period");
+        return Ok(None);
     };
     let attempts = output::rows(
         client,
@@ -92,23 +112,45 @@ pub async fn show(client: &Client, id: &str, json: bool) -> Result<bool> {
         &[&id],
     )
     .await?;
+    // Each level by jobs_children_idx; bounded in depth and count whatever the tree holds.
     let children = output::rows(
         client,
-        "select row_to_json(x) from (
-           select c.id, c.name, c.state, c.attempt || '/' || c.max_attempts as attempts, c.last_error
-           from jobs.jobs as c where c.parent_id = $1::text::uuid order by c.id) as x",
-        &[&id],
+        "with recursive tree as (
+           (select c.id, c.parent_id, c.name, c.state, c.attempt, c.max_attempts, c.last_error, 1 as depth
+            from jobs.jobs as c where c.parent_id = $1::text::uuid order by c.id limit 500)
+           union all
+           select c.id, c.parent_id, c.name, c.state, c.attempt, c.max_attempts, c.last_error, t.depth + 1
+           from tree as t join jobs.jobs as c on c.parent_id = t.id
+           where t.depth < $2 and c.parent_id is not null)  -- (jobs_children_idx's predicate)
+         select row_to_json(x) from (
+           select t.id, t.parent_id, t.name, t.state, t.attempt || '/' || t.max_attempts as attempts,
+                  t.last_error, t.depth
+           from tree as t order by t.depth, t.id limit 500) as x",
+        &[&id, &depth],
     )
     .await?;
+    Ok(Some(Detail {
+        job,
+        attempts,
+        steps,
+        children,
+    }))
+}
+
+pub async fn show(client: &Client, id: &str, json: bool) -> Result<bool> {
+    let Some(d) = detail(client, id, 1).await? else {
+        bail!("no job has id {id}\n  fix: check the id; finished jobs are deleted after their retention period");
+    };
     if json {
-        let all = json!({"job": job, "attempts": attempts, "steps": steps, "children": children});
+        let all =
+            json!({"job": d.job, "attempts": d.attempts, "steps": d.steps, "children": d.children});
         println!("{}", output::json(&all));
     } else {
-        println!("{}", output::fields(&job));
+        println!("{}", output::fields(&d.job));
         for (title, rows) in [
-            ("attempts that did not complete", &attempts),
-            ("steps", &steps),
-            ("children", &children),
+            ("attempts that did not complete", &d.attempts),
+            ("steps", &d.steps),
+            ("children", &d.children),
         ] {
             println!("\n{title}:\n{}", output::table(rows, 60));
         }
@@ -117,7 +159,7 @@ pub async fn show(client: &Client, id: &str, json: bool) -> Result<bool> {
 }
 
 /// A bulk action: the engine function it calls per job and the states it takes a job from.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     Requeue,
     Cancel,
@@ -125,104 +167,116 @@ pub enum Action {
 }
 
 impl Action {
-    fn states(self) -> &'static [&'static str] {
+    pub fn parse(s: &str) -> Option<Action> {
+        match s {
+            "requeue" => Some(Action::Requeue),
+            "cancel" => Some(Action::Cancel),
+            "promote" => Some(Action::Promote),
+            _ => None,
+        }
+    }
+    pub fn states(self) -> &'static [&'static str] {
         match self {
             Action::Requeue => &["completed", "failed", "dead", "cancelled"],
             Action::Cancel => &["ready", "delayed", "running", "suspended"],
             Action::Promote => &["delayed", "suspended"],
         }
     }
-    fn verb(self) -> &'static str {
+    pub fn verb(self) -> &'static str {
         match self {
             Action::Requeue => "requeue",
             Action::Cancel => "cancel",
             Action::Promote => "promote",
         }
     }
+    pub fn done(self) -> &'static str {
+        match self {
+            Action::Requeue => "requeued",
+            Action::Cancel => "cancelled",
+            Action::Promote => "promoted",
+        }
+    }
 }
 
-pub struct ActArgs<'a> {
+/// Which jobs an action takes: ids, or the filters (or every job, `all`), at most `limit`.
+pub struct Selection<'a> {
     pub ids: &'a [String],
     pub filters: &'a Filters,
     pub all: bool,
     pub limit: Option<i64>,
-    pub dry_run: bool,
-    pub from_step: Option<&'a str>,
-    pub json: bool,
 }
 
-/// Selects the jobs (the ids given, or the filter narrowed to the states the action takes),
-/// lists them with --dry-run, else calls the action's function for each and prints what
-/// changed and what the engine refused. Answers whether every job selected changed.
-pub async fn act(client: &Client, action: Action, a: ActArgs<'_>) -> Result<bool> {
+/// The jobs the action would take: the ids given (each must exist), or the filter narrowed to
+/// the states the action takes. Refuses an empty selection, ids with filters, and a --state
+/// the action cannot take; changes nothing.
+pub async fn select(client: &Client, action: Action, s: &Selection<'_>) -> Result<Vec<Row>> {
     let verb = action.verb();
-    if !a.ids.is_empty() && (!a.filters.is_empty() || a.all) {
+    if !s.ids.is_empty() && (!s.filters.is_empty() || s.all) {
         bail!("{verb}: pass job ids or filters, not both");
     }
-    if a.ids.is_empty() && a.filters.is_empty() && !a.all {
-        bail!("{verb}: no jobs selected\n  fix: name job ids, or filter (--queue, --state, --name, --tenant, --since, --error-like), or pass --all for every job it can take");
+    if s.ids.is_empty() && s.filters.is_empty() && !s.all {
+        bail!("{verb}: no jobs selected\n  fix: name job ids, or filter (--queue, --state, --name, --tenant, --since, --error-like, --text), or pass --all for every job it can take");
     }
-    if !a.filters.state.is_empty()
-        && a.filters
+    if !s.filters.state.is_empty()
+        && s.filters
             .state
             .iter()
-            .all(|s| !action.states().contains(&s.as_str()))
+            .all(|st| !action.states().contains(&st.as_str()))
     {
         bail!(
             "{verb}: takes jobs that are {} only; --state {} selects none",
             action.states().join(", "),
-            a.filters.state.join(",")
+            s.filters.state.join(",")
         );
     }
-    let mut w = if a.ids.is_empty() {
-        a.filters.conditions(Some(action.states()))
+    let mut w = if s.ids.is_empty() {
+        s.filters.conditions(Some(action.states()))
     } else {
         let mut w = Where::default();
-        w.add("j.id = any($?::text[]::uuid[])", Box::new(a.ids.to_vec()));
+        w.add("j.id = any($?::text[]::uuid[])", Box::new(s.ids.to_vec()));
         w
     };
-    if matches!(action, Action::Promote) && a.ids.is_empty() {
+    if action == Action::Promote && s.ids.is_empty() {
         // A suspended job waiting for an event or its children is not promotable (jobs.promote).
         w.conditions
             .push("(j.state <> 'suspended' or j.wait_event is null)".into());
     }
-    let limit = match a.limit {
+    let limit = match s.limit {
         Some(n) => format!(" limit {}", w.param(Box::new(n))),
         None => String::new(),
     };
     let sql = format!("{LISTED}{} order by j.id{limit}) as x", w.sql());
     let selected = output::rows(client, &sql, &w.refs()).await?;
-    if a.ids.len() > selected.len() {
+    if s.ids.len() > selected.len() {
         let found: Vec<&str> = selected
             .iter()
             .filter_map(|r| r.get("id").and_then(Value::as_str))
             .collect();
-        let missing: Vec<&String> = a
+        let missing: Vec<&str> = s
             .ids
             .iter()
-            .filter(|id| !found.contains(&id.as_str()))
+            .map(String::as_str)
+            .filter(|id| !found.contains(id))
             .collect();
-        bail!("{verb}: no job has id {}\n  fix: check the ids; finished jobs are deleted after their retention period",
-              missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
+        bail!(
+            "{verb}: no job has id {}\n  fix: check the ids; finished jobs are deleted after their retention period",
+            missing.join(", ")
+        );
     }
-    if a.dry_run {
-        if a.json {
-            println!(
-                "{}",
-                output::json(&json!({"would": verb, "jobs": selected}))
-            );
-        } else {
-            println!(
-                "{}\nwould {verb} {} job(s); run it without --dry-run to do it",
-                output::table(&selected, 60),
-                selected.len()
-            );
-        }
-        return Ok(true);
-    }
-    let mut changed: Vec<Row> = Vec::new();
-    let mut refused: Vec<Row> = Vec::new();
-    for job in selected {
+    Ok(selected)
+}
+
+/// Calls the action's function for each job, each on its own: the jobs changed, and those the
+/// engine refused (id and the engine's message, hint and code).
+pub async fn apply(
+    client: &Client,
+    action: Action,
+    jobs: Vec<Row>,
+    from_step: Option<&str>,
+) -> (Vec<Row>, Vec<Row>) {
+    let mut changed = Vec::new();
+    let mut refused = Vec::new();
+    for job in jobs {
         let id = job
             .get("id")
             .and_then(Value::as_str)
@@ -233,7 +287,7 @@ pub async fn act(client: &Client, action: Action, a: ActArgs<'_>) -> Result<bool
                 client
                     .execute(
                         "select jobs.requeue($1::text::uuid, $2::text)",
-                        &[&id, &a.from_step],
+                        &[&id, &from_step],
                     )
                     .await
             }
@@ -258,12 +312,39 @@ pub async fn act(client: &Client, action: Action, a: ActArgs<'_>) -> Result<bool
             }
         }
     }
-    let done = match action {
-        Action::Requeue => "requeued",
-        Action::Cancel => "cancelled",
-        Action::Promote => "promoted",
-    };
-    if a.json {
+    (changed, refused)
+}
+
+/// The command line's bulk action: lists the selection with --dry-run, else applies it and
+/// prints what changed and what was refused. Answers whether every job selected changed.
+pub async fn act(
+    client: &Client,
+    action: Action,
+    s: Selection<'_>,
+    dry_run: bool,
+    from_step: Option<&str>,
+    json: bool,
+) -> Result<bool> {
+    let verb = action.verb();
+    let selected = select(client, action, &s).await?;
+    if dry_run {
+        if json {
+            println!(
+                "{}",
+                output::json(&json!({"would": verb, "jobs": selected}))
+            );
+        } else {
+            println!(
+                "{}\nwould {verb} {} job(s); run it without --dry-run to do it",
+                output::table(&selected, 60),
+                selected.len()
+            );
+        }
+        return Ok(true);
+    }
+    let (changed, refused) = apply(client, action, selected, from_step).await;
+    let done = action.done();
+    if json {
         println!(
             "{}",
             output::json(&json!({ done: changed, "refused": refused }))

@@ -9,6 +9,7 @@ mod jobs;
 mod output;
 mod queues;
 mod status;
+mod ui;
 
 use clap::{Args, Parser, Subcommand};
 use filter::Filters;
@@ -96,6 +97,20 @@ enum Command {
     Resume { queue: String },
     /// The recurring schedules, with their last and next slot
     Schedules,
+    /// The web dashboard: queues live, jobs by filter, a job's attempts, steps and children,
+    /// dead letters by error, bulk actions, schedules
+    Ui {
+        /// Address and port to listen on; another than loopback needs --token
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
+        listen: String,
+        /// Show everything, act on nothing
+        #[arg(long)]
+        read_only: bool,
+        /// Required of every request (a ?token= link, a cookie, or Authorization: Bearer);
+        /// also read from PGJOBS_UI_TOKEN
+        #[arg(long, env = "PGJOBS_UI_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
     /// Find what is wrong (preload, sweeper, pending upgrade, long transactions, stuck queues,
     /// bloat, grants), each with its fix; exits 1 when something is
     Doctor {
@@ -109,6 +124,19 @@ enum Command {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<bool> {
+    if let Command::Ui {
+        listen,
+        read_only,
+        token,
+    } = &cli.command
+    {
+        let opts = ui::Options {
+            listen: listen.clone(),
+            read_only: *read_only,
+            token: token.clone(),
+        };
+        return ui::serve(cli.dsn.as_deref(), opts).await.map(|_| true);
+    }
     let client = connect::connect(cli.dsn.as_deref()).await?;
     let json = cli.json;
     let bulk = |b: &Bulk, from_step: Option<String>| {
@@ -146,6 +174,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 .map(|_| true)
         }
         Command::Schedules => return queues::schedules(&client, json).await.map(|_| true),
+        Command::Ui { .. } => unreachable!("served above"),
         Command::Doctor {
             transaction_age,
             ready_age,
@@ -163,16 +192,21 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Promote { bulk: b } => (jobs::Action::Promote, bulk(b, None)),
     };
     let (ids, filters, all, limit, dry_run, from_step) = args;
-    let a = jobs::ActArgs {
+    let selection = jobs::Selection {
         ids: &ids,
         filters: &filters,
         all,
         limit,
-        dry_run,
-        from_step: from_step.as_deref(),
-        json,
     };
-    jobs::act(&client, action, a).await
+    jobs::act(
+        &client,
+        action,
+        selection,
+        dry_run,
+        from_step.as_deref(),
+        json,
+    )
+    .await
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,284 @@
+//! `pgjobs ui`: the dashboard. Server-rendered HTML (every value escaped by maud), one small
+//! script of its own for live updates (server-sent events), every asset served by the binary.
+//!
+//! Security: it listens on the loopback address unless told otherwise, and then only with a
+//! token; `--read-only` renders no action and refuses every POST; every action is a POST that
+//! carries this process's CSRF token and, when the browser sends one, an Origin of this host.
+//! It reaches the database as the role it connects as, through the `jobs` functions and
+//! views: what that role may not do, the page says, with the grant that would allow it.
+
+mod live;
+mod pages;
+mod render;
+
+use anyhow::{bail, Context, Result};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::{broadcast, Mutex};
+use tokio_postgres::{Client, Config, NoTls};
+
+pub struct Options {
+    pub listen: String,
+    pub read_only: bool,
+    pub token: Option<String>,
+}
+
+/// What every request shares.
+pub struct App {
+    config: Config,
+    db: Mutex<Option<Arc<Client>>>,
+    read_only: bool,
+    token: Option<String>,
+    /// Forms carry it; a POST without it is refused (another site cannot read it).
+    csrf: String,
+    history: std::sync::Mutex<live::History>,
+    /// Each queue's finished counts and when they were read (pages::finished_counts).
+    finished: std::sync::Mutex<
+        Option<(
+            std::time::Instant,
+            std::collections::HashMap<String, crate::output::Row>,
+        )>,
+    >,
+    /// The payloads of `pg_jobs_dead` notifications, for the live overview.
+    deaths: broadcast::Sender<String>,
+}
+
+impl App {
+    /// The shared connection, made again when it was lost.
+    async fn db(&self) -> Result<Arc<Client>> {
+        let mut held = self.db.lock().await;
+        if let Some(c) = held.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let (client, connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect: {}", crate::output::describe(&e)))?;
+        tokio::spawn(crate::connect::drive(connection));
+        // A page never waits long: not on a lock another role's statement queued on a view
+        // (docs/SECURITY.md), nor on a search that reads too much; it says so and the next
+        // refresh tries again. No JIT: it compiled for 50-100 ms per page to save less. Index
+        // walks, as the engine's own functions take them: with a million finished rows the
+        // planner chose to read the whole table for a count the index answers.
+        client
+            .batch_execute(
+                "set lock_timeout = '2s'; set statement_timeout = '15s'; set jit = off; set enable_seqscan = off",
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!(crate::output::describe(&e)))?;
+        let client = Arc::new(client);
+        *held = Some(client.clone());
+        Ok(client)
+    }
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Equal in time whatever the contents (a token compared byte by byte would tell how much of
+/// a guess was right).
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
+    let addr: SocketAddr = opts.listen.parse().with_context(|| {
+        format!(
+            "--listen {}: not an address and port, e.g. 127.0.0.1:8080",
+            opts.listen
+        )
+    })?;
+    if !addr.ip().is_loopback() && opts.token.is_none() {
+        bail!(
+            "refusing to listen on {addr} without --token: anyone who can reach it could act on your jobs\n  \
+             fix: pass --token (at least 16 letters, digits, - or _), or listen on 127.0.0.1"
+        );
+    }
+    if let Some(t) = &opts.token {
+        if t.len() < 16
+            || !t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            bail!("--token must be at least 16 letters, digits, - or _");
+        }
+    }
+    let config = crate::connect::config(dsn)?;
+    let (deaths, _) = broadcast::channel(64);
+    let app = Arc::new(App {
+        config,
+        db: Mutex::new(None),
+        read_only: opts.read_only,
+        token: opts.token,
+        csrf: random_hex(32)?,
+        history: std::sync::Mutex::new(live::History::default()),
+        finished: std::sync::Mutex::new(None),
+        deaths,
+    });
+    app.db().await?; // fail at the start, not at the first page, when the database is unreachable
+    tokio::spawn(live::sample(app.clone()));
+    tokio::spawn(live::listen(app.clone()));
+    let router = Router::new()
+        .route("/", get(pages::overview))
+        .route("/live", get(live::events))
+        .route("/jobs", get(pages::jobs))
+        .route("/jobs/{id}", get(pages::job))
+        .route("/dead", get(pages::dead))
+        .route("/schedules", get(pages::schedules))
+        .route("/types", get(pages::types))
+        .route("/act", post(pages::act))
+        .route("/queues/{queue}/{op}", post(pages::queue_op))
+        .route("/schedules/{name}/{op}", post(pages::schedule_op))
+        .route(
+            "/static/app.css",
+            get(|| async { asset("text/css", include_str!("assets/app.css")) }),
+        )
+        .route(
+            "/static/app.js",
+            get(|| async { asset("text/javascript", include_str!("assets/app.js")) }),
+        )
+        .layer(middleware::from_fn_with_state(app.clone(), guard))
+        .with_state(app);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    eprintln!("pgjobs ui: listening on http://{addr}/");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, kind),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Every request: the token when one is set (a `?token=` link sets a cookie and is redirected
+/// to the page without it), a POST's origin and the read-only mode; every response: headers
+/// that keep the pages out of frames and allow no script, style or connection but its own.
+async fn guard(State(app): State<Arc<App>>, request: Request<Body>, next: Next) -> Response {
+    let mut response = match check(&app, &request) {
+        Err(refused) => refused,
+        Ok(Some(redirect)) => redirect,
+        Ok(None) => next.run(request).await,
+    };
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "same-origin"), // (no-referrer makes a browser send Origin: null)
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+#[allow(clippy::result_large_err)]
+fn check(app: &App, request: &Request<Body>) -> std::result::Result<Option<Response>, Response> {
+    if let Some(token) = &app.token {
+        let query_token = request.uri().query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "token")
+                .map(|(_, v)| v.into_owned())
+        });
+        if let Some(given) = query_token {
+            if !same(&given, token) {
+                return Err(refuse(StatusCode::UNAUTHORIZED, "wrong token"));
+            }
+            let cookie = format!("pgjobs_token={token}; HttpOnly; SameSite=Strict; Path=/");
+            let mut r = Redirect::to(request.uri().path()).into_response();
+            r.headers_mut().insert(
+                header::SET_COOKIE,
+                HeaderValue::from_str(&cookie).expect("a token of safe characters"),
+            );
+            return Ok(Some(r));
+        }
+        if !presented(request.headers(), token) {
+            return Err(refuse(
+                StatusCode::UNAUTHORIZED,
+                "this dashboard needs its token: open the link pgjobs ui printed (…/?token=…), or send Authorization: Bearer",
+            ));
+        }
+    }
+    if request.method() == Method::POST {
+        if app.read_only {
+            return Err(refuse(
+                StatusCode::FORBIDDEN,
+                "read-only: this dashboard was started with --read-only",
+            ));
+        }
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok());
+        if let Some(origin) = request
+            .headers()
+            .get(header::ORIGIN)
+            .and_then(|o| o.to_str().ok())
+        {
+            let from_here = host.is_some_and(|h| {
+                origin == format!("http://{h}") || origin == format!("https://{h}")
+            });
+            if !from_here {
+                return Err(refuse(
+                    StatusCode::FORBIDDEN,
+                    "refused: the request came from another site",
+                ));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn presented(headers: &HeaderMap, token: &str) -> bool {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| same(t, token));
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix("pgjobs_token="))
+        .any(|t| same(t, token));
+    bearer || cookie
+}
+
+fn refuse(status: StatusCode, why: &str) -> Response {
+    (status, render::message_page("Refused", why)).into_response()
+}

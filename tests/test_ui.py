@@ -1,0 +1,356 @@
+"""`pgjobs ui`, the dashboard: its refusals over HTTP (a token off localhost, CSRF, another
+site's form, read-only, a role without the grant), escaping of hostile payloads, errors and
+names in every page and in the live events, and each page and action in headless Chromium
+(Debian's chromium and chromium-driver, driven by Selenium): the overview updating live, pause
+and resume, filtering and paging, a job's children followed, a dead job requeued by its group
+and completed by a worker. Screenshots of each page go to $PGJOBS_SCREENSHOTS
+(target/screenshots); docs/screenshots holds the current ones.
+
+How the guards were checked to fail: with the CSRF comparison made to accept anything, the
+CSRF test changed the queue; with the listen check removed, the server started on 0.0.0.0
+without a token; with maud's escaping bypassed (PreEscaped around a cell), the escaping test
+found the raw <script> in /jobs.
+"""
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+
+import psycopg
+import pytest
+
+from clusters import ROOT
+from polling import eventually, one
+from test_cli import BIN, snapshot
+
+PORT = int(os.environ.get("PG_JOBS_UI_PORT", "54446"))
+SHOTS = os.environ.get("PGJOBS_SCREENSHOTS", os.path.join(ROOT, "target/screenshots"))
+HOSTILE = '"><img src=x onerror=alert(1)><script>alert(2)</script>'
+
+
+@contextlib.contextmanager
+def ui(dsn, *args, port=PORT, log=None):
+    """`pgjobs ui` on this port until the block ends: its base URL. Its standard error (the
+    server's notices) is appended to `log` when it has stopped."""
+    if not os.path.exists(BIN):
+        pytest.fail(f"{BIN} is missing: cargo build -p pgjobs")
+    argv = [BIN, "--dsn", dsn, "ui"] + ([] if "--listen" in args else ["--listen", f"127.0.0.1:{port}"]) + list(args)
+    with tempfile.TemporaryFile("w+") as stderr:
+        server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    request(base, "GET", "/static/app.css")
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        stderr.seek(0)
+                        raise AssertionError(f"pgjobs ui did not start: {stderr.read()}") from None
+                    time.sleep(0.1)
+            yield base
+        finally:
+            server.terminate()
+            server.wait(10)
+            if log is not None:
+                stderr.seek(0)
+                log.append(stderr.read())
+
+
+def request(base, method, path, body=None, headers=None):
+    """(status, headers, body text) of one request."""
+    host, port = urllib.parse.urlsplit(base).netloc.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    data = urllib.parse.urlencode(body, doseq=True) if isinstance(body, (dict, list)) else body
+    hdrs = {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})}
+    conn.request(method, path, body=data, headers=hdrs)
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    return r.status, dict(r.getheaders()), text
+
+
+def csrf_of(base, path="/"):
+    status, _, text = request(base, "GET", path)
+    assert status == 200, text
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', text).group(1)
+
+
+@pytest.fixture
+def filled(dsn):
+    """Queues with hostile names, payloads and errors; 60 ready jobs in 'reports'; a parent with
+    children and a grandchild; two dead jobs of one error; a schedule."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue('report', jsonb_build_object('n', g), queue => 'reports') "
+                     "from generate_series(1, 60) as g")
+        conn.execute("select jobs.enqueue(%s, jsonb_build_object('x', %s::text), queue => %s, max_attempts => 1)",
+                     (HOSTILE, HOSTILE, HOSTILE))
+        conn.execute("select jobs.fail(id, claim, %s) from jobs.claim('w', array[%s])", (HOSTILE, HOSTILE))
+        for _ in range(2):
+            conn.execute("select jobs.enqueue('send_email', queue => 'mail', max_attempts => 1)")
+            conn.execute("select jobs.fail(id, claim, 'smtp timeout') from jobs.claim('w', array['mail'])")
+        conn.execute("select jobs.enqueue('parent', queue => 'tree')")
+        parent, claim = conn.execute("select id, claim from jobs.claim('w', array['tree'])").fetchone()
+        for key in ("a", "b"):
+            conn.execute("select jobs.spawn(%s, %s, jsonb_build_object('name', 'child', 'child_key', %s::text, "
+                         "'queue', 'tree-children'))", (parent, claim, key))
+        child, child_claim = conn.execute("select id, claim from jobs.claim('w', array['tree-children'])").fetchone()
+        conn.execute("select jobs.spawn(%s, %s, '{\"name\": \"grandchild\", \"child_key\": \"g\", "
+                     "\"queue\": \"tree-grandchildren\"}')", (child, child_claim))
+        conn.execute("select jobs.schedule(%s, '0 3 * * *', '{\"name\": \"report\"}')", ("nightly" + HOSTILE,))
+    return {"dsn": dsn, "parent": str(parent), "child": str(child)}
+
+
+def test_it_refuses_to_listen_beyond_localhost_without_a_token(dsn):
+    for args, said in [(["--listen", "0.0.0.0:%d" % PORT], "without --token"),
+                       (["--listen", "0.0.0.0:%d" % PORT, "--token", "short"], "at least 16")]:
+        run = subprocess.run([BIN, "--dsn", dsn, "ui", *args], capture_output=True, text=True, timeout=20)
+        assert run.returncode == 2 and said in run.stderr, run.stderr
+    token = "t0ken-of-the-test-1234"
+    with ui(dsn, "--listen", f"0.0.0.0:{PORT}", "--token", token) as base:
+        assert request(base, "GET", "/")[0] == 401
+        assert request(base, "GET", "/?token=wrong-wrong-wrong-wrong")[0] == 401
+        status, headers, _ = request(base, "GET", f"/jobs?token={token}")
+        assert status == 303 and headers["location"] == "/jobs" and "HttpOnly" in headers["set-cookie"]
+        cookie = headers["set-cookie"].split(";")[0]
+        assert request(base, "GET", "/", headers={"Cookie": cookie})[0] == 200
+        assert request(base, "GET", "/", headers={"Authorization": f"Bearer {token}"})[0] == 200
+        assert request(base, "GET", "/", headers={"Authorization": "Bearer nope"})[0] == 401
+
+
+def test_an_action_without_its_csrf_token_or_from_another_site_is_refused_and_changes_nothing(filled):
+    dsn = filled["dsn"]
+    with ui(dsn) as base:
+        csrf = csrf_of(base)
+        before = snapshot(dsn)
+        assert request(base, "POST", "/queues/reports/pause", {})[0] == 403
+        assert request(base, "POST", "/queues/reports/pause", {"csrf": "0" * 64})[0] == 403
+        assert request(base, "POST", "/queues/reports/pause", {"csrf": csrf},
+                       {"Origin": "http://evil.example"})[0] == 403
+        assert request(base, "POST", "/act", {"action": "requeue", "scope": "filter", "state": "dead",
+                                              "confirm": "1"})[0] == 403
+        assert snapshot(dsn) == before
+        status, _, text = request(base, "POST", "/queues/reports/pause", {"csrf": csrf},
+                                  {"Origin": base})
+        assert status == 200 and "Paused queue" in text
+        assert one(dsn, "select paused from jobs.queues where queue = 'reports'") is True
+
+
+def test_read_only_shows_no_action_and_refuses_every_one(filled):
+    dsn = filled["dsn"]
+    with ui(dsn, "--read-only") as base:
+        for path in ("/", "/jobs", "/dead", "/schedules", f"/jobs/{filled['parent']}"):
+            status, _, text = request(base, "GET", path)
+            assert status == 200 and 'method="post"' not in text and "read-only" in text, path
+        before = snapshot(dsn)
+        status, _, text = request(base, "POST", "/queues/reports/pause", {"csrf": "x"})
+        assert status == 403 and "read-only" in text
+        assert snapshot(dsn) == before
+
+
+def test_hostile_payloads_errors_and_names_are_escaped_everywhere(filled):
+    dsn = filled["dsn"]
+    with psycopg.connect(dsn) as conn:
+        job = conn.execute("select id::text from jobs.jobs where queue = %s", (HOSTILE,)).fetchone()[0]
+    with ui(dsn) as base:
+        q = urllib.parse.quote(HOSTILE)
+        for path in ("/", "/jobs", f"/jobs?queue={q}", f"/jobs?q={q}", f"/jobs/{job}", "/dead", "/schedules",
+                     "/types", f"/jobs/{q}"):
+            _, headers, text = request(base, "GET", path)
+            assert "<script>alert" not in text and "<img src=x" not in text, path
+            assert "script-src 'self'" in headers["content-security-policy"]
+        assert "&lt;script&gt;alert(2)&lt;/script&gt;" in request(base, "GET", f"/jobs/{job}")[2]
+        # The live events: the overview's HTML escaped too, and a hostile notification (with the
+        # line breaks the protocol cannot carry) does not break the stream.
+        host, port = base[len("http://"):].split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/live")
+        stream = conn.getresponse()
+        one(dsn, "select pg_notify('pg_jobs_dead', %s)", (HOSTILE + "\r\n\r\ndata: injected",))
+        seen, deadline = "", time.monotonic() + 10
+        while "event: dead" not in seen and time.monotonic() < deadline:
+            seen += stream.fp.readline().decode()
+        seen += stream.fp.readline().decode()
+        conn.close()
+        overview, _, dead = seen.partition("event: dead\n")
+        assert "event: overview" in overview and "<script>alert" not in overview
+        # A death notice is text (the page shows it with textContent), on one data line.
+        assert dead.split("\n")[0] == "data: " + HOSTILE + "    data: injected"
+
+
+def test_a_role_without_the_grant_is_told_which_one(filled):
+    dsn = filled["dsn"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("drop role if exists ui_monitor")
+        conn.execute("create role ui_monitor login")
+        conn.execute("select jobs.grant_monitor('ui_monitor')")
+    try:
+        with ui(dsn + " user=ui_monitor") as base:
+            status, _, text = request(base, "GET", "/")
+            assert status == 200 and "reports" in text
+            status, _, text = request(base, "GET", "/jobs")
+            assert status == 403 and "grant_admin" in text
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("drop owned by ui_monitor cascade")
+            conn.execute("drop role ui_monitor")
+
+
+@pytest.fixture
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"  # Selenium must not fetch a browser or a driver
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver.implicitly_wait(5)  # a click that navigates: the next page's elements
+    os.makedirs(SHOTS, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def wait_until(what, condition, timeout=15):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        time.sleep(0.1)
+
+
+def steady(action, tries=20):
+    """Runs a browser action again when the live overview replaced its element meanwhile."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(tries - 1):
+        try:
+            return action()
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return action()
+
+
+def shot(driver, name):
+    driver.save_screenshot(os.path.join(SHOTS, f"{name}.png"))
+
+
+def test_every_page_and_action_in_a_browser(filled, browser):
+    from selenium.webdriver.common.by import By
+
+    dsn = filled["dsn"]
+    stop = threading.Event()
+
+    def worker():
+        """Completes every job of the queue 'mail' as it comes (a worker of the application)."""
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                for job_id, claim in conn.execute("select id, claim from jobs.claim('browser', array['mail'])"):
+                    conn.execute("select jobs.complete(%s, %s, '{\"sent\": true}')", (job_id, claim))
+                time.sleep(0.1)
+
+    with ui(dsn) as base:
+        d = browser
+        d.get(base + "/")
+        row = lambda queue: d.find_element(By.CSS_SELECTOR, f'tr[data-queue="{queue}"]')  # noqa: E731
+        ready = lambda queue: steady(lambda: row(queue).find_elements(By.TAG_NAME, "td")[1].text)  # noqa: E731
+        assert ready("reports") == "60"
+        # Live: jobs enqueued now show up without a reload (server-sent events).
+        one(dsn, "select jobs.enqueue('report', queue => 'reports') from generate_series(1, 5)")
+        wait_until("the overview to show 65 ready", lambda: ready("reports") == "65")
+        # A notification's payload is shown as text, whatever it holds.
+        one(dsn, "select pg_notify('pg_jobs_dead', %s)", (HOSTILE,))
+        wait_until("the death notice", lambda: d.find_elements(By.CSS_SELECTOR, "#notices p"))
+        notice = d.find_element(By.CSS_SELECTOR, "#notices p")
+        assert notice.text == HOSTILE and not notice.find_elements(By.CSS_SELECTOR, "img, script")
+        one(dsn, "select pg_notify('pg_jobs_dead', '{\"queue\": \"mail\", \"count\": 2}')")
+        wait_until("a second notice", lambda: len(d.find_elements(By.CSS_SELECTOR, "#notices p")) == 2)
+        assert d.find_element(By.CSS_SELECTOR, "#notices p").text == "2 jobs of queue mail died"
+
+        # Pause and resume a queue with its button.
+        steady(lambda: row("reports").find_element(By.TAG_NAME, "button").click())
+        assert "Paused queue reports" in d.find_element(By.CSS_SELECTOR, "p.done").text
+        assert one(dsn, "select paused from jobs.queues where queue = 'reports'") is True
+        d.get(base + "/")
+        steady(lambda: row("reports").find_element(By.TAG_NAME, "button").click())
+        assert "Resumed queue reports" in d.find_element(By.CSS_SELECTOR, "p.done").text
+        assert one(dsn, "select paused from jobs.queues where queue = 'reports'") is False
+
+        # Filter and page: 65 ready reports, 50 on the first page, 15 on the next.
+        d.get(base + "/jobs")
+        d.find_element(By.NAME, "queue").send_keys("reports")
+        d.find_element(By.CSS_SELECTOR, "form.filters button").click()
+        assert len(d.find_elements(By.CSS_SELECTOR, "table.jobs tbody tr")) == 50
+        shot(d, "jobs")
+        first_page = {e.text for e in d.find_elements(By.CSS_SELECTOR, "td.id")}
+        d.find_element(By.ID, "older").click()
+        second_page = {e.text for e in d.find_elements(By.CSS_SELECTOR, "td.id")}
+        assert len(second_page) == 15 and not first_page & second_page
+        assert not d.find_elements(By.ID, "older")
+
+        # A job's children, as a tree, followed to the grandchild.
+        d.get(f"{base}/jobs/{filled['parent']}")
+        links = d.find_elements(By.CSS_SELECTOR, "ul.tree a")
+        assert sorted(a.text for a in links) == ["child", "child", "grandchild"]
+        shot(d, "job")
+        next(a for a in links if a.text == "grandchild").click()
+        assert "grandchild" in d.find_element(By.CSS_SELECTOR, "table.fields").text
+        parent_link = d.find_element(By.CSS_SELECTOR, "table.fields a")
+        assert parent_link.text == filled["child"]
+
+        # Dead letters by error: requeue the group, see the preview, confirm, and a worker completes them.
+        d.get(base + "/dead")
+        shot(d, "dead")
+        group = next(r for r in d.find_elements(By.CSS_SELECTOR, "table.dead tbody tr") if "smtp timeout" in r.text)
+        assert group.find_element(By.CSS_SELECTOR, "td.num").text == "2"
+        group.find_element(By.TAG_NAME, "button").click()
+        assert d.find_element(By.ID, "count").text == "2"
+        assert one(dsn, "select count(*) from jobs.jobs where state = 'dead' and queue = 'mail'") == 2  # a preview
+        d.find_element(By.ID, "confirm").click()
+        assert d.find_element(By.ID, "changed").text == "2"
+        runner = threading.Thread(target=worker)
+        runner.start()
+        try:
+            eventually(dsn, "select count(*) from jobs.jobs where queue = 'mail' and state = 'completed'", 2, 15)
+        finally:
+            stop.set()
+            runner.join()
+        d.get(base + "/jobs?queue=mail")
+        assert [e.text for e in d.find_elements(By.CSS_SELECTOR, "span.state")] == ["completed", "completed"]
+
+        # Cancel one job from its page; schedules and job types.
+        one(dsn, "select jobs.enqueue('to_cancel', queue => 'mail', run_at => now() + interval '1 day')")
+        target = one(dsn, "select id::text from jobs.jobs where name = 'to_cancel'")
+        d.get(f"{base}/jobs/{target}")
+        d.find_element(By.CSS_SELECTOR, 'button[value="cancel"]').click()
+        assert d.find_element(By.ID, "changed").text == "1"
+        assert one(dsn, "select state::text from jobs.jobs where id = %s", (target,)) == "cancelled"
+        d.get(base + "/schedules")
+        shot(d, "schedules")
+        d.find_element(By.CSS_SELECTOR, "table button").click()
+        assert d.find_element(By.CSS_SELECTOR, "p.done").text.startswith("Disabled schedule nightly")
+        assert one(dsn, "select enabled from jobs.schedules") is False
+        d.get(base + "/types")
+        assert d.find_element(By.TAG_NAME, "h1").text == "Job types"
+        # The chart counts the completions above (sampled every 5 s), live.
+        d.get(base + "/")
+        label = lambda: steady(lambda: d.find_element(By.CSS_SELECTOR, "svg.chart").get_attribute("aria-label"))  # noqa: E731
+        wait_until("the chart to count both completions", lambda: "2 completed" in label())
+        assert d.find_elements(By.CSS_SELECTOR, "svg.chart rect.completed")
+        shot(d, "overview")
+        d.set_window_size(390, 900)
+        shot(d, "overview-phone")
+        # No page used an inline script or style the policy would block.
+        logs = [entry for entry in d.get_log("browser") if "Content Security Policy" in entry.get("message", "")]
+        assert logs == [], json.dumps(logs)
