@@ -365,3 +365,25 @@ def test_every_command_and_page_walks_indexes_with_a_million_finished_jobs(dsn):
     for what, err in plans:
         scans = re.findall(r"(?:Parallel )?Seq Scan on jobs\b.*", err)
         assert not scans, f"pgjobs {what}: {scans}\n{err}"
+
+
+def test_doctor_finds_a_role_with_part_of_a_grant(jobs_db):
+    """A worker missing one of its functions (a grant made by hand, or older than the function)
+    is named with the function and the grant that gives the whole set; a full grant is fine,
+    which also checks doctor's lists match sql/privileges.sql's."""
+    with psycopg.connect(jobs_db, autocommit=True) as conn:
+        conn.execute("drop role if exists cli_worker")
+        conn.execute("create role cli_worker login")
+        conn.execute("select jobs.grant_worker('cli_worker')")
+    try:
+        assert checks(jobs_db)[1]["other roles' grants"]["ok"] is True
+        one(jobs_db, "revoke execute on function jobs.get_job(uuid) from cli_worker")
+        code, out, _ = pgjobs(jobs_db, "doctor")
+        assert code == 1 and "role cli_worker may call some of a worker's functions but not get_job" in out
+        assert "select jobs.grant_worker('cli_worker')" in out
+        one(jobs_db, "select jobs.grant_worker('cli_worker')")
+        assert checks(jobs_db)[1]["other roles' grants"]["ok"] is True
+    finally:
+        with psycopg.connect(jobs_db, autocommit=True) as conn:
+            conn.execute("drop owned by cli_worker cascade")
+            conn.execute("drop role cli_worker")

@@ -311,6 +311,42 @@ pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool>
                 format!("a superuser runs select jobs.grant_admin('{role}'); for actions, or jobs.grant_monitor('{role}') to read"),
             ));
         }
+        // Other roles: one that may call a producer's or a worker's first function but not
+        // every function of that grant (a hand-made grant, or one older than a function) fails
+        // where it calls the rest.
+        let partial = output::rows(
+            client,
+            "with tiers (tier, marker, fns) as (values
+               ('producer', 'enqueue', array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs']),
+               ('worker', 'claim', array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs',
+                  'claim', 'heartbeat', 'complete', 'complete_many', 'complete_and_claim', 'fail', 'snooze',
+                  'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn', 'await_children']))
+             select row_to_json(x) from (
+               select r.rolname as role, t.tier,
+                      string_agg(distinct p.proname::text, ', ' order by p.proname::text) as missing
+               from pg_roles as r
+               cross join tiers as t
+               join pg_proc as p on p.pronamespace = 'jobs'::regnamespace and p.proname = any(t.fns)
+               where not r.rolsuper and r.rolcanlogin
+                 and exists (select from pg_proc as m where m.pronamespace = 'jobs'::regnamespace
+                             and m.proname = t.marker and has_function_privilege(r.oid, m.oid, 'execute'))
+                 and not has_function_privilege(r.oid, p.oid, 'execute')
+               group by r.rolname, t.tier order by r.rolname, t.tier) as x",
+            &[],
+        )
+        .await?;
+        if partial.is_empty() {
+            found.push(Finding::ok("other roles' grants"));
+        }
+        for r in &partial {
+            let role = text(r, "role");
+            let tier = text(r, "tier");
+            found.push(Finding::problem(
+                "other roles' grants",
+                format!("role {role} may call some of a {tier}'s functions but not {}", text(r, "missing")),
+                format!("a superuser runs select jobs.grant_{tier}('{role}'); (it grants the whole set)"),
+            ));
+        }
     }
 
     let problems = found.iter().filter(|f| f.problem.is_some()).count();

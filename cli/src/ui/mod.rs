@@ -39,6 +39,8 @@ pub struct App {
     /// Forms carry it; a POST without it is refused (another site cannot read it).
     csrf: String,
     history: std::sync::Mutex<live::History>,
+    /// The overview's live part as last rendered, and when (pages::live_part).
+    live: Mutex<Option<(std::time::Instant, String)>>,
     /// Each queue's finished counts and when they were read (pages::finished_counts).
     finished: std::sync::Mutex<
         Option<(
@@ -129,6 +131,7 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
         csrf: random_hex(32)?,
         history: std::sync::Mutex::new(live::History::default()),
         finished: std::sync::Mutex::new(None),
+        live: Mutex::new(None),
         deaths,
     });
     app.db().await?; // fail at the start, not at the first page, when the database is unreachable

@@ -135,6 +135,9 @@ fn finished_age(app: &App) -> Option<u64> {
 /// After an action the finished counts are read again at the next look.
 fn forget_finished(app: &App) {
     *app.finished.lock().expect("finished") = None;
+    if let Ok(mut live) = app.live.try_lock() {
+        *live = None;
+    }
 }
 
 async fn finished_counts(
@@ -170,6 +173,22 @@ pub async fn overview(State(app): State<Arc<App>>) -> Page {
 
 /// The queues and the chart: the overview's part that live events replace.
 pub async fn live_part(app: &App) -> Markup {
+    // Every open page's events share one look per LIVE_EVERY: a thousand open connections
+    // cost the database what one does.
+    let mut cached = app.live.lock().await;
+    if let Some((at, html)) = cached.as_ref() {
+        if at.elapsed() < LIVE_EVERY {
+            return maud::PreEscaped(html.clone());
+        }
+    }
+    let fresh = look(app).await;
+    *cached = Some((std::time::Instant::now(), fresh.0.clone()));
+    fresh
+}
+
+const LIVE_EVERY: std::time::Duration = std::time::Duration::from_millis(1500);
+
+async fn look(app: &App) -> Markup {
     let counts = async {
         let db = app.db().await?;
         let mut queues = output::rows(&db, LIVE, &[]).await?;
@@ -627,6 +646,7 @@ pub async fn queue_op(
             .map_err(|e| anyhow::anyhow!(output::describe(&e))),
         Err(e) => Err(e),
     };
+    forget_finished(&app);
     match done {
         Ok(_) => ok(
             &app,
