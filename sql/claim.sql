@@ -28,7 +28,8 @@
 -- Lock order: job rows (skipping locked ones), then the lock slots of limits.
 
 
--- The candidates (in claim order) that fit their limits, at most p_max of them:
+-- The candidates (in claim order) that fit their limits, at most p_max of them to start and
+-- every burial (which takes no slot):
 -- jobs_data.job_types.concurrency (running jobs of a name, fleet-wide), concurrency_key (one
 -- running job per key), and rate_limit per rate_period (jobs of a name started in any window
 -- of that length, or of a name and key with rate_limit_per_key). Buried candidates always pass:
@@ -154,8 +155,10 @@ begin
                                                where s.name = r.name and s.tenant = r.tenant), 0)
               end <= r.rate_limit)
   ),
-  kept as (
-    select * from fits as f order by f.ord limit p_max
+  kept as (  -- every burial, and up to p_max jobs to start: a burial takes no slot of the batch
+    select * from fits as f where f.bury
+    union all
+    (select * from fits as f where not f.bury order by f.ord limit p_max)
   ),
   logged as (
     insert into jobs_data.rate_starts (name, key, started_at, tenant)
@@ -262,6 +265,7 @@ declare
   v_ids     uuid[];
   v_names   text[];
   v_bury    boolean[];
+  v_buried  uuid[];           -- the candidates buried (or timed out), which take no slot
   v_limited boolean;
   v_lapsed  boolean;          -- a candidate is a lapsed lease: its attempt goes to jobs.attempts
   v_policy_names text[];    -- each name among the candidates once, with its policy:
@@ -452,12 +456,12 @@ begin
     -- one skips a limit another claimer holds, and the candidates under it with it).
     select k_ids || l.ids, k_names || l.names, k_bury || l.bury into k_ids, k_names, k_bury
     from jobs._within_limits(v_ids, v_names, v_bury, v_now,
-                             max_jobs - coalesce(cardinality(k_ids), 0), v_skip is null,
+                             max_jobs - coalesce(cardinality(array_remove(k_bury, true)), 0), v_skip is null,
                              k_ids, k_bury) as l;
     v_skip := coalesce(v_skip, '{}') || v_ids;
     k_policy_names := k_policy_names || v_policy_names; k_leases := k_leases || v_leases;
     k_dead_letter := k_dead_letter || v_dead_letter; k_timeouts := k_timeouts || v_timeouts;
-    if coalesce(cardinality(k_ids), 0) >= max_jobs or cardinality(v_skip) >= 1000
+    if coalesce(cardinality(array_remove(k_bury, true)), 0) >= max_jobs or cardinality(v_skip) >= 1000
        or coalesce(cardinality(k_ids), 0) = cardinality(v_skip) then  -- none held back
       v_ids := k_ids; v_names := k_names; v_bury := k_bury; v_policy_names := k_policy_names;
       v_leases := k_leases; v_dead_letter := k_dead_letter; v_timeouts := k_timeouts;
@@ -478,14 +482,22 @@ begin
   -- settled as a failed attempt (retried after the backoff, or buried on the final attempt),
   -- by a statement of its own that runs only when there is one. A join of the table to the
   -- arrays had its generic plan rescan the array for every row (max_jobs^2 comparisons).
-  if true = any(v_bury[1:max_jobs]) then
+  if true = any(v_bury) then
+    -- Every burial among the candidates (all locked), and up to max_jobs of the others to
+    -- start: a burial takes no slot of the batch. (When it took one, a claim of one job that
+    -- found a lapsed final attempt first answered nothing, and a waiting claim slept through
+    -- the ready job behind it until its wait ended.)
+    select array_agg(u.id order by u.o) filter (where u.bury),
+           (array_agg(u.id order by u.o) filter (where u.bury is not true))[1:max_jobs]
+      into v_buried, v_ids
+    from unnest(v_ids, v_bury) with ordinality as u(id, bury, o);
     -- The attempts as they were (a data-modifying statement's parts share one snapshot), for
     -- their rows in jobs.attempts.
     with ended as (
       select j.id, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
              jobs._timed_out(j.lease_expires_at, j.deadline) as timed_out
       from jobs_data.jobs as j
-      where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+      where j.id = any(v_buried) and j.state = 'running'
     ),
     settled as (
     update jobs_data.jobs as j set
@@ -503,7 +515,7 @@ begin
                                j.attempt, j.max_attempts)
                         else jobs._lapse_error(j.attempt, j.max_attempts) end,
       lease = null, lease_expires_at = null, lease_scan_at = null, updated_at = v_now
-    where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+    where j.id = any(v_buried) and j.state = 'running'
       and (jobs._lapse_buries(j.attempt, j.max_attempts)
            or jobs._timed_out(j.lease_expires_at, j.deadline))
     returning j.id, j.last_error,

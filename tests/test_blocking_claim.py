@@ -88,6 +88,25 @@ def test_a_rolled_back_enqueue_wakes_nothing_and_the_deadline_ends_the_wait(dsn)
     assert waiter.error is None and waiter.rows == []
 
 
+def test_a_waiting_claim_buries_a_lapsed_final_attempt_and_takes_the_ready_job_behind_it(dsn):
+    """A claim of one job whose first candidate is a lapsed lease on its final attempt buries
+    it and hands out the ready job behind it. Checked to fail without the guard: when a burial
+    took the batch's slot (before 0.1.1's fix), the look answered nothing, no commit came to
+    wake the claim, and it slept to its 60 s deadline (the test failed at its 30 s bound)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue('last_try', max_attempts => 1, priority => 9)")
+        conn.execute("select count(*) from jobs.claim('gone')")
+        conn.execute("update jobs.jobs set lease_expires_at = now() - interval '1 second', "
+                     "lease_scan_at = now() - interval '1 second' where state = 'running'")
+        conn.execute("select jobs.enqueue('behind')")
+    waiter = Waiter(dsn, "select name from jobs.claim('w', array['default'], 1, wait => '60 s')")
+    waiter.start()
+    waiter.join(BOUND)
+    assert not waiter.is_alive() and waiter.error is None and waiter.rows == [("behind",)]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("select state::text from jobs.jobs where name = 'last_try'").fetchone()[0] == "dead"
+
+
 def test_a_delayed_job_is_claimed_when_it_comes_due(dsn):
     """Enqueued while the claim sleeps, due in a second: the claim learns of its due time
     at the enqueue's commit and takes it then, long before its own deadline."""

@@ -43,6 +43,21 @@ update jobs.jobs set lease_expires_at = now() - interval '1 second', lease_scan_
 select count(*) from jobs.claim('w3');
 select state, attempt, last_error, finished_at is not null as finished from jobs.jobs where id = :'id';
 
+-- A burial takes no slot of the batch: a claim of one job that finds a lapsed final attempt
+-- first buries it and still hands out the ready job behind it, under a limit too.
+truncate jobs_data.jobs;
+insert into jobs.job_types (name, concurrency) values ('limited', 5);
+select count(*) from jobs.enqueue_batch('[{"name": "last_try", "max_attempts": 1, "priority": 9},
+  {"name": "limited", "max_attempts": 1, "priority": 9, "queue": "lim"}]');
+select count(*) from jobs.claim('w1', array['default', 'lim'], 2);
+update jobs.jobs set lease_expires_at = now() - interval '1 second',
+  lease_scan_at = now() - interval '1 second' where state = 'running';
+select count(*) from jobs.enqueue_batch('[{"name": "behind"}, {"name": "limited", "queue": "lim"}]');
+select name from jobs.claim('w2', max_jobs => 1);
+select name from jobs.claim('w2', array['lim'], max_jobs => 1);
+select name, queue, state, attempt from jobs.jobs order by queue, name, state;
+delete from jobs.job_types where name = 'limited';
+
 -- One call over several names: each job gets its own name's lease, and a lapse on the final
 -- attempt in the batch is buried as its own type says while the others are claimed.
 truncate jobs_data.jobs;
