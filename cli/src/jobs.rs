@@ -44,10 +44,7 @@ pub async fn list(
 ) -> Result<()> {
     let rows = page(client, filters, limit, before).await?;
     if json {
-        println!(
-            "{}",
-            output::json(&Value::Array(rows.into_iter().map(Value::Object).collect()))
-        );
+        println!("{}", output::json_rows(rows));
     } else {
         println!("{}", output::table(&rows, 60));
         if rows.len() as i64 == limit {

@@ -116,6 +116,11 @@ pub fn json(v: &Value) -> String {
     escape_c1(&serde_json::to_string_pretty(v).unwrap_or_default())
 }
 
+/// Rows as one JSON array.
+pub fn json_rows(rows: Vec<Row>) -> String {
+    json(&Value::Array(rows.into_iter().map(Value::Object).collect()))
+}
+
 /// A line of JSON (while watching).
 pub fn json_line(v: &Value) -> String {
     escape_c1(&v.to_string())

@@ -2,7 +2,6 @@
 
 use crate::output;
 use anyhow::Result;
-use serde_json::Value;
 use tokio_postgres::Client;
 
 pub async fn set_paused(client: &Client, queue: &str, paused: bool) -> Result<()> {
@@ -22,22 +21,17 @@ pub async fn set_paused(client: &Client, queue: &str, paused: bool) -> Result<()
     Ok(())
 }
 
+/// Each schedule with its last and next slot (for `pgjobs schedules` and the dashboard).
+pub const SCHEDULES: &str = "select row_to_json(x) from (
+  select s.name, s.cron, s.timezone, s.enabled, s.catch_up,
+         date_trunc('second', s.last_slot) as last_slot,
+         date_trunc('second', s.next_slot) as next_slot, s.last_job_id, s.last_error, s.job
+  from jobs.schedules as s order by s.name) as x";
+
 pub async fn schedules(client: &Client, json: bool) -> Result<()> {
-    let rows = output::rows(
-        client,
-        "select row_to_json(x) from (
-           select s.name, s.cron, s.timezone, s.enabled, s.catch_up,
-                  date_trunc('second', s.last_slot) as last_slot,
-                  date_trunc('second', s.next_slot) as next_slot, s.last_job_id, s.last_error, s.job
-           from jobs.schedules as s order by s.name) as x",
-        &[],
-    )
-    .await?;
+    let rows = output::rows(client, SCHEDULES, &[]).await?;
     if json {
-        println!(
-            "{}",
-            output::json(&Value::Array(rows.into_iter().map(Value::Object).collect()))
-        );
+        println!("{}", output::json_rows(rows));
     } else {
         println!("{}", output::table(&rows, 60));
     }

@@ -19,17 +19,6 @@ const OUTCOMES: &str = "select row_to_json(x) from (
          o.lease_lapsed, date_trunc('second', o.since) as since
   from jobs.outcome_stats() as o order by o.queue) as x";
 
-/// The counters that become rates with --watch.
-const COUNTED: [&str; 7] = [
-    "completed",
-    "retried",
-    "dead",
-    "failed",
-    "cancelled",
-    "timed_out",
-    "lease_lapsed",
-];
-
 pub async fn status(
     client: &Client,
     watch: Option<u64>,
@@ -71,8 +60,9 @@ fn per_minute(now: &[Row], earlier: &HashMap<String, Row>, elapsed: Duration) ->
             let queue = r.get("queue")?.as_str()?;
             let mut rate = Row::new();
             rate.insert("queue".into(), Value::String(queue.to_string()));
-            for c in COUNTED {
-                let delta = r.get(c)?.as_i64()?
+            // Every counter of the row (the numbers; not the queue, nor since).
+            for (c, v) in r.iter().filter(|(_, v)| v.is_i64()) {
+                let delta = v.as_i64()?
                     - earlier
                         .get(queue)
                         .and_then(|e| e.get(c)?.as_i64())

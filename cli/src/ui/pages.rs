@@ -98,6 +98,11 @@ fn failed(app: &App, title: &str, e: anyhow::Error) -> Page {
     )
 }
 
+/// The rows of a query without parameters, on the shared connection.
+async fn read(app: &App, sql: &str) -> anyhow::Result<Vec<Row>> {
+    output::rows(&*app.db().await?, sql, &[]).await
+}
+
 fn ok(app: &App, title: &str, body: Markup) -> Page {
     (StatusCode::OK, render::page(title, app.read_only, body))
 }
@@ -660,22 +665,16 @@ pub async fn queue_op(
 
 pub async fn dead(State(app): State<Arc<App>>) -> Page {
     // Through the index of finished rows (state, finished_at): dead rows only.
-    let groups = match app.db().await {
-        Ok(db) => {
-            output::rows(
-                &db,
-                "select row_to_json(x) from (
-                   select j.queue, j.name, j.last_error, count(*) as jobs,
-                          date_trunc('second', max(j.finished_at)) as newest
-                   from jobs.jobs as j where j.state = 'dead'
-                   group by j.queue, j.name, j.last_error
-                   order by count(*) desc, max(j.finished_at) desc limit 100) as x",
-                &[],
-            )
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let groups = read(
+        &app,
+        "select row_to_json(x) from (
+           select j.queue, j.name, j.last_error, count(*) as jobs,
+                  date_trunc('second', max(j.finished_at)) as newest
+           from jobs.jobs as j where j.state = 'dead'
+           group by j.queue, j.name, j.last_error
+           order by count(*) desc, max(j.finished_at) desc limit 100) as x",
+    )
+    .await;
     let groups = match groups {
         Ok(g) => g,
         Err(e) => return failed(&app, "Dead letters", e),
@@ -712,21 +711,7 @@ pub async fn dead(State(app): State<Arc<App>>) -> Page {
 }
 
 pub async fn schedules(State(app): State<Arc<App>>) -> Page {
-    let rows = match app.db().await {
-        Ok(db) => {
-            output::rows(
-                &db,
-                "select row_to_json(x) from (
-                   select s.name, s.cron, s.timezone, s.enabled, s.catch_up,
-                          date_trunc('second', s.last_slot) as last_slot,
-                          date_trunc('second', s.next_slot) as next_slot, s.last_job_id, s.last_error, s.job
-                   from jobs.schedules as s order by s.name) as x",
-                &[],
-            )
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let rows = read(&app, crate::queues::SCHEDULES).await;
     let rows = match rows {
         Ok(r) => r,
         Err(e) => return failed(&app, "Schedules", e),
@@ -809,17 +794,11 @@ pub async fn schedule_op(
 }
 
 pub async fn types(State(app): State<Arc<App>>) -> Page {
-    let rows = match app.db().await {
-        Ok(db) => {
-            output::rows(
-                &db,
-                "select row_to_json(t) from jobs.job_types as t order by t.name",
-                &[],
-            )
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let rows = read(
+        &app,
+        "select row_to_json(t) from jobs.job_types as t order by t.name",
+    )
+    .await;
     match rows {
         Ok(rows) => ok(
             &app,
