@@ -30,7 +30,7 @@ step() {  # step COMMAND...: runs it with its output in the log
   fi
 }
 
-packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config python3 python3-venv
+packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev python3 python3-venv
           iproute2)  # ss: which ports are free (scripts/lib.sh), absent from minimal Debian images
 if [ $demo = 0 ]; then
   packages+=(sudo  # cargo pgrx test --runas

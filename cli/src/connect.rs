@@ -1,20 +1,24 @@
 //! Connecting as libpq would: `--dsn`, else `DATABASE_URL`, else the `PG*` variables, and the
 //! variables fill in what a connection string leaves out (host, port, user, database,
-//! password), as they do for psql.
+//! password), as they do for psql; a password still missing comes from the password file, and
+//! TLS follows `sslmode` (src/tls.rs).
 
 use anyhow::{Context, Result};
+use postgres_native_tls::MakeTlsConnector;
 use std::env;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
 
-/// The connection settings: the string given (or `DATABASE_URL`), completed from `PG*`.
-pub fn config(dsn: Option<&str>) -> Result<Config> {
+/// The connection settings: the string given (or `DATABASE_URL`), completed from `PG*`, and
+/// the TLS connector its `sslmode` asks for.
+pub fn config(dsn: Option<&str>) -> Result<(Config, MakeTlsConnector)> {
     let given = dsn
         .map(str::to_owned)
         .or_else(|| env::var("DATABASE_URL").ok());
-    let mut config = match &given {
+    let tls = crate::tls::split(given);
+    let mut config = match &tls.dsn {
         Some(s) => Config::from_str(s)
             .context("the connection string does not parse (a URL or key=value pairs)")?,
         None => Config::new(),
@@ -73,13 +77,14 @@ pub fn config(dsn: Option<&str>) -> Result<Config> {
             .unwrap_or(10);
         config.connect_timeout(Duration::from_secs(secs));
     }
-    Ok(config)
+    let connector = crate::tls::connector(&mut config, &tls)?;
+    Ok((config, connector))
 }
 
 /// A connection, its driver running on the runtime.
 pub async fn connect(dsn: Option<&str>) -> Result<Client> {
-    let config = config(dsn)?;
-    let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+    let (config, tls) = config(dsn)?;
+    let (client, connection) = config.connect(tls).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot connect: {}\n  fix: pass --dsn, or set DATABASE_URL or PGHOST/PGPORT/PGUSER/PGDATABASE",
             crate::output::describe(&e)

@@ -9,6 +9,7 @@ mod jobs;
 mod output;
 mod queues;
 mod status;
+mod tls;
 mod ui;
 
 use clap::{Args, Parser, Subcommand};

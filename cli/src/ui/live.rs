@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 /// How often the counters are read, and the open pages refreshed.
 const SAMPLE: Duration = Duration::from_secs(5);
@@ -82,7 +82,7 @@ pub async fn sample(app: Arc<App>) {
 pub async fn listen(app: Arc<App>) {
     let mut pause = Duration::from_secs(1);
     loop {
-        if let Ok((client, mut connection)) = app.config.connect(NoTls).await {
+        if let Ok((client, mut connection)) = app.config.connect(app.tls.clone()).await {
             let deaths = app.deaths.clone();
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             let driver = tokio::spawn(async move {

@@ -19,10 +19,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use postgres_native_tls::MakeTlsConnector;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::{broadcast, Mutex};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
 
 pub struct Options {
     pub listen: String,
@@ -33,6 +34,7 @@ pub struct Options {
 /// What every request shares.
 pub struct App {
     config: Config,
+    tls: MakeTlsConnector,
     db: Mutex<Option<Arc<Client>>>,
     read_only: bool,
     token: Option<String>,
@@ -61,7 +63,7 @@ impl App {
         }
         let (client, connection) = self
             .config
-            .connect(NoTls)
+            .connect(self.tls.clone())
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect: {}", crate::output::describe(&e)))?;
         tokio::spawn(crate::connect::drive(connection));
@@ -121,10 +123,11 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
             bail!("--token must be at least 16 letters, digits, - or _");
         }
     }
-    let config = crate::connect::config(dsn)?;
+    let (config, tls) = crate::connect::config(dsn)?;
     let (deaths, _) = broadcast::channel(64);
     let app = Arc::new(App {
         config,
+        tls,
         db: Mutex::new(None),
         read_only: opts.read_only,
         token: opts.token,
