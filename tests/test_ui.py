@@ -354,3 +354,32 @@ def test_every_page_and_action_in_a_browser(filled, browser):
         # No page used an inline script or style the policy would block.
         logs = [entry for entry in d.get_log("browser") if "Content Security Policy" in entry.get("message", "")]
         assert logs == [], json.dumps(logs)
+
+
+def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
+    one(dsn, "insert into jobs.job_types (name, concurrency, timeout) values ('send_email', 5, '1 minute')")
+    policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter "
+              "from jobs.job_types where name = %s")
+    with ui(dsn) as base:
+        csrf = csrf_of(base, "/types")
+        status, _, text = request(base, "POST", "/types", {"csrf": csrf, "op": "add", "name": "report"})
+        assert status == 200 and "Added" in text
+        assert one(dsn, "select count(*) from jobs.job_types where name = 'report'") == 1
+        # The form as the page fills it, for send_email: its current values.
+        page = request(base, "GET", "/types")[2]
+        form = page[page.index('name="name" value="send_email"'):]
+        fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form[:form.index("</form>")]))
+        assert fields["concurrency"] == "5" and fields["max_attempts"] == "25"
+        saved = {**fields, "csrf": csrf, "max_attempts": "3", "concurrency": ""}
+        status, _, text = request(base, "POST", "/types", saved)
+        assert status == 200 and "Saved the policy of" in text, text
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute(policy, ("send_email",)).fetchone() == (3, "exponential", None, "00:01:00", True)
+            before = conn.execute("select t::text from jobs.job_types as t order by name").fetchall()
+        for bad, said in [({"max_attempts": "0"}, "violates check constraint"),
+                          ({"jitter": "lots"}, "invalid input syntax"),
+                          ({"name": "nobody"}, "no job type is named")]:
+            status, _, text = request(base, "POST", "/types", {**saved, **bad})
+            assert status == 400 and said in text, (bad, text)
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("select t::text from jobs.job_types as t order by name").fetchall() == before

@@ -147,7 +147,7 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
         .route("/jobs/{id}", get(pages::job))
         .route("/dead", get(pages::dead))
         .route("/schedules", get(pages::schedules))
-        .route("/types", get(pages::types))
+        .route("/types", get(pages::types).post(pages::type_op))
         .route("/act", post(pages::act))
         .route("/queues/{queue}/{op}", post(pages::queue_op))
         .route("/schedules/{name}/{op}", post(pages::schedule_op))
