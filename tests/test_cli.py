@@ -399,37 +399,39 @@ def test_tls_follows_sslmode_as_libpq_does():
     PGSSLROOTCERT) and the host name, and refuses a server it cannot verify (checked to fail
     with verify-full made to accept any certificate)."""
     certs = pathlib.Path(tempfile.mkdtemp(prefix="pg_jobs-cli-certs."))  # (the server reads it)
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(certs / "key.pem"), "-out", str(certs / "cert.pem"), "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], check=True, capture_output=True)
-    shutil.chown(certs, "postgres")
-    for f in ("key.pem", "cert.pem"):
-        shutil.chown(certs / f, "postgres")
-    os.chmod(certs / "key.pem", 0o600)
-    conf = f"ssl = on\nssl_cert_file = '{certs}/cert.pem'\nssl_key_file = '{certs}/key.pem'\n"
-    port = int(os.environ.get("PG_JOBS_CLI_TLS_PORT", "54448"))
-    with own_cluster("pg_jobs-cli-tls.", port, conf) as s:
-        one(s["dsn"], "create extension pg_jobs")
-        with open(os.path.join(s["dir"], "pg_hba.conf"), "w") as hba:
-            hba.write("local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n")
-        one(s["dsn"] + " host=" + s["dir"], "select pg_reload_conf()")
-        time.sleep(0.5)
-        base = f"port={port} user=postgres dbname=postgres"
-        cert = str(certs / "cert.pem")
-        for extra, env, ok in [
-            ("sslmode=disable", {}, False),
-            ("", {}, True),
-            ("sslmode=require", {}, True),
-            (f"sslmode=verify-full sslrootcert={cert} host=localhost hostaddr=127.0.0.1", {}, True),
-            ("sslmode=verify-full host=localhost hostaddr=127.0.0.1", {"PGSSLROOTCERT": cert}, True),
-            ("sslmode=verify-full host=localhost hostaddr=127.0.0.1", {}, False),  # not a trusted root
-        ]:
-            host = "" if "host=" in extra else "host=127.0.0.1"
-            code, out, err = pgjobs(f"{base} {host} {extra}", "--json", "status", env={**os.environ, **env})
-            assert (code == 0) == ok, (extra, env, err)
-            if not ok:
-                assert "cannot connect" in err, err
-        url = f"postgres://postgres@127.0.0.1:{port}/postgres?sslmode=verify-ca&sslrootcert={cert}"
-        code, _, err = pgjobs(url, "status")
-        assert code == 0, err
-    shutil.rmtree(certs)
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-keyout", str(certs / "key.pem"), "-out", str(certs / "cert.pem"), "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], check=True, capture_output=True)
+        shutil.chown(certs, "postgres")
+        for f in ("key.pem", "cert.pem"):
+            shutil.chown(certs / f, "postgres")
+        os.chmod(certs / "key.pem", 0o600)
+        conf = f"ssl = on\nssl_cert_file = '{certs}/cert.pem'\nssl_key_file = '{certs}/key.pem'\n"
+        port = int(os.environ.get("PG_JOBS_CLI_TLS_PORT", "54448"))
+        with own_cluster("pg_jobs-cli-tls.", port, conf) as s:
+            one(s["dsn"], "create extension pg_jobs")
+            with open(os.path.join(s["dir"], "pg_hba.conf"), "w") as hba:
+                hba.write("local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n")
+            one(s["dsn"] + " host=" + s["dir"], "select pg_reload_conf()")
+            time.sleep(0.5)
+            base = f"port={port} user=postgres dbname=postgres"
+            cert = str(certs / "cert.pem")
+            for extra, env, ok in [
+                ("sslmode=disable", {}, False),
+                ("", {}, True),
+                ("sslmode=require", {}, True),
+                (f"sslmode=verify-full sslrootcert={cert} host=localhost hostaddr=127.0.0.1", {}, True),
+                ("sslmode=verify-full host=localhost hostaddr=127.0.0.1", {"PGSSLROOTCERT": cert}, True),
+                ("sslmode=verify-full host=localhost hostaddr=127.0.0.1", {}, False),  # not a trusted root
+            ]:
+                host = "" if "host=" in extra else "host=127.0.0.1"
+                code, out, err = pgjobs(f"{base} {host} {extra}", "--json", "status", env={**os.environ, **env})
+                assert (code == 0) == ok, (extra, env, err)
+                if not ok:
+                    assert "cannot connect" in err, err
+            url = f"postgres://postgres@127.0.0.1:{port}/postgres?sslmode=verify-ca&sslrootcert={cert}"
+            code, _, err = pgjobs(url, "status")
+            assert code == 0, err
+    finally:
+        shutil.rmtree(certs)
