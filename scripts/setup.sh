@@ -30,15 +30,17 @@ step() {  # step COMMAND...: runs it with its output in the log
   fi
 }
 
-packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev python3 python3-venv
+packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config python3 python3-venv
           iproute2)  # ss: which ports are free (scripts/lib.sh), absent from minimal Debian images
 if [ $demo = 0 ]; then
   packages+=(sudo  # cargo pgrx test --runas
+             libssl-dev  # pgjobs (cli/): TLS through OpenSSL
              golang-go golang-github-lib-pq-dev  # the Go example worker, from Debian
              pgbouncer  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
              # tests/test_languages.py: docs/LANGUAGES.md's Java, Go, Ruby and Perl programs
              default-jdk-headless libpostgresql-jdbc-java golang-github-jackc-pgx-v4-dev ruby-pg libdbd-pg-perl
-             chromium chromium-driver)  # tests/test_ui.py: the dashboard in a headless browser (Selenium)
+             chromium chromium-driver  # tests/test_ui.py: the dashboard in a headless browser (Selenium)
+             openssl)  # tests/test_cli.py: a self-signed certificate for the TLS test
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -63,22 +63,20 @@ fn int(r: &Row, k: &str) -> i64 {
 
 pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool> {
     let mut found = Vec::new();
+    // One row whether or not the server has pg_jobs: this database's name, and the versions.
     let ext = one(
         client,
         "select row_to_json(x) from (
            select current_database() as db, e.extversion as installed, a.default_version as available
-           from pg_available_extensions as a left join pg_extension as e on e.extname = a.name
-           where a.name = 'pg_jobs') as x",
+           from (select) as one
+           left join pg_available_extensions as a on a.name = 'pg_jobs'
+           left join pg_extension as e on e.extname = 'pg_jobs') as x",
         &[],
     )
-    .await?;
-    let db = one(
-        client,
-        "select row_to_json(x) from (select current_database() as db) as x",
-        &[],
-    )
-    .await?;
-    let db = db.map(|r| text(&r, "db")).unwrap_or_default();
+    .await?
+    .unwrap_or_default();
+    let db = text(&ext, "db");
+    let ext = Some(ext).filter(|e| !e.get("available").is_none_or(Value::is_null));
     match &ext {
         Some(e) if !e.get("installed").is_some_and(Value::is_null) => {
             found.push(Finding::ok("extension"));

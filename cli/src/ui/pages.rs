@@ -529,10 +529,10 @@ fn tree(rows: &[Row], root: &str) -> Markup {
 }
 
 pub async fn act(State(app): State<Arc<App>>, RawForm(body): RawForm) -> Page {
-    if let Some(refused) = check_csrf(&app, &body) {
-        return refused;
-    }
-    let p: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    let p = match form(&app, &body) {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
     let Some(action) = Action::parse(get(&p, "action")) else {
         return failed(
             &app,
@@ -610,15 +610,17 @@ fn capitalised(s: &str) -> String {
         .unwrap_or_default()
 }
 
-fn check_csrf(app: &App, body: &[u8]) -> Option<Page> {
+/// A POST's fields, once its CSRF token is checked (a refusal page when it is missing or wrong).
+#[allow(clippy::result_large_err)]
+fn form(app: &App, body: &[u8]) -> Result<Vec<(String, String)>, Page> {
     let p: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
     if same(get(&p, "csrf"), &app.csrf) {
-        None
+        Ok(p)
     } else {
         let e = anyhow::anyhow!(
             "refused: the form's CSRF token is missing or wrong\nreload the page and try again"
         );
-        Some((
+        Err((
             StatusCode::FORBIDDEN,
             render::page("Refused", app.read_only, render::error(&e)),
         ))
@@ -630,7 +632,7 @@ pub async fn queue_op(
     Path((queue, op)): Path<(String, String)>,
     RawForm(body): RawForm,
 ) -> Page {
-    if let Some(refused) = check_csrf(&app, &body) {
+    if let Err(refused) = form(&app, &body) {
         return refused;
     }
     let sql = match op.as_str() {
@@ -751,7 +753,7 @@ pub async fn schedule_op(
     Path((name, op)): Path<(String, String)>,
     RawForm(body): RawForm,
 ) -> Page {
-    if let Some(refused) = check_csrf(&app, &body) {
+    if let Err(refused) = form(&app, &body) {
         return refused;
     }
     let enabled = match op.as_str() {
@@ -852,10 +854,10 @@ pub async fn types(State(app): State<Arc<App>>) -> Page {
 /// Saves a job type's policy (one UPDATE of jobs.job_types: the table's checks refuse a bad
 /// value and nothing changes), or adds a name with the defaults.
 pub async fn type_op(State(app): State<Arc<App>>, RawForm(body): RawForm) -> Page {
-    if let Some(refused) = check_csrf(&app, &body) {
-        return refused;
-    }
-    let p: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    let p = match form(&app, &body) {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
     let name = get(&p, "name").to_string();
     if name.is_empty() {
         return failed(&app, "Job types", anyhow::anyhow!("name the job type"));
