@@ -5,6 +5,24 @@
 -- Cancel and requeue advance the claim token, so a worker still holding the old one can
 -- change nothing.
 
+-- A role bound to tenants (a tenant admin) operates on its tenants' jobs only: any other job
+-- is no job to it, as an unknown id is. Called first, before anything is read or moved; a
+-- job's tenant never changes.
+create function jobs._check_tenant_job(p_fn text, p_id uuid)
+returns void
+language plpgsql stable
+as $$
+declare
+  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
+begin
+  if v_tenants is not null
+     and not exists (select from jobs_data.jobs as j where j.id = p_id and j.tenant_id = any(v_tenants)) then
+    perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
+      'check the id; finished jobs are deleted after their retention period');
+  end if;
+end
+$$;
+
 -- Raises job_not_found, or p_code with the job's state and p_rule, for a call that moved nothing.
 create function jobs._refuse(p_fn text, p_id uuid, p_code text, p_rule text, p_hint text)
 returns void
@@ -46,6 +64,7 @@ begin
   if cancel.id is null then
     perform jobs._raise('22004', 'jobs.cancel: id must not be NULL', 'pass the id of the job to cancel');
   end if;
+  perform jobs._check_tenant_job('jobs.cancel', cancel.id);
   update jobs_data.jobs as j set
     state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
     wait_event = null, wait_key = null, wait_until = null,
@@ -78,6 +97,7 @@ begin
   if requeue.id is null then
     perform jobs._raise('22004', 'jobs.requeue: id must not be NULL', 'pass the id of the job to requeue');
   end if;
+  perform jobs._check_tenant_job('jobs.requeue', requeue.id);
   if requeue.from_step is not null then
     select s.seq into v_seq
     from jobs_data.jobs as j join jobs_data.steps as s on s.run_id = j.run_id and s.step = requeue.from_step
@@ -133,6 +153,7 @@ begin
   if promote.id is null then
     perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed or snoozed job');
   end if;
+  perform jobs._check_tenant_job('jobs.promote', promote.id);
   -- A snoozed job is suspended with no event to wait for (jobs.snooze); one waiting for an event
   -- or for its children keeps waiting.
   update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now

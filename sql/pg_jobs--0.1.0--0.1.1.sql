@@ -40,6 +40,9 @@
 -- 21. The grants answer what the role may now do (text, not void); admins may call them again
 --     (the last block but one).
 -- 22. jobs.get_job and jobs.get_jobs (sql/status.sql): the roles that may enqueue may call them.
+-- 23. Tenant admins and monitors (jobs.grant_admin(role, tenant), jobs.grant_monitor(role,
+--     tenant)), and what a tenant admin reads (jobs.tenant_jobs, ...: sql/tenant_views.sql);
+--     jobs.outcome_stats runs as its owner.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -2469,6 +2472,21 @@ comment on function jobs.await_event(uuid, bigint, text, text, interval) is
   'Receive the newest unexpired event of name (and key), memoised for the run; or suspend the '
   'job until it is published or timeout passes (''waiting''); ''timed_out'' once it has';
 
+create or replace function jobs._check_tenant_job(p_fn text, p_id uuid)
+returns void
+language plpgsql stable
+as $$
+declare
+  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
+begin
+  if v_tenants is not null
+     and not exists (select from jobs_data.jobs as j where j.id = p_id and j.tenant_id = any(v_tenants)) then
+    perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
+      'check the id; finished jobs are deleted after their retention period');
+  end if;
+end
+$$;
+
 create or replace function jobs._refuse(p_fn text, p_id uuid, p_code text, p_rule text, p_hint text)
 returns void
 language plpgsql stable
@@ -2509,6 +2527,7 @@ begin
   if cancel.id is null then
     perform jobs._raise('22004', 'jobs.cancel: id must not be NULL', 'pass the id of the job to cancel');
   end if;
+  perform jobs._check_tenant_job('jobs.cancel', cancel.id);
   update jobs_data.jobs as j set
     state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
     wait_event = null, wait_key = null, wait_until = null,
@@ -2542,6 +2561,7 @@ begin
   if requeue.id is null then
     perform jobs._raise('22004', 'jobs.requeue: id must not be NULL', 'pass the id of the job to requeue');
   end if;
+  perform jobs._check_tenant_job('jobs.requeue', requeue.id);
   if requeue.from_step is not null then
     select s.seq into v_seq
     from jobs_data.jobs as j join jobs_data.steps as s on s.run_id = j.run_id and s.step = requeue.from_step
@@ -2598,6 +2618,7 @@ begin
   if promote.id is null then
     perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed or snoozed job');
   end if;
+  perform jobs._check_tenant_job('jobs.promote', promote.id);
   -- A snoozed job is suspended with no event to wait for (jobs.snooze); one waiting for an event
   -- or for its children keeps waiting.
   update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
@@ -3421,12 +3442,41 @@ create or replace function jobs.queue_stats()
 returns table (queue text, paused boolean, ready bigint, delayed bigint, running bigint,
                suspended bigint, completed bigint, failed bigint, dead bigint, cancelled bigint,
                oldest_ready_age interval)
-language sql stable  -- security definer: sql/privileges.sql
-begin atomic
-  select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
-         s.dead, s.cancelled, s.oldest_ready_age
-  from jobs_data.queue_stats as s;
-end;
+language plpgsql stable  -- security definer: sql/privileges.sql
+as $$
+declare
+  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
+begin
+  if v_tenants is null then
+    return query
+    select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
+           s.dead, s.cancelled, s.oldest_ready_age
+    from jobs_data.queue_stats as s;
+    return;
+  end if;
+  return query
+  select q.queue, q.paused,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
+            and j.lease_scan_at is not null and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled'
+            and j.tenant_id = any(v_tenants)),
+         jobs.clock() - (select min(j.run_at) from jobs_data.jobs j
+                         where j.queue = q.queue and j.state = 'ready' and j.tenant_id = any(v_tenants))
+  from jobs_data.queues as q;
+end
+$$;
 
 comment on function jobs.queue_stats() is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited (what '
@@ -3435,7 +3485,8 @@ comment on function jobs.queue_stats() is
 create or replace view jobs.queue_stats as
 select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
        s.dead, s.cancelled, s.oldest_ready_age
-from jobs_data.queue_stats as s;
+from jobs_data.queue_stats as s
+where (select jobs._tenants()) is null;
 
 comment on view jobs.queue_stats is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited';
@@ -3443,11 +3494,12 @@ comment on view jobs.queue_stats is
 create or replace function jobs.outcome_stats()
 returns table (queue text, completed bigint, retried bigint, dead bigint, failed bigint,
                cancelled bigint, timed_out bigint, lease_lapsed bigint, since timestamptz)
-language sql volatile
+language sql volatile  -- security definer: sql/privileges.sql
 begin atomic
   select s.queue, s.completed, s.retried, s.dead, s.failed, s.cancelled, s.timed_out,
          s.lease_lapsed, s.since
-  from jobs._outcome_stats() as s;
+  from jobs._outcome_stats() as s
+  where (select jobs._tenants()) is null;
 end;
 
 comment on function jobs.outcome_stats() is
@@ -3523,6 +3575,36 @@ comment on view jobs.attempts is
 create or replace view jobs.queues as select * from jobs_data.queues;
 
 comment on view jobs.queues is 'Every queue ever used and whether it is paused (the table jobs_data.queues)';
+
+create or replace view jobs.tenant_jobs with (security_barrier = true) as
+select j.* from jobs_data.jobs as j
+where j.tenant_id = any((select jobs._tenants())::text[]);
+
+comment on view jobs.tenant_jobs is 'jobs.jobs for a tenant admin: its tenants'' jobs only';
+
+create or replace view jobs.tenant_attempts with (security_barrier = true) as
+select a.* from jobs_data.attempts as a
+where exists (select from jobs_data.jobs as j
+              where j.id = a.job_id and j.tenant_id = any((select jobs._tenants())::text[]));
+
+comment on view jobs.tenant_attempts is 'jobs.attempts for a tenant admin: its tenants'' jobs'' only';
+
+create or replace view jobs.tenant_steps with (security_barrier = true) as
+select s.* from jobs_data.steps as s
+where exists (select from jobs_data.jobs as j
+              where j.id = s.run_id and j.tenant_id = any((select jobs._tenants())::text[]))
+   or exists (select from jobs_data.jobs as j
+              where j.run_id = s.run_id and j.run_id <> j.id
+                and j.tenant_id = any((select jobs._tenants())::text[]));
+
+comment on view jobs.tenant_steps is 'jobs.steps for a tenant admin: its tenants'' runs'' only';
+
+create or replace view jobs.tenant_events with (security_barrier = true) as
+select e.* from jobs_data.events as e
+where (select jobs._tenants()) is not null
+  and (e.tenant_id is null or e.tenant_id = any((select jobs._tenants())::text[]));
+
+comment on view jobs.tenant_events is 'jobs.events for a tenant admin: its tenants'' and every tenant''s';
 
 create or replace function jobs._grant(p_fn text, p_role name, p_functions text[], p_admin boolean)
 returns void
@@ -3635,7 +3717,8 @@ comment on function jobs.grant_worker(name, text) is
 create or replace function jobs.grant_admin(role name)
 returns text
 language sql volatile
-as $$ select jobs._grant('jobs.grant_admin', $1, null, true);
+as $$ select jobs._check_admin_kind('jobs.grant_admin', $1, false);
+      select jobs._grant('jobs.grant_admin', $1, null, true);
       select format('%I may call every function of jobs and read and write every table (admin)', $1) $$;
 
 comment on function jobs.grant_admin(name) is
@@ -3647,7 +3730,7 @@ language plpgsql volatile
 as $$
 begin
   perform jobs._grant('jobs.grant_monitor', role,
-    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats'], false);
+    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats', '_tenants'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
   return format('%I may read jobs.queue_stats and jobs.outcome_stats (monitor)', role);
 end
@@ -3656,6 +3739,63 @@ $$;
 comment on function jobs.grant_monitor(name) is
   'Let a role read jobs.queue_stats and jobs.outcome_stats (the views and the functions), and nothing '
   'else (for postgres_exporter and alerts)';
+
+create or replace function jobs._check_admin_kind(p_fn text, p_role name, p_bound boolean)
+returns void
+language plpgsql stable
+as $$
+begin
+  if p_role is null or not exists (select from pg_catalog.pg_roles as r
+                                    where r.rolname = p_role and not r.rolsuper) then
+    return;  -- (jobs._grant and jobs._bind_tenant say why)
+  end if;
+  if p_bound and has_table_privilege(p_role, 'jobs_data.jobs', 'select') then
+    perform jobs._raise('22023', format('%s: role %I is an admin of every tenant (it may read jobs_data.jobs)',
+      p_fn, p_role),
+      format('make a role of the tenant''s own, or first revoke all on all tables in schema jobs, jobs_data '
+             'and all functions in schema jobs from %I', p_role));
+  elsif not p_bound and has_table_privilege(p_role, 'jobs.tenant_jobs', 'select')
+        and not has_table_privilege(p_role, 'jobs_data.jobs', 'select') then
+    perform jobs._raise('22023', format('%s: role %I is a tenant admin (jobs.grant_admin(role, tenant))',
+      p_fn, p_role),
+      format('grant another role, or first revoke all on all tables in schema jobs from %I; revoke all '
+             'on all functions in schema jobs from %I; alter role %I in database %I reset pg_jobs.tenants',
+             p_role, p_role, p_role, current_database()));
+  end if;
+end
+$$;
+
+create or replace function jobs.grant_admin(role name, tenant text)
+returns text
+language plpgsql volatile
+as $$
+declare
+  v_tenants jsonb;
+begin
+  perform jobs._check_admin_kind('jobs.grant_admin', role, true);
+  perform jobs._grant('jobs.grant_admin', role,
+    array['clock', 'error_codes', '_tenants', '_oldest_ready', '_outcome_stats', 'queue_stats',
+          'outcome_stats', 'get_job', 'get_jobs', 'cancel', 'requeue', 'promote'], false);
+  v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
+  execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
+                 'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
+  return format('%I may read the jobs of the tenants %s and cancel, requeue and promote them '
+                '(tenant admin), from its next connection', role, v_tenants);
+end
+$$;
+
+comment on function jobs.grant_admin(name, text) is
+  'Let a role read the jobs of this tenant (and any it was bound to before) and cancel, requeue '
+  'and promote them, and nothing that acts on every tenant';
+
+create or replace function jobs.grant_monitor(role name, tenant text)
+returns text
+language sql volatile
+as $$ select format('%s, counting the jobs of the tenants %s only, from its next connection',
+                    jobs.grant_monitor($1), jobs._bind_tenant('jobs.grant_monitor', $1, $2)) $$;
+
+comment on function jobs.grant_monitor(name, text) is
+  'Let a role read jobs.queue_stats() for the jobs of this tenant (and any it was bound to before) only';
 
 do $$
 declare
@@ -3669,7 +3809,7 @@ begin
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children', 'get_job', 'get_jobs',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
-                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats')
+                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '
@@ -3722,7 +3862,8 @@ begin
   where c.oid = 'jobs.queue_stats'::regclass
     and a.privilege_type = 'SELECT' and a.grantee <> c.relowner and a.grantee <> 0;
   if v_grantees is not null then
-    execute 'grant execute on function jobs.queue_stats(), jobs.outcome_stats() to ' || v_grantees;
+    execute 'grant execute on function jobs.queue_stats(), jobs.outcome_stats(), jobs._tenants() to '
+            || v_grantees;
   end if;
 end
 $$;

@@ -6,6 +6,8 @@
 --   admin     everything: every function (including the grants), every table and view
 --   monitor   select on jobs.queue_stats and jobs.outcome_stats only (for postgres_exporter
 --             and alerts)
+-- A producer, worker or monitor may be bound to tenants (jobs.grant_worker(role, tenant), ...),
+-- and an admin of some tenants only is a tenant admin (jobs.grant_admin(role, tenant), below).
 -- Only admins read or write the tables. The API functions run as their owner (SECURITY
 -- DEFINER) so producers and workers need no table privileges, and each pins search_path to
 -- pg_catalog, pg_temp, so no schema a caller puts first can shadow a function, operator or type
@@ -141,7 +143,8 @@ comment on function jobs.grant_worker(name, text) is
 create function jobs.grant_admin(role name)
 returns text
 language sql volatile
-as $$ select jobs._grant('jobs.grant_admin', $1, null, true);
+as $$ select jobs._check_admin_kind('jobs.grant_admin', $1, false);
+      select jobs._grant('jobs.grant_admin', $1, null, true);
       select format('%I may call every function of jobs and read and write every table (admin)', $1) $$;
 comment on function jobs.grant_admin(name) is
   'Let a role do everything: every function, and read and write every table';
@@ -152,7 +155,7 @@ language plpgsql volatile
 as $$
 begin
   perform jobs._grant('jobs.grant_monitor', role,
-    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats'], false);
+    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats', '_tenants'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
   return format('%I may read jobs.queue_stats and jobs.outcome_stats (monitor)', role);
 end
@@ -160,6 +163,73 @@ $$;
 comment on function jobs.grant_monitor(name) is
   'Let a role read jobs.queue_stats and jobs.outcome_stats (the views and the functions), and nothing '
   'else (for postgres_exporter and alerts)';
+
+-- Tenant admins and tenant monitors. jobs.grant_admin(role, tenant) binds the role to the
+-- tenant (as jobs.grant_worker(role, tenant) does) and lets it read its tenants' jobs, attempts,
+-- steps and events (jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps,
+-- jobs.tenant_events: sql/tenant_views.sql), the queues and job types (shared by every tenant:
+-- read only), the counts of its tenants' jobs (jobs.queue_stats()), and cancel, requeue and
+-- promote its tenants' jobs; any other job is no job to it (job_not_found). It reads no table
+-- and writes none, and gets nothing that acts on every tenant: pausing a queue, the job types'
+-- policies, schedules, the sweep, the grants. Outcome counters are kept per queue for every
+-- tenant, so a bound role reads none (jobs.outcome_stats answers no rows).
+
+-- A tenant admin is not an admin of every tenant, and the other way round: each grant refuses
+-- the role the other made.
+create function jobs._check_admin_kind(p_fn text, p_role name, p_bound boolean)
+returns void
+language plpgsql stable
+as $$
+begin
+  if p_role is null or not exists (select from pg_catalog.pg_roles as r
+                                    where r.rolname = p_role and not r.rolsuper) then
+    return;  -- (jobs._grant and jobs._bind_tenant say why)
+  end if;
+  if p_bound and has_table_privilege(p_role, 'jobs_data.jobs', 'select') then
+    perform jobs._raise('22023', format('%s: role %I is an admin of every tenant (it may read jobs_data.jobs)',
+      p_fn, p_role),
+      format('make a role of the tenant''s own, or first revoke all on all tables in schema jobs, jobs_data '
+             'and all functions in schema jobs from %I', p_role));
+  elsif not p_bound and has_table_privilege(p_role, 'jobs.tenant_jobs', 'select')
+        and not has_table_privilege(p_role, 'jobs_data.jobs', 'select') then
+    perform jobs._raise('22023', format('%s: role %I is a tenant admin (jobs.grant_admin(role, tenant))',
+      p_fn, p_role),
+      format('grant another role, or first revoke all on all tables in schema jobs from %I; revoke all '
+             'on all functions in schema jobs from %I; alter role %I in database %I reset pg_jobs.tenants',
+             p_role, p_role, p_role, current_database()));
+  end if;
+end
+$$;
+
+create function jobs.grant_admin(role name, tenant text)
+returns text
+language plpgsql volatile
+as $$
+declare
+  v_tenants jsonb;
+begin
+  perform jobs._check_admin_kind('jobs.grant_admin', role, true);
+  perform jobs._grant('jobs.grant_admin', role,
+    array['clock', 'error_codes', '_tenants', '_oldest_ready', '_outcome_stats', 'queue_stats',
+          'outcome_stats', 'get_job', 'get_jobs', 'cancel', 'requeue', 'promote'], false);
+  v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
+  execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
+                 'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
+  return format('%I may read the jobs of the tenants %s and cancel, requeue and promote them '
+                '(tenant admin), from its next connection', role, v_tenants);
+end
+$$;
+comment on function jobs.grant_admin(name, text) is
+  'Let a role read the jobs of this tenant (and any it was bound to before) and cancel, requeue '
+  'and promote them, and nothing that acts on every tenant';
+
+create function jobs.grant_monitor(role name, tenant text)
+returns text
+language sql volatile
+as $$ select format('%s, counting the jobs of the tenants %s only, from its next connection',
+                    jobs.grant_monitor($1), jobs._bind_tenant('jobs.grant_monitor', $1, $2)) $$;
+comment on function jobs.grant_monitor(name, text) is
+  'Let a role read jobs.queue_stats() for the jobs of this tenant (and any it was bound to before) only';
 
 do $$
 declare
@@ -173,7 +243,7 @@ begin
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children', 'get_job', 'get_jobs',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
-                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats')
+                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '
@@ -224,7 +294,7 @@ $$;
 
 -- Monitors read the stats through functions (jobs.queue_stats(), jobs.outcome_stats()), which
 -- no other role can stall; the roles that may read the views may call them (monitors granted
--- before 0.1.1 included).
+-- before 0.1.1 included), and jobs._tenants(), which the view jobs.queue_stats calls.
 do $$
 declare
   v_grantees text;
@@ -234,7 +304,8 @@ begin
   where c.oid = 'jobs.queue_stats'::regclass
     and a.privilege_type = 'SELECT' and a.grantee <> c.relowner and a.grantee <> 0;
   if v_grantees is not null then
-    execute 'grant execute on function jobs.queue_stats(), jobs.outcome_stats() to ' || v_grantees;
+    execute 'grant execute on function jobs.queue_stats(), jobs.outcome_stats(), jobs._tenants() to '
+            || v_grantees;
   end if;
 end
 $$;

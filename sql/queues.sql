@@ -48,24 +48,57 @@ select q.queue,
        jobs.clock() - jobs._oldest_ready(q.queue) as oldest_ready_age
 from jobs_data.queues as q;
 
+-- A role bound to tenants counts its tenants' jobs only (every queue is listed): no index
+-- holds the tenant, so each count reads the rows of its state in the queue.
 create function jobs.queue_stats()
 returns table (queue text, paused boolean, ready bigint, delayed bigint, running bigint,
                suspended bigint, completed bigint, failed bigint, dead bigint, cancelled bigint,
                oldest_ready_age interval)
-language sql stable  -- security definer: sql/privileges.sql
-begin atomic
-  select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
-         s.dead, s.cancelled, s.oldest_ready_age
-  from jobs_data.queue_stats as s;
-end;
+language plpgsql stable  -- security definer: sql/privileges.sql
+as $$
+declare
+  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
+begin
+  if v_tenants is null then
+    return query
+    select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
+           s.dead, s.cancelled, s.oldest_ready_age
+    from jobs_data.queue_stats as s;
+    return;
+  end if;
+  return query
+  select q.queue, q.paused,
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
+            and j.lease_scan_at is not null and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead'
+            and j.tenant_id = any(v_tenants)),
+         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled'
+            and j.tenant_id = any(v_tenants)),
+         jobs.clock() - (select min(j.run_at) from jobs_data.jobs j
+                         where j.queue = q.queue and j.state = 'ready' and j.tenant_id = any(v_tenants))
+  from jobs_data.queues as q;
+end
+$$;
 comment on function jobs.queue_stats() is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited (what '
   'monitors read: no other role can stall it)';
 
+-- (No rows for a role bound to tenants: it reads jobs.queue_stats(), which counts its own.)
 create view jobs.queue_stats as
 select s.queue, s.paused, s.ready, s.delayed, s.running, s.suspended, s.completed, s.failed,
        s.dead, s.cancelled, s.oldest_ready_age
-from jobs_data.queue_stats as s;
+from jobs_data.queue_stats as s
+where (select jobs._tenants()) is null;
 comment on view jobs.queue_stats is
   'Per queue: paused, a count per state, and how long the oldest ready job has waited';
 
@@ -75,15 +108,17 @@ comment on view jobs.queue_stats is
 -- row for them. completed, retried (a failed or timed-out attempt with attempts left), dead,
 -- failed, cancelled count jobs by what happened to them; timed_out and lease_lapsed count
 -- attempts by how they ended (a timed-out attempt counts in retried, dead or failed as well).
--- Needs shared_preload_libraries = 'pg_jobs'; without it the view has no rows.
+-- Needs shared_preload_libraries = 'pg_jobs'; without it the view has no rows. The counters
+-- count every tenant's jobs, so a role bound to tenants reads no rows.
 create function jobs.outcome_stats()
 returns table (queue text, completed bigint, retried bigint, dead bigint, failed bigint,
                cancelled bigint, timed_out bigint, lease_lapsed bigint, since timestamptz)
-language sql volatile
+language sql volatile  -- security definer: sql/privileges.sql
 begin atomic
   select s.queue, s.completed, s.retried, s.dead, s.failed, s.cancelled, s.timed_out,
          s.lease_lapsed, s.since
-  from jobs._outcome_stats() as s;
+  from jobs._outcome_stats() as s
+  where (select jobs._tenants()) is null;
 end;
 comment on function jobs.outcome_stats() is
   'Per queue, counters since the server started (what monitors read: no other role can stall '

@@ -113,6 +113,11 @@ extension_sql_file!(
     requires = ["queues", "records"]
 );
 extension_sql_file!("../sql/views.sql", name = "views", requires = ["backup"]);
+extension_sql_file!(
+    "../sql/tenant_views.sql",
+    name = "tenant_views",
+    requires = ["views"]
+);
 extension_sql_file!("../sql/privileges.sql", name = "privileges", finalize);
 
 /// Turns off Rust backtraces in errors, defines the settings and, when preloaded

@@ -262,6 +262,46 @@ def test_a_monitor_reads_and_is_told_which_grant_acting_needs(jobs_db):
             conn.execute("drop role cli_monitor")
 
 
+def test_a_tenant_admin_sees_and_acts_on_its_tenants_jobs_only(jobs_db):
+    """As a tenant admin of acme (jobs.grant_admin(role, 'acme')), every command reads and acts
+    on acme's jobs only: the engine's tenant views and checks, not the command, keep it there.
+    Checked to fail without the guard: with cli/src/role.rs reading jobs.jobs for a bound role
+    the listing failed (no grant), and with the views' WHERE clauses removed it listed globex's."""
+    with psycopg.connect(jobs_db, autocommit=True) as conn:
+        conn.execute("drop role if exists cli_acme")
+        conn.execute("create role cli_acme login")
+        conn.execute("select jobs.grant_admin('cli_acme', 'acme')")
+        for tenant in ("acme", "globex"):
+            for _ in range(2):
+                conn.execute("select jobs.enqueue('bill', queue => 'billing', tenant_id => %s, max_attempts => 1)",
+                             (tenant,))
+            conn.execute("select jobs.fail(id, claim, 'card declined') from jobs.claim('w', array['billing'], 2)")
+        globex = conn.execute("select id::text from jobs.jobs where tenant_id = 'globex' limit 1").fetchone()[0]
+    try:
+        acme = jobs_db + " user=cli_acme"
+        listed = pgjobs_json(acme, "jobs", "--queue", "billing")
+        assert len(listed) == 2 and {j["tenant"] for j in listed} == {"acme"}
+        queues = {q["queue"]: q for q in pgjobs_json(acme, "status")["queues"]}
+        assert queues["billing"]["dead"] == 2 and queues["mail"]["dead"] == 0
+        code, _, err = pgjobs(acme, "show", globex)
+        assert code == 2 and "no job has id" in err
+        before = snapshot(jobs_db)
+        code, out, err = pgjobs(acme, "pause", "billing")
+        assert code != 0 and "tenant admin" in out + err, (out, err)
+        assert snapshot(jobs_db) == before
+        dry = pgjobs_json(acme, "requeue", "--state", "dead", "--dry-run")["jobs"]
+        done = pgjobs_json(acme, "requeue", "--state", "dead")
+        assert sorted(j["id"] for j in done["requeued"]) == sorted(j["id"] for j in dry) and len(dry) == 2
+        with psycopg.connect(jobs_db) as conn:
+            states = conn.execute("select tenant_id, state::text, count(*) from jobs.jobs where queue = 'billing' "
+                                  "group by 1, 2 order by 1").fetchall()
+        assert states == [("acme", "ready", 2), ("globex", "dead", 2)]
+    finally:
+        with psycopg.connect(jobs_db, autocommit=True) as conn:
+            conn.execute("drop owned by cli_acme cascade")
+            conn.execute("drop role cli_acme")
+
+
 def checks(dsn, *args):
     """doctor's answer: exit status and each check by name."""
     code, out, err = pgjobs(dsn, "--json", "doctor", *args)

@@ -204,6 +204,37 @@ def test_a_role_without_the_grant_is_told_which_one(filled):
             conn.execute("drop role ui_monitor")
 
 
+def test_a_tenant_admin_sees_its_tenants_jobs_only_and_is_told_what_it_may_not_do(dsn):
+    """Through the dashboard as a tenant admin of acme: its jobs, counts and job pages only; a
+    queue-wide action is refused with the reason and changes nothing."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("drop role if exists ui_acme")
+        conn.execute("create role ui_acme login")
+        conn.execute("select jobs.grant_admin('ui_acme', 'acme')")
+        acme = conn.execute("select id::text from jobs.enqueue('bill', '{\"who\": \"acme-payload\"}', "
+                            "queue => 'billing', tenant_id => 'acme')").fetchone()[0]
+        globex = conn.execute("select id::text from jobs.enqueue('bill', '{\"who\": \"globex-payload\"}', "
+                              "queue => 'billing', tenant_id => 'globex')").fetchone()[0]
+    try:
+        with ui(dsn + " user=ui_acme") as base:
+            status, _, text = request(base, "GET", "/jobs?queue=billing")
+            assert status == 200 and acme in text and globex not in text and "tenants" in text
+            status, _, text = request(base, "GET", f"/jobs/{acme}")
+            assert status == 200 and "acme-payload" in text
+            status, _, text = request(base, "GET", f"/jobs/{globex}")
+            assert status == 404 and "globex-payload" not in text
+            status, _, text = request(base, "GET", "/")
+            assert status == 200 and "billing" in text
+            status, _, text = request(base, "POST", "/queues/billing/pause", {"csrf": csrf_of(base)})
+            assert status == 403 and "tenant admin" in text
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("select paused from jobs.queues where queue = 'billing'").fetchone() == (False,)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("drop owned by ui_acme cascade")
+            conn.execute("drop role ui_acme")
+
+
 @pytest.fixture
 def browser():
     from selenium import webdriver

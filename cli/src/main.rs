@@ -8,6 +8,7 @@ mod filter;
 mod jobs;
 mod output;
 mod queues;
+mod role;
 mod status;
 mod tls;
 mod ui;

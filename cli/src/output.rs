@@ -18,6 +18,12 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
                 s.push_str(&format!("\n  detail: {detail}"));
             }
             match (db.code().code(), db.hint()) {
+                // A role bound to tenants may do only what its tenants' jobs need.
+                ("42501", _) if crate::role::tenants().is_some() => s.push_str(
+                    "\n  fix: this role is bound to tenants: as a tenant admin (jobs.grant_admin(ROLE, \
+                     TENANT)) it reads its tenants' jobs and cancels, requeues and promotes them; \
+                     an admin of every tenant does the rest",
+                ),
                 // The role is missing a grant: which one a superuser gives it.
                 ("42501", _) => s.push_str(
                     "\n  fix: a superuser runs select jobs.grant_monitor('ROLE') for reading, \
@@ -42,7 +48,7 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
 /// keeping the columns' order.
 pub async fn rows(client: &Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
     let found = client
-        .query(sql, params)
+        .query(crate::role::for_role(sql).as_ref(), params)
         .await
         .map_err(|e| anyhow::anyhow!(describe(&e)))?;
     Ok(found

@@ -38,6 +38,9 @@
 -- 21. The grants answer what the role may now do (text, not void); admins may call them again
 --     (the last block but one).
 -- 22. jobs.get_job and jobs.get_jobs (sql/status.sql): the roles that may enqueue may call them.
+-- 23. Tenant admins and monitors (jobs.grant_admin(role, tenant), jobs.grant_monitor(role,
+--     tenant)), and what a tenant admin reads (jobs.tenant_jobs, ...: sql/tenant_views.sql);
+--     jobs.outcome_stats runs as its owner.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;

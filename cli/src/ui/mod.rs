@@ -78,6 +78,7 @@ impl App {
             )
             .await
             .map_err(|e| anyhow::anyhow!(crate::output::describe(&e)))?;
+        crate::role::learn(&client).await;
         let client = Arc::new(client);
         *held = Some(client.clone());
         Ok(client)

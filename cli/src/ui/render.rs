@@ -52,6 +52,7 @@ pub fn page(title: &str, read_only: bool, body: Markup) -> Markup {
                         a href="/types" { "Job types" }
                     }
                     @if read_only { span.badge { "read-only" } }
+                    @if let Some(tenants) = crate::role::tenants() { span.badge { "tenants " (tenants) } }
                 }
                 main {
                     h1 { (title) }
