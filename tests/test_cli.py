@@ -437,17 +437,30 @@ def test_tls_follows_sslmode_as_libpq_does():
     self-signed certificate: sslmode=disable is refused by it; prefer (the default) and require
     connect without checking the certificate; verify-full checks it against sslrootcert (or
     PGSSLROOTCERT) and the host name, and refuses a server it cannot verify (checked to fail
-    with verify-full made to accept any certificate)."""
+    with verify-full made to accept any certificate). Then, with pg_hba.conf asking for a client
+    certificate, one signed by the server's CA connects (sslcert and sslkey, or PGSSLCERT and
+    PGSSLKEY), none does not, and a key others may read is refused as libpq refuses it."""
     certs = pathlib.Path(tempfile.mkdtemp(prefix="pg_jobs-cli-certs."))  # (the server reads it)
     try:
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                         "-keyout", str(certs / "key.pem"), "-out", str(certs / "cert.pem"), "-subj", "/CN=localhost",
                         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], check=True, capture_output=True)
+        # A certificate authority, and a client certificate it signs for the user postgres.
+        ssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        subprocess.run(ssl + ["-keyout", str(certs / "ca.key"), "-out", str(certs / "ca.pem"), "-subj", "/CN=test ca"],
+                       check=True, capture_output=True)
+        subprocess.run(["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(certs / "client.key"),
+                        "-out", str(certs / "client.csr"), "-subj", "/CN=postgres"], check=True, capture_output=True)
+        subprocess.run(["openssl", "x509", "-req", "-in", str(certs / "client.csr"), "-CA", str(certs / "ca.pem"),
+                        "-CAkey", str(certs / "ca.key"), "-CAcreateserial", "-days", "1",
+                        "-out", str(certs / "client.pem")], check=True, capture_output=True)
+        os.chmod(certs / "client.key", 0o600)
         shutil.chown(certs, "postgres")
-        for f in ("key.pem", "cert.pem"):
+        for f in ("key.pem", "cert.pem", "ca.pem"):
             shutil.chown(certs / f, "postgres")
         os.chmod(certs / "key.pem", 0o600)
-        conf = f"ssl = on\nssl_cert_file = '{certs}/cert.pem'\nssl_key_file = '{certs}/key.pem'\n"
+        conf = (f"ssl = on\nssl_cert_file = '{certs}/cert.pem'\nssl_key_file = '{certs}/key.pem'\n"
+                f"ssl_ca_file = '{certs}/ca.pem'\n")
         port = int(os.environ.get("PG_JOBS_CLI_TLS_PORT", "54448"))
         with own_cluster("pg_jobs-cli-tls.", port, conf) as s:
             one(s["dsn"], "create extension pg_jobs")
@@ -473,5 +486,21 @@ def test_tls_follows_sslmode_as_libpq_does():
             url = f"postgres://postgres@127.0.0.1:{port}/postgres?sslmode=verify-ca&sslrootcert={cert}"
             code, _, err = pgjobs(url, "status")
             assert code == 0, err
+            # A client certificate, for a server that asks for one (cert in pg_hba.conf).
+            with open(os.path.join(s["dir"], "pg_hba.conf"), "w") as hba:
+                hba.write("local all all trust\nhostssl all all 127.0.0.1/32 cert\n")
+            one(s["dsn"] + " host=" + s["dir"], "select pg_reload_conf()")
+            time.sleep(0.5)
+            client = f"sslcert={certs / 'client.pem'} sslkey={certs / 'client.key'}"
+            for extra, env, ok in [
+                ("", {}, False),  # no certificate
+                (client, {}, True),
+                ("", {"PGSSLCERT": str(certs / "client.pem"), "PGSSLKEY": str(certs / "client.key")}, True),
+            ]:
+                code, _, err = pgjobs(f"{base} host=127.0.0.1 {extra}", "--json", "status", env={**os.environ, **env})
+                assert (code == 0) == ok, (extra, env, err)
+            os.chmod(certs / "client.key", 0o644)
+            code, _, err = pgjobs(f"{base} host=127.0.0.1 {client}", "status")
+            assert code == 2 and "others may read it" in err and "chmod 0600" in err, err
     finally:
         shutil.rmtree(certs)

@@ -3,10 +3,13 @@
 //! when the server offers it; `require` insists on it; none of these verify the server's
 //! certificate unless a root certificate is given (then, as libpq, its chain is checked);
 //! `verify-ca` checks the chain, `verify-full` the chain and the host name, against the root
-//! certificate given or the system's.
+//! certificate given or the system's. A client certificate, for servers that ask for one
+//! (`cert` in pg_hba.conf), as libpq finds it: `sslcert` and `sslkey` (else `PGSSLCERT` and
+//! `PGSSLKEY`, else `~/.postgresql/postgresql.crt` and `.key` when they exist), its key
+//! refused when others may read it.
 
 use anyhow::{bail, Context, Result};
-use native_tls::{Certificate, TlsConnector};
+use native_tls::{Certificate, Identity, TlsConnector};
 use postgres_native_tls::MakeTlsConnector;
 use std::env;
 use tokio_postgres::config::SslMode;
@@ -19,26 +22,24 @@ enum Verify {
     ChainAndHost,
 }
 
-/// The connection string without what the driver does not read (`sslrootcert`, and the
-/// verify modes, which it knows as `require`), and what they asked for.
+/// The connection string without what the driver does not read (`sslrootcert`, `sslcert`,
+/// `sslkey`, and the verify modes, which it knows as `require`), and what they asked for.
+#[derive(Default)]
 pub struct Settings {
     pub dsn: Option<String>,
     mode: Option<String>,
     root: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
 }
 
-/// Takes `sslmode` and `sslrootcert` out of a connection string, a URL's query or key=value
-/// pairs alike (values without spaces).
+/// Takes `sslmode`, `sslrootcert`, `sslcert` and `sslkey` out of a connection string, a URL's
+/// query or key=value pairs alike (values without spaces).
 pub fn split(dsn: Option<String>) -> Settings {
     let Some(dsn) = dsn else {
-        return Settings {
-            dsn: None,
-            mode: None,
-            root: None,
-        };
+        return Settings::default();
     };
-    let mut mode = None;
-    let mut root = None;
+    let mut taken = Settings::default();
     let mut kept = String::with_capacity(dsn.len());
     let mut rest = dsn.as_str();
     while !rest.is_empty() {
@@ -50,23 +51,55 @@ pub fn split(dsn: Option<String>) -> Settings {
             None => ("", part),
         };
         let bare = param.trim_end_matches([' ', '&']);
-        if let Some(v) = bare.strip_prefix("sslrootcert=") {
-            root = Some(v.to_string());
-            kept.push_str(head);
-        } else if let Some(v) = bare.strip_prefix("sslmode=") {
-            mode = Some(v.to_string());
-            kept.push_str(head);
-        } else {
-            kept.push_str(part);
+        let slot = match bare.split_once('=') {
+            Some(("sslrootcert", v)) => Some((&mut taken.root, v)),
+            Some(("sslmode", v)) => Some((&mut taken.mode, v)),
+            Some(("sslcert", v)) => Some((&mut taken.cert, v)),
+            Some(("sslkey", v)) => Some((&mut taken.key, v)),
+            _ => None,
+        };
+        match slot {
+            Some((slot, v)) => {
+                *slot = Some(v.to_string());
+                kept.push_str(head);
+            }
+            None => kept.push_str(part),
         }
         rest = after;
     }
-    let kept = kept.trim_end_matches([' ', '&', '?']).to_string();
-    Settings {
-        dsn: Some(kept),
-        mode,
-        root,
+    taken.dsn = Some(kept.trim_end_matches([' ', '&', '?']).to_string());
+    taken
+}
+
+/// The client certificate and key, if one is given or in libpq's default place.
+fn identity(s: &Settings) -> Result<Option<Identity>> {
+    use std::os::unix::fs::PermissionsExt;
+    let var = |name: &str| env::var(name).ok().filter(|v| !v.is_empty());
+    let home = env::var("HOME")
+        .ok()
+        .map(|h| format!("{h}/.postgresql/postgresql"));
+    let cert = s.cert.clone().or_else(|| var("PGSSLCERT"));
+    let key = s.key.clone().or_else(|| var("PGSSLKEY"));
+    let (cert, key) = match (cert, key, home) {
+        (Some(c), k, h) => (c, k.or(h.map(|h| format!("{h}.key")))),
+        // libpq's default: used when the certificate is there.
+        (None, k, Some(h)) if std::path::Path::new(&format!("{h}.crt")).exists() => {
+            (format!("{h}.crt"), k.or(Some(format!("{h}.key"))))
+        }
+        _ => return Ok(None),
+    };
+    let Some(key) = key else {
+        bail!("sslcert {cert}: no sslkey given\n  fix: pass sslkey=PATH or set PGSSLKEY");
+    };
+    let pem = std::fs::read(&cert).with_context(|| format!("sslcert {cert}: cannot read it"))?;
+    let meta = std::fs::metadata(&key).with_context(|| format!("sslkey {key}: cannot read it"))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        bail!("sslkey {key}: others may read it\n  fix: chmod 0600 {key}");
     }
+    let key_pem = std::fs::read(&key).with_context(|| format!("sslkey {key}: cannot read it"))?;
+    Identity::from_pkcs8(&pem, &key_pem)
+        .map(Some)
+        .with_context(|| format!("sslcert {cert}, sslkey {key}: not a PEM certificate and its key"))
 }
 
 /// Applies the mode to the driver's settings and makes the connector that checks what it asks.
@@ -90,6 +123,11 @@ pub fn connector(config: &mut Config, s: &Settings) -> Result<MakeTlsConnector> 
     };
     config.ssl_mode(driver_mode);
     let mut builder = TlsConnector::builder();
+    if driver_mode != SslMode::Disable {
+        if let Some(identity) = identity(s)? {
+            builder.identity(identity);
+        }
+    }
     if let Some(path) = &root {
         let pem =
             std::fs::read(path).with_context(|| format!("sslrootcert {path}: cannot read it"))?;
@@ -147,5 +185,10 @@ mod tests {
             (Some("postgres://u@h/d"), Some("disable"))
         );
         assert_eq!(split(Some("host=h".into())).dsn.as_deref(), Some("host=h"));
+        let s = split(Some("host=h sslcert=/c.crt sslkey=/c.key user=u".into()));
+        assert_eq!(
+            (s.dsn.as_deref(), s.cert.as_deref(), s.key.as_deref()),
+            (Some("host=h user=u"), Some("/c.crt"), Some("/c.key"))
+        );
     }
 }
