@@ -12,6 +12,7 @@ without a token; with maud's escaping bypassed (PreEscaped around a cell), the e
 found the raw <script> in /jobs.
 """
 
+import base64
 import contextlib
 import http.client
 import json
@@ -124,6 +125,23 @@ def test_it_refuses_to_listen_beyond_localhost_without_a_token(dsn):
         assert request(base, "GET", "/", headers={"Cookie": cookie})[0] == 200
         assert request(base, "GET", "/", headers={"Authorization": f"Bearer {token}"})[0] == 200
         assert request(base, "GET", "/", headers={"Authorization": "Bearer nope"})[0] == 401
+
+
+def test_a_user_name_and_password_will_do_in_place_of_a_token(dsn, monkeypatch):
+    """--basic-auth USER with PGJOBS_UI_PASSWORD: browsers are asked for them (401 with
+    WWW-Authenticate), a wrong one is refused, and the right one opens every page."""
+    argv = [BIN, "--dsn", dsn, "ui", "--listen", "0.0.0.0:%d" % PORT, "--basic-auth", "ops"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=20,
+                         env={k: v for k, v in os.environ.items() if k != "PGJOBS_UI_PASSWORD"})
+    assert run.returncode == 2 and "PGJOBS_UI_PASSWORD" in run.stderr, run.stderr
+    monkeypatch.setenv("PGJOBS_UI_PASSWORD", "a-password-of-the-test")
+    good = base64.b64encode(b"ops:a-password-of-the-test").decode()
+    bad = base64.b64encode(b"ops:a-password-of-the-tesT").decode()
+    with ui(dsn, "--listen", f"0.0.0.0:{PORT}", "--basic-auth", "ops") as base:
+        status, headers, _ = request(base, "GET", "/")
+        assert status == 401 and headers["www-authenticate"].startswith("Basic realm=")
+        assert request(base, "GET", "/", headers={"Authorization": f"Basic {bad}"})[0] == 401
+        assert request(base, "GET", "/jobs", headers={"Authorization": f"Basic {good}"})[0] == 200
 
 
 def test_an_action_without_its_csrf_token_or_from_another_site_is_refused_and_changes_nothing(filled):

@@ -102,7 +102,7 @@ enum Command {
     /// The web dashboard: queues live, jobs by filter, a job's attempts, steps and children,
     /// dead letters by error, bulk actions, schedules
     Ui {
-        /// Address and port to listen on; another than loopback needs --token
+        /// Address and port to listen on; another than loopback needs --token or --basic-auth
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
         listen: String,
         /// Show everything, act on nothing
@@ -112,6 +112,10 @@ enum Command {
         /// also read from PGJOBS_UI_TOKEN
         #[arg(long, env = "PGJOBS_UI_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Ask browsers for this user name and the password in PGJOBS_UI_PASSWORD (HTTP basic
+        /// authentication; behind TLS when it crosses a network)
+        #[arg(long, value_name = "USER")]
+        basic_auth: Option<String>,
     },
     /// Find what is wrong (preload, sweeper, pending upgrade, long transactions, stuck queues,
     /// bloat, grants), each with its fix; exits 1 when something is
@@ -130,12 +134,20 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         listen,
         read_only,
         token,
+        basic_auth,
     } = &cli.command
     {
         let opts = ui::Options {
             listen: listen.clone(),
             read_only: *read_only,
             token: token.clone(),
+            basic_auth: match basic_auth {
+                Some(user) => Some(ui::BasicAuth::new(
+                    user,
+                    std::env::var("PGJOBS_UI_PASSWORD").ok(),
+                )?),
+                None => None,
+            },
         };
         return ui::serve(cli.dsn.as_deref(), opts).await.map(|_| true);
     }

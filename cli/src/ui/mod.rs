@@ -2,7 +2,7 @@
 //! script of its own for live updates (server-sent events), every asset served by the binary.
 //!
 //! Security: it listens on the loopback address unless told otherwise, and then only with a
-//! token; `--read-only` renders no action and refuses every POST; every action is a POST that
+//! token or a user name and password (HTTP basic authentication); `--read-only` renders no action and refuses every POST; every action is a POST that
 //! carries this process's CSRF token and, when the browser sends one, an Origin of this host.
 //! It reaches the database as the role it connects as, through the `jobs` functions and
 //! views: what that role may not do, the page says, with the grant that would allow it.
@@ -29,6 +29,48 @@ pub struct Options {
     pub listen: String,
     pub read_only: bool,
     pub token: Option<String>,
+    pub basic_auth: Option<BasicAuth>,
+}
+
+/// A user name and password every request must present (`Authorization: Basic`), as the
+/// `user:password` a browser encodes.
+pub struct BasicAuth {
+    expected: String,
+}
+
+impl BasicAuth {
+    pub fn new(user: &str, password: Option<String>) -> Result<BasicAuth> {
+        let Some(password) = password.filter(|p| !p.is_empty()) else {
+            bail!(
+                "--basic-auth {user}: no password\n  fix: set PGJOBS_UI_PASSWORD (not an argument: \
+                 other users can read a process's arguments)"
+            );
+        };
+        if user.is_empty() || user.contains(':') {
+            bail!("--basic-auth: a user name, without ':'");
+        }
+        if password.len() < 12 {
+            bail!("PGJOBS_UI_PASSWORD: at least 12 characters");
+        }
+        Ok(BasicAuth {
+            expected: format!("{user}:{password}"),
+        })
+    }
+
+    fn presented(&self, headers: &HeaderMap) -> bool {
+        use base64::Engine;
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Basic "))
+            .and_then(|b| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b.trim())
+                    .ok()
+            })
+            .and_then(|raw| String::from_utf8(raw).ok())
+            .is_some_and(|given| same(&given, &self.expected))
+    }
 }
 
 /// What every request shares.
@@ -38,6 +80,7 @@ pub struct App {
     db: Mutex<Option<Arc<Client>>>,
     read_only: bool,
     token: Option<String>,
+    basic_auth: Option<BasicAuth>,
     /// Forms carry it; a POST without it is refused (another site cannot read it).
     csrf: String,
     history: std::sync::Mutex<live::History>,
@@ -109,10 +152,11 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
             opts.listen
         )
     })?;
-    if !addr.ip().is_loopback() && opts.token.is_none() {
+    if !addr.ip().is_loopback() && opts.token.is_none() && opts.basic_auth.is_none() {
         bail!(
-            "refusing to listen on {addr} without --token: anyone who can reach it could act on your jobs\n  \
-             fix: pass --token (at least 16 letters, digits, - or _), or listen on 127.0.0.1"
+            "refusing to listen on {addr} without --token or --basic-auth: anyone who can reach it could act on your jobs\n  \
+             fix: pass --token (at least 16 letters, digits, - or _), or --basic-auth USER with \
+             PGJOBS_UI_PASSWORD set, or listen on 127.0.0.1"
         );
     }
     if let Some(t) = &opts.token {
@@ -132,6 +176,7 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
         db: Mutex::new(None),
         read_only: opts.read_only,
         token: opts.token,
+        basic_auth: opts.basic_auth,
         csrf: random_hex(32)?,
         history: std::sync::Mutex::new(live::History::default()),
         finished: std::sync::Mutex::new(None),
@@ -215,7 +260,25 @@ async fn guard(State(app): State<Arc<App>>, request: Request<Body>, next: Next) 
 
 #[allow(clippy::result_large_err)]
 fn check(app: &App, request: &Request<Body>) -> std::result::Result<Option<Response>, Response> {
-    if let Some(token) = &app.token {
+    // A user name and password, when set, will do in place of the token.
+    let by_password = app
+        .basic_auth
+        .as_ref()
+        .is_some_and(|b| b.presented(request.headers()));
+    if let (Some(_), None) = (&app.basic_auth, &app.token) {
+        if !by_password {
+            let mut r = refuse(
+                StatusCode::UNAUTHORIZED,
+                "this dashboard needs its user name and password",
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"pgjobs\", charset=\"UTF-8\""),
+            );
+            return Err(r);
+        }
+    }
+    if let Some(token) = app.token.as_ref().filter(|_| !by_password) {
         let query_token = request.uri().query().and_then(|q| {
             form_urlencoded::parse(q.as_bytes())
                 .find(|(k, _)| k == "token")
