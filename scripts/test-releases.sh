@@ -21,7 +21,7 @@ RELEASE_TESTS=(tests/test_sweeper.py tests/test_security.py tests/test_launcher.
   tests/test_blocking_claim.py tests/test_wakeups.py tests/test_held_back.py tests/test_relay.py
   tests/test_outcomes.py tests/test_async_claims.py tests/test_complete_and_claim.py
   tests/test_failover.py tests/test_plans.py tests/test_tenant_isolation.py tests/test_timeouts.py
-  tests/test_tenant_admin.py)
+  tests/test_tenant_admin.py tests/test_wait_for_job.py)
 
 # The ports of the tests that start servers of their own, apart from those of the run on 15,
 # so that scripts/test.sh can run both side by side.

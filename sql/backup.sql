@@ -9,4 +9,5 @@ select pg_catalog.pg_extension_config_dump('jobs_data.steps_seq_seq', '');
 select pg_catalog.pg_extension_config_dump('jobs_data.events', '');
 select pg_catalog.pg_extension_config_dump('jobs_data.job_types', '');
 select pg_catalog.pg_extension_config_dump('jobs_data.attempts', '');
+select pg_catalog.pg_extension_config_dump('jobs_data.attempts_seq_seq', '');
 select pg_catalog.pg_extension_config_dump('jobs_data.queues', $$where queue <> 'default'$$);

@@ -166,7 +166,7 @@ begin
     perform jobs._raise('PJ001',
       format('jobs.await_event: job %s is no longer held by the claim given: %s', await_event.id,
              jobs._lost_reason(await_event.id, await_event.claim)),
-      'stop working on this job; it runs again under a new claim');
+      jobs._lost_hint(await_event.id, 'stop working on this job'));
   end if;
 
   -- Answered before: the same answer, whatever was published since.

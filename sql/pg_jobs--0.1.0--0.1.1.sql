@@ -43,6 +43,8 @@
 -- 23. Tenant admins and monitors (jobs.grant_admin(role, tenant), jobs.grant_monitor(role,
 --     tenant)), and what a tenant admin reads (jobs.tenant_jobs, ...: sql/tenant_views.sql);
 --     jobs.outcome_stats runs as its owner.
+-- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
+--     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -61,7 +63,8 @@ create table jobs_data.attempts (
   claimed_at  timestamptz,
   finished_at timestamptz not null,
   outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
-  error       text
+  error       text,
+  seq         bigint generated always as identity  -- the order they were written in
 );
 
 create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
@@ -92,6 +95,8 @@ select pg_catalog.pg_extension_config_dump('jobs_data.events', '');
 select pg_catalog.pg_extension_config_dump('jobs_data.job_types', '');
 
 select pg_catalog.pg_extension_config_dump('jobs_data.attempts', '');
+
+select pg_catalog.pg_extension_config_dump('jobs_data.attempts_seq_seq', '');
 
 select pg_catalog.pg_extension_config_dump('jobs_data.queues', $$where queue <> 'default'$$);
 
@@ -1831,6 +1836,22 @@ begin atomic
     'no job has this id');
 end;
 
+create or replace function jobs._lost_hint(p_id uuid, p_first text, p_again text default '')
+returns text
+language sql stable
+begin atomic
+  select p_first || '; ' || coalesce(
+    (select case
+       when j.state in ('running', 'ready', 'delayed') then 'it runs again under a new claim' || p_again
+       when j.state = 'suspended' then 'it runs again under a new claim when it wakes' || p_again
+       when j.state = 'completed' then 'it was completed: nothing is left to do'
+       else format('it ended %s and runs again only if jobs.requeue runs it', j.state)
+     end
+     from jobs_data.jobs j
+     where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()))),
+    'it no longer exists (finished jobs are deleted after their retention period)');
+end;
+
 create or replace function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
 returns timestamptz
 language plpgsql volatile
@@ -2186,8 +2207,7 @@ begin
     perform jobs._raise('PJ001',
       format('job %s is no longer held by the claim given: %s', assert_claim.id,
              jobs._lost_reason(assert_claim.id, assert_claim.claim)),
-      'roll back this transaction so its side effects are not committed; the job runs again '
-      'under a new claim');
+      jobs._lost_hint(assert_claim.id, 'roll back this transaction so its side effects are not committed'));
   end if;
 end
 $$;
@@ -2219,6 +2239,21 @@ begin
 end
 $$;
 
+create or replace function jobs._check_step(p_fn text, p_step text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_step is null then
+    perform jobs._raise('22004', p_fn || ': step must not be NULL',
+      'name the step, e.g. ''charge_card''; the name is its memo key within the run');
+  elsif length(p_step) not between 1 and 200 then
+    perform jobs._raise('22023', p_fn || ': step must be 1 to 200 characters, got ' || length(p_step),
+      'use a short, stable step name');
+  end if;
+end
+$$;
+
 create or replace function jobs.save_step(id uuid, claim bigint, step text, output jsonb default null)
 returns void
 language plpgsql volatile
@@ -2228,13 +2263,7 @@ declare
   v_attempt int;
 begin
   perform jobs._check_hold_args('jobs.save_step', save_step.id, save_step.claim);
-  if save_step.step is null then
-    perform jobs._raise('22004', 'jobs.save_step: step must not be NULL',
-      'name the step, e.g. ''charge_card''; the name is its memo key within the run');
-  elsif length(save_step.step) not between 1 and 200 then
-    perform jobs._raise('22023', 'jobs.save_step: step must be 1 to 200 characters, got '
-      || length(save_step.step), 'use a short, stable step name');
-  end if;
+  perform jobs._check_step('jobs.save_step', save_step.step);
   perform jobs._check_size('jobs.save_step: output', save_step.output);
   -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
   -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
@@ -2247,8 +2276,8 @@ begin
     perform jobs._raise('PJ001',
       format('jobs.save_step: job %s is no longer held by the claim given: %s', save_step.id,
              jobs._lost_reason(save_step.id, save_step.claim)),
-      'stop working on this job and roll back; it runs again under a new claim, which sees the '
-      'steps saved so far');
+      jobs._lost_hint(save_step.id, 'stop working on this job and roll back',
+                      ', which sees the steps saved so far'));
   end if;
   insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
   values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
@@ -2259,6 +2288,52 @@ $$;
 comment on function jobs.save_step(uuid, bigint, text, jsonb) is
   'Memoise a finished step of a held job''s run; raises lease_lost (and saves nothing) when the '
   'claim is no longer held. A step saved before keeps its first output.';
+
+create or replace function jobs.sleep(id uuid, claim bigint, step text, until timestamptz)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_run     uuid;
+  v_attempt int;
+begin
+  perform jobs._check_hold_args('jobs.sleep', sleep.id, sleep.claim);
+  perform jobs._check_step('jobs.sleep', sleep.step);
+  if sleep.until is null then
+    perform jobs._raise('22004', 'jobs.sleep: until must not be NULL',
+      'pass when the job should go on, e.g. now() + interval ''1 day''');
+  end if;
+  perform jobs._check_finite('jobs.sleep: until', sleep.until,
+    'pass when the job should go on, e.g. now() + interval ''1 day''');
+  select j.run_id, j.attempt into v_run, v_attempt
+  from jobs_data.jobs as j
+  where j.id = sleep.id and j.claim = sleep.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > v_now
+  for update;
+  if v_run is null then
+    perform jobs._raise('PJ001',
+      format('jobs.sleep: job %s is no longer held by the claim given: %s', sleep.id,
+             jobs._lost_reason(sleep.id, sleep.claim)),
+      jobs._lost_hint(sleep.id, 'stop working on this job and roll back',
+                      ', which sees the steps saved so far'));
+  end if;
+  if exists (select from jobs_data.steps as s where s.run_id = v_run and s.step = sleep.step) then
+    return true;  -- slept already
+  end if;
+  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
+  values (v_run, sleep.step, jsonb_build_object('until', sleep.until), v_now, v_attempt);
+  if sleep.until <= v_now then
+    return true;
+  end if;
+  perform jobs.snooze(sleep.id, sleep.claim, sleep.until);  -- (held: the row is locked above)
+  return false;
+end
+$$;
+
+comment on function jobs.sleep(uuid, bigint, text, timestamptz) is
+  'A durable sleep step: the first call suspends the held job until then (no attempt used) and '
+  'answers false; once it runs again the call answers true at once';
 
 create or replace function jobs.get_step(run_id uuid, step text)
 returns table (done boolean, output jsonb)
@@ -2419,7 +2494,7 @@ begin
     perform jobs._raise('PJ001',
       format('jobs.await_event: job %s is no longer held by the claim given: %s', await_event.id,
              jobs._lost_reason(await_event.id, await_event.claim)),
-      'stop working on this job; it runs again under a new claim');
+      jobs._lost_hint(await_event.id, 'stop working on this job'));
   end if;
 
   -- Answered before: the same answer, whatever was published since.
@@ -2687,6 +2762,59 @@ $$;
 comment on function jobs.get_job(uuid) is
   'The state, attempts and outcome of a job; no row for a job this role may not see';
 
+create or replace function jobs.wait_for_job(job_id uuid, wait interval)
+returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
+               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
+               finished_at timestamptz, tenant_id text)
+language plpgsql volatile
+as $$
+declare
+  v_until timestamptz;
+  v_key   text[];
+  v_seen  bigint[];
+  v_row   record;
+begin
+  if wait_for_job.job_id is null then
+    perform jobs._raise('22004', 'jobs.wait_for_job: id must not be NULL', 'pass the id jobs.enqueue answered');
+  end if;
+  if wait_for_job.wait is null then
+    perform jobs._raise('22004', 'jobs.wait_for_job: wait must not be NULL',
+      'pass how long to wait, at most an hour; 0 answers at once');
+  end if;
+  if wait_for_job.wait <> interval '0' then
+    perform jobs._check_interval('jobs.wait_for_job: wait', wait_for_job.wait, interval '1 hour',
+      'pass how long to wait, at most an hour (the wait holds its transaction open); 0 answers at once');
+    if current_setting('transaction_isolation') <> 'read committed' then
+      perform jobs._raise('PJ008',
+        format('jobs.wait_for_job: wait needs READ COMMITTED; this transaction is %s',
+               upper(current_setting('transaction_isolation'))),
+        'wait in its own statement or a READ COMMITTED transaction, or pass wait 0');
+    end if;
+  end if;
+  v_until := clock_timestamp() + wait_for_job.wait;
+  loop
+    -- The counter before the look: a commit after the look moves it (no wake-up missed).
+    select array[chr(2) || 'finished:' || j.queue] into v_key
+    from jobs_data.jobs as j where j.id = wait_for_job.job_id;
+    v_seen := jobs._work_seen(v_key);
+    select * into v_row from jobs.get_jobs(array[wait_for_job.job_id]) as g;
+    if not found or v_row.state in ('completed', 'failed', 'dead', 'cancelled')
+       or clock_timestamp() >= v_until then
+      exit;
+    end if;
+    perform jobs._await_work(v_key, v_seen, v_until);
+  end loop;
+  if v_row.id is not null then  -- (as read: a completion may delete the job, completed_retention = 0)
+    return query select v_row.id, v_row.name, v_row.queue, v_row.state, v_row.attempt,
+                        v_row.max_attempts, v_row.result, v_row.last_error, v_row.run_at,
+                        v_row.enqueued_at, v_row.finished_at, v_row.tenant_id;
+  end if;
+end
+$$;
+
+comment on function jobs.wait_for_job(uuid, interval) is
+  'Wait up to wait for the job to end, then answer its row as jobs.get_job does';
+
 create or replace function jobs._family_changed()
 returns trigger
 language plpgsql volatile
@@ -2878,8 +3006,8 @@ begin
     perform jobs._raise('PJ001',
       format('jobs.spawn: job %s is no longer held by the claim given: %s', spawn.id,
              jobs._lost_reason(spawn.id, spawn.claim)),
-      'stop working on this job and roll back; it runs again under a new claim, and spawns '
-      'with the same child_key get the children spawned so far');
+      jobs._lost_hint(spawn.id, 'stop working on this job and roll back',
+                      ', and spawns with the same child_key get the children spawned so far'));
   end if;
   if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
     perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
@@ -2932,7 +3060,7 @@ begin
     perform jobs._raise('PJ001',
       format('jobs.await_children: job %s is no longer held by the claim given: %s', await_children.id,
              jobs._lost_reason(await_children.id, await_children.claim)),
-      'stop working on this job; it runs again under a new claim');
+      jobs._lost_hint(await_children.id, 'stop working on this job'));
   end if;
   -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
   v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f
@@ -3642,7 +3770,7 @@ create or replace function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs'],
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job'],
                          false);
       select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
 
@@ -3652,11 +3780,11 @@ create or replace function jobs.grant_worker(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'claim',
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
-                               'await_children'], false);
+                               'await_children', 'sleep'], false);
       select format('%I may enqueue, publish, claim and settle jobs (worker)', $1) $$;
 
 comment on function jobs.grant_worker(name) is
@@ -3775,7 +3903,7 @@ begin
   perform jobs._check_admin_kind('jobs.grant_admin', role, true);
   perform jobs._grant('jobs.grant_admin', role,
     array['clock', 'error_codes', '_tenants', '_oldest_ready', '_outcome_stats', 'queue_stats',
-          'outcome_stats', 'get_job', 'get_jobs', 'cancel', 'requeue', 'promote'], false);
+          'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote'], false);
   v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
   execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
                  'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
@@ -3807,7 +3935,7 @@ begin
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
                         'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
-                        'spawn', 'await_children', 'get_job', 'get_jobs',
+                        'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats')
   loop
@@ -3947,9 +4075,9 @@ create trigger jobs_family_statement_end
 after update or delete on jobs_data.jobs
 for each statement
 execute function jobs._family_statement_end();
--- 12., 18. and 22. The roles that may call a function of 0.1.0 may call the new ones beside
+-- 12., 18., 22. and 24. The roles that may call a function of 0.1.0 may call the new ones beside
 -- it: who may complete a batch may complete it and claim the next in one call; the workers
--- (who may save a step) may spawn and await children; the producers and workers (who may
+-- (who may save a step) may spawn and await children, and sleep; the producers and workers (who may
 -- enqueue) may read their jobs' state.
 do $$
 declare
@@ -3960,8 +4088,9 @@ begin
     select * from (values
       ('jobs.complete_many(uuid[], bigint[], jsonb[])',
        'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])'),
-      ('jobs.save_step(uuid, bigint, text, jsonb)', 'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint)'),
-      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[])')) as g(held, added)
+      ('jobs.save_step(uuid, bigint, text, jsonb)',
+       'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz)'),
+      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval)')) as g(held, added)
   loop
     select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
     from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a

@@ -1,8 +1,8 @@
 -- Privileges. Nothing in jobs is granted to PUBLIC. Three capabilities, granted per role:
---   producer  enqueue, enqueue_batch, publish, get_job, get_jobs
+--   producer  enqueue, enqueue_batch, publish, get_job, get_jobs, wait_for_job
 --   worker    a producer's, and claim, heartbeat, complete, complete_many, complete_and_claim,
 --             fail, snooze, assert_claim, save_step, get_step, await_event, spawn,
---             await_children
+--             await_children, sleep
 --   admin     everything: every function (including the grants), every table and view
 --   monitor   select on jobs.queue_stats and jobs.outcome_stats only (for postgres_exporter
 --             and alerts)
@@ -65,7 +65,7 @@ create function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs'],
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job'],
                          false);
       select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
 comment on function jobs.grant_producer(name) is 'Let a role enqueue, read its jobs'' state and publish';
@@ -74,11 +74,11 @@ create function jobs.grant_worker(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'claim',
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
-                               'await_children'], false);
+                               'await_children', 'sleep'], false);
       select format('%I may enqueue, publish, claim and settle jobs (worker)', $1) $$;
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
@@ -211,7 +211,7 @@ begin
   perform jobs._check_admin_kind('jobs.grant_admin', role, true);
   perform jobs._grant('jobs.grant_admin', role,
     array['clock', 'error_codes', '_tenants', '_oldest_ready', '_outcome_stats', 'queue_stats',
-          'outcome_stats', 'get_job', 'get_jobs', 'cancel', 'requeue', 'promote'], false);
+          'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote'], false);
   v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
   execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
                  'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
@@ -241,7 +241,7 @@ begin
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
                         'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
-                        'spawn', 'await_children', 'get_job', 'get_jobs',
+                        'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats')
   loop

@@ -12,9 +12,10 @@ create table jobs_data.attempts (
   claimed_at  timestamptz,
   finished_at timestamptz not null,
   outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
-  error       text
+  error       text,
+  seq         bigint generated always as identity  -- the order they were written in
 );
--- Not unique: a requeued job counts its attempts from 1 again.
+-- Not unique: a requeued job counts its attempts from 1 again, so order a job's rows by seq.
 create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
 comment on table jobs_data.attempts is
   'One row per attempt that did not complete: failed, timed out, lease lapsed or buried';

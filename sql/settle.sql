@@ -38,6 +38,24 @@ begin atomic
     'no job has this id');
 end;
 
+-- The hint of a lease_lost refusal: p_first (what to do now), then what becomes of the job,
+-- by the state it is in now; p_again follows when it runs again.
+create function jobs._lost_hint(p_id uuid, p_first text, p_again text default '')
+returns text
+language sql stable
+begin atomic
+  select p_first || '; ' || coalesce(
+    (select case
+       when j.state in ('running', 'ready', 'delayed') then 'it runs again under a new claim' || p_again
+       when j.state = 'suspended' then 'it runs again under a new claim when it wakes' || p_again
+       when j.state = 'completed' then 'it was completed: nothing is left to do'
+       else format('it ended %s and runs again only if jobs.requeue runs it', j.state)
+     end
+     from jobs_data.jobs j
+     where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()))),
+    'it no longer exists (finished jobs are deleted after their retention period)');
+end;
+
 create function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
 returns timestamptz
 language plpgsql volatile
@@ -408,8 +426,7 @@ begin
     perform jobs._raise('PJ001',
       format('job %s is no longer held by the claim given: %s', assert_claim.id,
              jobs._lost_reason(assert_claim.id, assert_claim.claim)),
-      'roll back this transaction so its side effects are not committed; the job runs again '
-      'under a new claim');
+      jobs._lost_hint(assert_claim.id, 'roll back this transaction so its side effects are not committed'));
   end if;
 end
 $$;

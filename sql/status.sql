@@ -52,3 +52,62 @@ end
 $$;
 comment on function jobs.get_job(uuid) is
   'The state, attempts and outcome of a job; no row for a job this role may not see';
+
+-- Waits until the job has ended (completed, failed, dead or cancelled) or wait passes, and
+-- answers its row as jobs.get_job does: ended, or as it is at the deadline; no row for a job
+-- this role may not see, none has this id, or (completed_retention = 0) whose completion
+-- deleted it while it was waited for. Woken from shared memory by the commit that
+-- ends a job of its queue (src/outcomes.rs, src/wakeups.rs: jobs._await_work); without
+-- preload it looks again every 100 ms. Each look is a new statement, so it needs READ
+-- COMMITTED, as a waiting claim does; at most an hour, as a waiting claim may.
+create function jobs.wait_for_job(job_id uuid, wait interval)
+returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
+               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
+               finished_at timestamptz, tenant_id text)
+language plpgsql volatile
+as $$
+declare
+  v_until timestamptz;
+  v_key   text[];
+  v_seen  bigint[];
+  v_row   record;
+begin
+  if wait_for_job.job_id is null then
+    perform jobs._raise('22004', 'jobs.wait_for_job: id must not be NULL', 'pass the id jobs.enqueue answered');
+  end if;
+  if wait_for_job.wait is null then
+    perform jobs._raise('22004', 'jobs.wait_for_job: wait must not be NULL',
+      'pass how long to wait, at most an hour; 0 answers at once');
+  end if;
+  if wait_for_job.wait <> interval '0' then
+    perform jobs._check_interval('jobs.wait_for_job: wait', wait_for_job.wait, interval '1 hour',
+      'pass how long to wait, at most an hour (the wait holds its transaction open); 0 answers at once');
+    if current_setting('transaction_isolation') <> 'read committed' then
+      perform jobs._raise('PJ008',
+        format('jobs.wait_for_job: wait needs READ COMMITTED; this transaction is %s',
+               upper(current_setting('transaction_isolation'))),
+        'wait in its own statement or a READ COMMITTED transaction, or pass wait 0');
+    end if;
+  end if;
+  v_until := clock_timestamp() + wait_for_job.wait;
+  loop
+    -- The counter before the look: a commit after the look moves it (no wake-up missed).
+    select array[chr(2) || 'finished:' || j.queue] into v_key
+    from jobs_data.jobs as j where j.id = wait_for_job.job_id;
+    v_seen := jobs._work_seen(v_key);
+    select * into v_row from jobs.get_jobs(array[wait_for_job.job_id]) as g;
+    if not found or v_row.state in ('completed', 'failed', 'dead', 'cancelled')
+       or clock_timestamp() >= v_until then
+      exit;
+    end if;
+    perform jobs._await_work(v_key, v_seen, v_until);
+  end loop;
+  if v_row.id is not null then  -- (as read: a completion may delete the job, completed_retention = 0)
+    return query select v_row.id, v_row.name, v_row.queue, v_row.state, v_row.attempt,
+                        v_row.max_attempts, v_row.result, v_row.last_error, v_row.run_at,
+                        v_row.enqueued_at, v_row.finished_at, v_row.tenant_id;
+  end if;
+end
+$$;
+comment on function jobs.wait_for_job(uuid, interval) is
+  'Wait up to wait for the job to end, then answer its row as jobs.get_job does';

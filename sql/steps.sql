@@ -50,6 +50,21 @@ begin
 end
 $$;
 
+create function jobs._check_step(p_fn text, p_step text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_step is null then
+    perform jobs._raise('22004', p_fn || ': step must not be NULL',
+      'name the step, e.g. ''charge_card''; the name is its memo key within the run');
+  elsif length(p_step) not between 1 and 200 then
+    perform jobs._raise('22023', p_fn || ': step must be 1 to 200 characters, got ' || length(p_step),
+      'use a short, stable step name');
+  end if;
+end
+$$;
+
 create function jobs.save_step(id uuid, claim bigint, step text, output jsonb default null)
 returns void
 language plpgsql volatile
@@ -59,13 +74,7 @@ declare
   v_attempt int;
 begin
   perform jobs._check_hold_args('jobs.save_step', save_step.id, save_step.claim);
-  if save_step.step is null then
-    perform jobs._raise('22004', 'jobs.save_step: step must not be NULL',
-      'name the step, e.g. ''charge_card''; the name is its memo key within the run');
-  elsif length(save_step.step) not between 1 and 200 then
-    perform jobs._raise('22023', 'jobs.save_step: step must be 1 to 200 characters, got '
-      || length(save_step.step), 'use a short, stable step name');
-  end if;
+  perform jobs._check_step('jobs.save_step', save_step.step);
   perform jobs._check_size('jobs.save_step: output', save_step.output);
   -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
   -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
@@ -78,8 +87,8 @@ begin
     perform jobs._raise('PJ001',
       format('jobs.save_step: job %s is no longer held by the claim given: %s', save_step.id,
              jobs._lost_reason(save_step.id, save_step.claim)),
-      'stop working on this job and roll back; it runs again under a new claim, which sees the '
-      'steps saved so far');
+      jobs._lost_hint(save_step.id, 'stop working on this job and roll back',
+                      ', which sees the steps saved so far'));
   end if;
   insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
   values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
@@ -89,6 +98,60 @@ $$;
 comment on function jobs.save_step(uuid, bigint, text, jsonb) is
   'Memoise a finished step of a held job''s run; raises lease_lost (and saves nothing) when the '
   'claim is no longer held. A step saved before keeps its first output.';
+
+-- Durable sleep: a step that is a wait. The first call in a run saves the step (its output:
+-- {"until": ...}) and suspends the job until then, giving back the attempt its claim counted
+-- (as jobs.snooze does), and answers false: the handler returns. When the job runs again (at
+-- until, or sooner if promoted) the call finds the step saved and answers true at once, so a
+-- job that sleeps a week and then retries does not sleep again. An until already past saves
+-- the step and answers true. Fenced like jobs.save_step: a claim no longer held saves nothing
+-- and raises lease_lost.
+--
+-- Lock order: the job row (FOR UPDATE, holding the claim), then the step row.
+create function jobs.sleep(id uuid, claim bigint, step text, until timestamptz)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_run     uuid;
+  v_attempt int;
+begin
+  perform jobs._check_hold_args('jobs.sleep', sleep.id, sleep.claim);
+  perform jobs._check_step('jobs.sleep', sleep.step);
+  if sleep.until is null then
+    perform jobs._raise('22004', 'jobs.sleep: until must not be NULL',
+      'pass when the job should go on, e.g. now() + interval ''1 day''');
+  end if;
+  perform jobs._check_finite('jobs.sleep: until', sleep.until,
+    'pass when the job should go on, e.g. now() + interval ''1 day''');
+  select j.run_id, j.attempt into v_run, v_attempt
+  from jobs_data.jobs as j
+  where j.id = sleep.id and j.claim = sleep.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > v_now
+  for update;
+  if v_run is null then
+    perform jobs._raise('PJ001',
+      format('jobs.sleep: job %s is no longer held by the claim given: %s', sleep.id,
+             jobs._lost_reason(sleep.id, sleep.claim)),
+      jobs._lost_hint(sleep.id, 'stop working on this job and roll back',
+                      ', which sees the steps saved so far'));
+  end if;
+  if exists (select from jobs_data.steps as s where s.run_id = v_run and s.step = sleep.step) then
+    return true;  -- slept already
+  end if;
+  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
+  values (v_run, sleep.step, jsonb_build_object('until', sleep.until), v_now, v_attempt);
+  if sleep.until <= v_now then
+    return true;
+  end if;
+  perform jobs.snooze(sleep.id, sleep.claim, sleep.until);  -- (held: the row is locked above)
+  return false;
+end
+$$;
+comment on function jobs.sleep(uuid, bigint, text, timestamptz) is
+  'A durable sleep step: the first call suspends the held job until then (no attempt used) and '
+  'answers false; once it runs again the call answers true at once';
 
 create function jobs.get_step(run_id uuid, step text)
 returns table (done boolean, output jsonb)

@@ -46,6 +46,8 @@ pub const OUTCOMES: [&str; 7] = [
     "lease_lapsed",
 ];
 const DEAD: usize = 2;
+/// The outcomes that end a job: completed, dead, failed, cancelled.
+const ENDED: [usize; 4] = [0, DEAD, 3, 4];
 /// Queue slots in shared memory (all databases).
 const SLOTS: usize = 2048;
 /// Queue slots one database may take (its queues beyond them are counted in its row whose
@@ -354,6 +356,13 @@ fn at_end(commit: bool) {
             }
         }
     }
+    // Jobs that ended wake who waits for them (jobs.wait_for_job).
+    crate::wakeups::bump_now(pending.iter().filter_map(|(_, noted)| match noted {
+        Noted::Counted { queue, outcome, .. } if ENDED.contains(outcome) => {
+            Some(crate::wakeups::finished_key(queue))
+        }
+        _ => None,
+    }));
     let relayed: Vec<Signal> = signals(&pending)
         .into_iter()
         .filter(crate::relay::carries)

@@ -138,17 +138,36 @@ fn slot_freed(name: &str, concurrency_key: Option<&str>) -> bool {
     true
 }
 
+/// The wake-up key of the jobs of a queue that end (completed, dead, failed, cancelled), which
+/// `jobs.wait_for_job` waits on; src/outcomes.rs bumps it at the commit that ends them.
+pub fn finished_key(queue: &str) -> String {
+    format!("\u{2}finished:{queue}")
+}
+
 /// The end of a transaction that made work: at a commit, bumps the buckets it made work in
 /// (its rows are visible by now) and wakes the claims waiting on them; else forgets them. A
 /// prepared transaction's wake-ups are forgotten too: it commits later, from another session
 /// (the waiting claims find its jobs at their next look).
 fn at_end(commit: bool) {
     let buckets = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    if !commit || buckets.is_empty() {
+    if commit {
+        bump(&buckets);
+    }
+}
+
+/// At a commit, from another module's end of transaction (its rows visible by now): bumps
+/// these keys and wakes whoever waits on them.
+pub fn bump_now(keys: impl Iterator<Item = String>) {
+    let buckets: BTreeSet<usize> = keys.map(|k| bucket(&k)).collect();
+    bump(&buckets);
+}
+
+fn bump(buckets: &BTreeSet<usize>) {
+    if buckets.is_empty() {
         return;
     }
     if let Some(w) = shared() {
-        for &b in &buckets {
+        for &b in buckets {
             w.counters[b].fetch_add(1, Ordering::SeqCst);
         }
         // A claim counts itself in `waiting` of its buckets before it checks their counters
@@ -285,7 +304,7 @@ unsafe extern "C-unwind" fn uncount_at_exit(_code: i32, _arg: pg_sys::Datum) {
 
 /// Takes this backend out of vacuum's horizon for the wait (`backend_xmin` NULL), when no
 /// snapshot it holds can be used again: the statement is `SELECT ... FROM jobs.claim(...)`
-/// alone (src/statement.rs), in its own transaction, in READ COMMITTED. Then the statement's
+/// (or `jobs.wait_for_job(...)`) alone (src/statement.rs), in its own transaction, in READ COMMITTED. Then the statement's
 /// own snapshot is read by nothing after the claim returns (it scans no table, calls nothing
 /// else), and each look of the claim after the wait takes a new snapshot, which advertises
 /// the new xmin. Anything else
@@ -296,7 +315,8 @@ fn release_xmin_if_unused() {
     unsafe {
         if pg_sys::IsTransactionBlock()
             || pg_sys::XactIsoLevel != pg_sys::XACT_READ_COMMITTED as i32
-            || !crate::statement::is_a_bare_call(c"claim")
+            || !(crate::statement::is_a_bare_call(c"claim")
+                || crate::statement::is_a_bare_call(c"wait_for_job"))
         {
             return;
         }

@@ -315,10 +315,12 @@ pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool>
         let partial = output::rows(
             client,
             "with tiers (tier, marker, fns) as (values
-               ('producer', 'enqueue', array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs']),
+               ('producer', 'enqueue', array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs',
+                  'wait_for_job']),
                ('worker', 'claim', array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs',
-                  'claim', 'heartbeat', 'complete', 'complete_many', 'complete_and_claim', 'fail', 'snooze',
-                  'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn', 'await_children']))
+                  'wait_for_job', 'claim', 'heartbeat', 'complete', 'complete_many', 'complete_and_claim', 'fail',
+                  'snooze', 'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn', 'await_children',
+                  'sleep']))
              select row_to_json(x) from (
                select r.rolname as role, t.tier,
                       string_agg(distinct p.proname::text, ', ' order by p.proname::text) as missing

@@ -95,7 +95,7 @@ pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Deta
         "select row_to_json(x) from (
            select a.attempt, a.outcome, a.worker, date_trunc('second', a.claimed_at) as claimed_at,
                   date_trunc('second', a.finished_at) as finished_at, a.error
-           from jobs.attempts as a where a.job_id = $1::text::uuid order by a.finished_at, a.attempt) as x",
+           from jobs.attempts as a where a.job_id = $1::text::uuid order by a.seq) as x",
         &[&id],
     )
     .await?;

@@ -51,3 +51,12 @@ reset pg_jobs.clock_offset;
 select count(*) as jobs, (select count(*) from jobs.attempts) as attempts from jobs.jobs;
 
 truncate jobs_data.jobs, jobs_data.attempts, jobs_data.job_types;
+
+-- A requeued job counts its attempts from 1 again; seq keeps the order the rows were written.
+select jobs.enqueue('twice', max_attempts => 2) is not null;
+select jobs.fail(id, claim, 'first run, 1') from jobs.claim('w');
+update jobs.jobs set run_at = jobs.clock(), state = 'ready' where name = 'twice';
+select jobs.fail(id, claim, 'first run, 2') from jobs.claim('w');
+select jobs.requeue(id) from jobs.jobs where name = 'twice';
+select jobs.fail(id, claim, 'second run, 1') from jobs.claim('w');
+select attempt, error from jobs.attempts order by seq;

@@ -35,3 +35,43 @@ select jobs.save_step(:'id', :claim2, null);
 select * from jobs.get_step(null, 'fetch');
 \echo :LAST_ERROR_SQLSTATE
 select count(*) from jobs.steps;
+
+-- Durable sleep: the first call saves the step and suspends the job, its attempt given back;
+-- once it runs again (promoted here, or at until) the same call answers true at once.
+truncate jobs_data.jobs, jobs_data.steps;
+select jobs.enqueue('reminder', id => '00000000-0000-0000-0000-0000000000a2') is not null;
+select id, claim from jobs.claim('w') \gset
+select jobs.sleep(:'id', :claim, 'wait_a_day', jobs.clock() + interval '1 day');
+select state, attempt, run_at > jobs.clock() + interval '23 hours' as until_tomorrow from jobs.jobs;
+select step, output ? 'until' as has_until from jobs.steps;
+-- The sleeper's claim is gone: it can sleep no more.
+select jobs.sleep(:'id', :claim, 'again', jobs.clock() + interval '1 day');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.promote(:'id');
+select id, claim, attempt from jobs.claim('w') \gset
+select jobs.sleep(:'id', :claim, 'wait_a_day', jobs.clock() + interval '1 day');
+select state, attempt from jobs.jobs;
+-- A time already past: the step is saved and the job goes on.
+select jobs.sleep(:'id', :claim, 'no_wait', jobs.clock() - interval '1 second');
+select step from jobs.steps order by seq;
+-- Bad input: a clear error, and nothing changes.
+select jobs.sleep(:'id', :claim, 'x', null);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.sleep(:'id', :claim, 'x', 'infinity');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.sleep(:'id', :claim, '', jobs.clock());
+\echo :LAST_ERROR_SQLSTATE
+select jobs.sleep(:'id', null, 'x', jobs.clock());
+\echo :LAST_ERROR_SQLSTATE
+select state, attempt, (select count(*) from jobs.steps) as steps from jobs.jobs;
+
+-- Each lease_lost hint says what becomes of the job in the state it is in now.
+select jobs.complete(:'id', :claim);
+select jobs.save_step(:'id', :claim, 'late', '{}');
+select jobs.enqueue('doomed', id => '00000000-0000-0000-0000-0000000000a3', max_attempts => 1) is not null;
+select id as doomed, claim as doomed_claim from jobs.claim('w') \gset
+select jobs.fail(:'doomed', :doomed_claim, 'boom');
+select jobs.save_step(:'doomed', :doomed_claim, 'late', '{}');
+select jobs.requeue(:'doomed');
+select jobs.assert_claim(:'doomed', :doomed_claim);
+select jobs.save_step('00000000-0000-0000-0000-00000000dead', 1, 'late', '{}');

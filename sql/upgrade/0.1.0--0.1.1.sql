@@ -41,6 +41,8 @@
 -- 23. Tenant admins and monitors (jobs.grant_admin(role, tenant), jobs.grant_monitor(role,
 --     tenant)), and what a tenant admin reads (jobs.tenant_jobs, ...: sql/tenant_views.sql);
 --     jobs.outcome_stats runs as its owner.
+-- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
+--     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -364,9 +366,9 @@ end
 $$;
 -- 18. The children's triggers (their function is above).
 -- @include sql/children_triggers.sql
--- 12., 18. and 22. The roles that may call a function of 0.1.0 may call the new ones beside
+-- 12., 18., 22. and 24. The roles that may call a function of 0.1.0 may call the new ones beside
 -- it: who may complete a batch may complete it and claim the next in one call; the workers
--- (who may save a step) may spawn and await children; the producers and workers (who may
+-- (who may save a step) may spawn and await children, and sleep; the producers and workers (who may
 -- enqueue) may read their jobs' state.
 do $$
 declare
@@ -377,8 +379,9 @@ begin
     select * from (values
       ('jobs.complete_many(uuid[], bigint[], jsonb[])',
        'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])'),
-      ('jobs.save_step(uuid, bigint, text, jsonb)', 'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint)'),
-      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[])')) as g(held, added)
+      ('jobs.save_step(uuid, bigint, text, jsonb)',
+       'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz)'),
+      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval)')) as g(held, added)
   loop
     select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
     from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
