@@ -219,9 +219,9 @@ begin
     perform jobs._raise('22023', format('jobs.spawn: close_policy must be ''terminate'' or ''abandon'', got %L',
       v_policy), '''terminate'' (the default) cancels the child when the parent ends failed, dead '
       'or cancelled; ''abandon'' lets it carry on');
-  elsif spec ?| array['id', 'on_conflict', 'idempotency_key', 'parent_id'] then
+  elsif spec ?| array['id', 'on_conflict', 'idempotency_key', 'parent_id', 'debounce', 'debounce_max'] then
     perform jobs._raise('22023',
-      'jobs.spawn: a child''s spec takes no id, idempotency_key, on_conflict or parent_id',
+      'jobs.spawn: a child''s spec takes no id, idempotency_key, on_conflict, debounce or parent_id',
       'its child_key makes it idempotent (the same key gives the same child), and its parent is '
       'the job spawning it');
   end if;
@@ -263,7 +263,8 @@ begin
         'use another child_key; the job holding that id was enqueued with it by a producer');
     end if;
   end if;
-  return row(v_row.id, v_row.run_id, v_row.deduped)::jobs.enqueued;
+  return row(v_row.id, v_row.run_id, v_row.deduped,
+             case when v_row.deduped then 'returned' else 'inserted' end)::jobs.enqueued;
 end
 $$;
 comment on function jobs.spawn(uuid, bigint, jsonb) is

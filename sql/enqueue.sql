@@ -65,10 +65,26 @@ begin atomic
       'cancelled; ''abandon'' lets it carry on']
     when s.close_policy is not null and s.parent_id is null then array['22023',
       'close_policy is for a child: pass parent_id too', 'pass the parent''s id, or no close_policy']
-    when s.on_conflict is null or s.on_conflict not in ('return', 'error') then array[
+    when s.on_conflict is null or s.on_conflict not in ('return', 'error', 'replace', 'debounce') then array[
       case when s.on_conflict is null then '22004' else '22023' end,
-      'on_conflict must be ''return'' or ''error'', got ' || coalesce(quote_literal(s.on_conflict), 'NULL'),
-      '''return'' hands back the live job holding the key; ''error'' raises duplicate_job']
+      'on_conflict must be ''return'', ''error'', ''replace'' or ''debounce'', got '
+        || coalesce(quote_literal(s.on_conflict), 'NULL'),
+      '''return'' hands back the live job holding the key; ''error'' raises duplicate_job; '
+      '''replace'' and ''debounce'' give a job still waiting to run the new payload and run time']
+    when s.on_conflict in ('replace', 'debounce') and s.idempotency_key is null then array['22023',
+      format('on_conflict %L needs an idempotency_key', s.on_conflict),
+      'pass the key whose waiting job the repeats replace, e.g. idempotency_key => ''digest:'' || user_id']
+    when (s.on_conflict = 'debounce') <> (s.debounce is not null) then array['22023',
+      'debounce goes with on_conflict ''debounce'', and it with debounce',
+      'pass both, e.g. on_conflict => ''debounce'', debounce => ''30 seconds''']
+    when s.debounce <= interval '0' or s.debounce > interval '7 days' then array['22023',
+      'debounce must be more than 0 and at most 7 days, got ' || s.debounce,
+      'pass how long after the last repeat the job runs, e.g. ''30 seconds''']
+    when s.debounce_max is not null and s.debounce is null then array['22023',
+      'debounce_max goes with debounce', 'pass debounce as well, or no debounce_max']
+    when s.debounce_max < s.debounce or s.debounce_max > interval '30 days' then array['22023',
+      format('debounce_max must be at least debounce (%s) and at most 30 days, got %s', s.debounce, s.debounce_max),
+      'pass the longest a job may be put off after its first enqueue, or NULL for no limit']
   end;
 end;
 
@@ -217,7 +233,7 @@ $$;
 
 -- Inserts p_specs, answering one row per spec in order: the job and whether it was deduped.
 create function jobs._enqueue(p_specs jobs.job_spec[], p_caller text)
-returns table (ordinal int, id uuid, run_id uuid, deduped boolean)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
 language plpgsql volatile
 as $$
 #variable_conflict use_column
@@ -229,6 +245,8 @@ declare
   r_id       uuid[];
   r_run      uuid[];
   r_dedup    boolean[];
+  r_action   text[];
+  v_moved    text;     -- the queue of a waiting job a repeat replaced or debounced
   v_pending  int[];
   v_missed   int[];
   v_spec     jobs.job_spec;
@@ -262,6 +280,13 @@ begin
     end if;
   end if;
 
+  -- A debounced job runs debounce after its enqueue, unless it names its own run_at.
+  for v_i in 1 .. v_n loop
+    if p_specs[v_i].debounce is not null and p_specs[v_i].run_at is null then
+      p_specs[v_i].run_at := v_now + p_specs[v_i].debounce;
+    end if;
+  end loop;
+
   v_ids := array(select coalesce(s.id, jobs._uuid_v7()) from unnest(p_specs) with ordinality s
                  order by s.ordinality);
   -- A new run is named after its first job: run_id = id (see jobs_attached_idx).
@@ -278,13 +303,14 @@ begin
       perform jobs._attach_children(p_specs, null, p_caller);
     end if;
     perform jobs._register_and_wake(p_specs, null, v_now, v_ids);
-    return query select o.i, v_ids[o.i], v_runs[o.i], false from generate_series(1, v_n) as o(i);
+    return query select o.i, v_ids[o.i], v_runs[o.i], false, 'inserted' from generate_series(1, v_n) as o(i);
     return;
   end if;
 
   r_id := array_fill(null::uuid, array[v_n]);
   r_run := r_id;
   r_dedup := array_fill(null::boolean, array[v_n]);
+  r_action := array_fill(null::text, array[v_n]);
   v_pending := array(select generate_series(1, v_n));
 
   -- Twice at most: a second miss is not a race (see the header) and is reported.
@@ -312,6 +338,7 @@ begin
       r_id[v_pos] := v_ins.id;
       r_run[v_pos] := v_ins.run_id;
       r_dedup[v_pos] := false;
+      r_action[v_pos] := 'inserted';
     end loop;
 
     v_missed := '{}';
@@ -359,6 +386,30 @@ begin
         r_id[v_i] := v_fid;
         r_run[v_i] := v_frun;
         r_dedup[v_i] := true;
+        r_action[v_i] := 'returned';
+        -- Replace or debounce a job still waiting to run (ready or delayed), under its row
+        -- lock: a claim that holds it is waited for, and then it is running and left alone.
+        -- A debounce puts it off by debounce from now, never past its first enqueue plus
+        -- debounce_max; both take the new payload.
+        if v_spec.on_conflict in ('replace', 'debounce') and v_spec.id is null then
+          v_moved := null;
+          update jobs_data.jobs as j set
+            payload = v_spec.payload,
+            run_at = x.run_at,
+            state = case when x.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
+            updated_at = v_now
+          from (select case when v_spec.on_conflict = 'replace' then coalesce(v_spec.run_at, v_now)
+                            else least(v_now + v_spec.debounce,
+                                       (select f.enqueued_at from jobs_data.jobs as f where f.id = v_fid)
+                                         + coalesce(v_spec.debounce_max, interval '100 years'))
+                       end as run_at) as x
+          where j.id = v_fid and j.state in ('ready', 'delayed')
+          returning j.queue into v_moved;
+          if v_moved is not null then
+            r_action[v_i] := case when v_spec.on_conflict = 'replace' then 'replaced' else 'debounced' end;
+            perform jobs._signal_work(array[v_moved]);  -- ready now, or due at another time
+          end if;
+        end if;
       end if;
     end loop;
     v_pending := v_missed;
@@ -376,7 +427,7 @@ begin
       'retry the call; it is safe, nothing was inserted twice');
   end if;
 
-  return query select o.i, r_id[o.i], r_run[o.i], r_dedup[o.i]
+  return query select o.i, r_id[o.i], r_run[o.i], r_dedup[o.i], r_action[o.i]
                from generate_series(1, v_n) as o(i);
 end
 $$;
@@ -398,12 +449,15 @@ create function jobs.enqueue(
   on_conflict     text        default 'return',
   id              uuid        default null,
   run_id          uuid        default null,
-  parent_id       uuid        default null
+  parent_id       uuid        default null,
+  debounce        interval    default null,
+  debounce_max    interval    default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
-  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null);
+  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
+                                 $14, $15);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -421,21 +475,23 @@ begin
     r.id := jobs._uuid_v7();
     r.run_id := r.id;  -- a new run is named after its first job
     r.deduped := false;
+    r.action := 'inserted';
     perform jobs._insert_unkeyed(array[v_spec], array[r.id], array[r.run_id], v_now);
     perform jobs._register_and_wake(array[v_spec], null, v_now, array[r.id]);
     return r;
   end if;
-  select e.id, e.run_id, e.deduped into r
+  select e.id, e.run_id, e.deduped, e.action into r
   from jobs._enqueue(array[v_spec], 'jobs.enqueue') as e;
   return r;
 end
 $$;
 comment on function jobs.enqueue is
-  'Enqueue one job. Returns (id, run_id, deduped); deduped is true when a live job of the same '
-  'name and tenant already holds idempotency_key (or the caller-allocated id exists).';
+  'Enqueue one job. Returns (id, run_id, deduped, action); deduped is true when a live job of the '
+  'same name and tenant already holds idempotency_key (or the caller-allocated id exists), and '
+  'action says what was done: inserted, returned, replaced or debounced.';
 
 create function jobs.enqueue_batch(specs jsonb)
-returns table (ordinal int, id uuid, run_id uuid, deduped boolean)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
 language plpgsql volatile
 as $$
 #variable_conflict use_column
@@ -463,7 +519,8 @@ begin
     cross join lateral jsonb_object_keys(e.spec) as k(key)
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
-                        'id', 'run_id', 'timeout', 'parent_id', 'close_policy')
+                        'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
+                        'debounce_max')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -477,14 +534,14 @@ begin
       select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
-                 r.timeout, r.parent_id, r.close_policy)::jobs.job_spec
+                 r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
     perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
       'run_at is a timestamp, priority and max_attempts integers, id, run_id and parent_id UUIDs, '
-      'timeout an interval');
+      'timeout, debounce and debounce_max intervals');
   end;
 
   return query select * from jobs._enqueue(v_specs, 'jobs.enqueue_batch');
@@ -492,4 +549,4 @@ end
 $$;
 comment on function jobs.enqueue_batch(jsonb) is
   'Enqueue a JSON array of jobs (objects with jobs.enqueue''s argument names) in one call; '
-  'answers (ordinal, id, run_id, deduped) per spec, ordinal counting from 1';
+  'answers (ordinal, id, run_id, deduped, action) per spec, ordinal counting from 1';

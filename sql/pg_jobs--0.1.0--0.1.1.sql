@@ -43,6 +43,8 @@
 -- 23. Tenant admins and monitors (jobs.grant_admin(role, tenant), jobs.grant_monitor(role,
 --     tenant)), and what a tenant admin reads (jobs.tenant_jobs, ...: sql/tenant_views.sql);
 --     jobs.outcome_stats runs as its owner.
+-- 25. Debounce and replace: on_conflict 'replace' and 'debounce' (jobs.enqueue's debounce and
+--     debounce_max, the same keys in batch specs); what enqueue does is answered (action).
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
@@ -368,7 +370,7 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null, (new.job->>'timeout')::interval, null, null)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval, null, null, null, null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');
@@ -629,8 +631,19 @@ drop function jobs.publish(text, jsonb, text, interval);
 -- 21.
 drop function jobs.grant_producer(name), jobs.grant_worker(name), jobs.grant_admin(name),
   jobs.grant_monitor(name);
--- (a composite type's new attributes: job_spec)
-alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text;
+-- 25. jobs.enqueue_batch answers each spec's action, as jobs._enqueue does; who may call it is
+-- kept aside, as above.
+select set_config('pg_jobs_upgrade.enqueue_batch_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.enqueue_batch(jsonb)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.enqueue_batch(jsonb), jobs._enqueue(jobs.job_spec[], text);
+-- (a composite type's new attributes: job_spec, enqueued)
+alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text,
+  add attribute debounce interval, add attribute debounce_max interval;
+alter type jobs.enqueued add attribute action text;
 
 -- Every function and view of the install files as it is now, and the privileges.
 
@@ -885,10 +898,26 @@ begin atomic
       'cancelled; ''abandon'' lets it carry on']
     when s.close_policy is not null and s.parent_id is null then array['22023',
       'close_policy is for a child: pass parent_id too', 'pass the parent''s id, or no close_policy']
-    when s.on_conflict is null or s.on_conflict not in ('return', 'error') then array[
+    when s.on_conflict is null or s.on_conflict not in ('return', 'error', 'replace', 'debounce') then array[
       case when s.on_conflict is null then '22004' else '22023' end,
-      'on_conflict must be ''return'' or ''error'', got ' || coalesce(quote_literal(s.on_conflict), 'NULL'),
-      '''return'' hands back the live job holding the key; ''error'' raises duplicate_job']
+      'on_conflict must be ''return'', ''error'', ''replace'' or ''debounce'', got '
+        || coalesce(quote_literal(s.on_conflict), 'NULL'),
+      '''return'' hands back the live job holding the key; ''error'' raises duplicate_job; '
+      '''replace'' and ''debounce'' give a job still waiting to run the new payload and run time']
+    when s.on_conflict in ('replace', 'debounce') and s.idempotency_key is null then array['22023',
+      format('on_conflict %L needs an idempotency_key', s.on_conflict),
+      'pass the key whose waiting job the repeats replace, e.g. idempotency_key => ''digest:'' || user_id']
+    when (s.on_conflict = 'debounce') <> (s.debounce is not null) then array['22023',
+      'debounce goes with on_conflict ''debounce'', and it with debounce',
+      'pass both, e.g. on_conflict => ''debounce'', debounce => ''30 seconds''']
+    when s.debounce <= interval '0' or s.debounce > interval '7 days' then array['22023',
+      'debounce must be more than 0 and at most 7 days, got ' || s.debounce,
+      'pass how long after the last repeat the job runs, e.g. ''30 seconds''']
+    when s.debounce_max is not null and s.debounce is null then array['22023',
+      'debounce_max goes with debounce', 'pass debounce as well, or no debounce_max']
+    when s.debounce_max < s.debounce or s.debounce_max > interval '30 days' then array['22023',
+      format('debounce_max must be at least debounce (%s) and at most 30 days, got %s', s.debounce, s.debounce_max),
+      'pass the longest a job may be put off after its first enqueue, or NULL for no limit']
   end;
 end;
 
@@ -1017,7 +1046,7 @@ end
 $$;
 
 create or replace function jobs._enqueue(p_specs jobs.job_spec[], p_caller text)
-returns table (ordinal int, id uuid, run_id uuid, deduped boolean)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
 language plpgsql volatile
 as $$
 #variable_conflict use_column
@@ -1029,6 +1058,8 @@ declare
   r_id       uuid[];
   r_run      uuid[];
   r_dedup    boolean[];
+  r_action   text[];
+  v_moved    text;     -- the queue of a waiting job a repeat replaced or debounced
   v_pending  int[];
   v_missed   int[];
   v_spec     jobs.job_spec;
@@ -1062,6 +1093,13 @@ begin
     end if;
   end if;
 
+  -- A debounced job runs debounce after its enqueue, unless it names its own run_at.
+  for v_i in 1 .. v_n loop
+    if p_specs[v_i].debounce is not null and p_specs[v_i].run_at is null then
+      p_specs[v_i].run_at := v_now + p_specs[v_i].debounce;
+    end if;
+  end loop;
+
   v_ids := array(select coalesce(s.id, jobs._uuid_v7()) from unnest(p_specs) with ordinality s
                  order by s.ordinality);
   -- A new run is named after its first job: run_id = id (see jobs_attached_idx).
@@ -1078,13 +1116,14 @@ begin
       perform jobs._attach_children(p_specs, null, p_caller);
     end if;
     perform jobs._register_and_wake(p_specs, null, v_now, v_ids);
-    return query select o.i, v_ids[o.i], v_runs[o.i], false from generate_series(1, v_n) as o(i);
+    return query select o.i, v_ids[o.i], v_runs[o.i], false, 'inserted' from generate_series(1, v_n) as o(i);
     return;
   end if;
 
   r_id := array_fill(null::uuid, array[v_n]);
   r_run := r_id;
   r_dedup := array_fill(null::boolean, array[v_n]);
+  r_action := array_fill(null::text, array[v_n]);
   v_pending := array(select generate_series(1, v_n));
 
   -- Twice at most: a second miss is not a race (see the header) and is reported.
@@ -1112,6 +1151,7 @@ begin
       r_id[v_pos] := v_ins.id;
       r_run[v_pos] := v_ins.run_id;
       r_dedup[v_pos] := false;
+      r_action[v_pos] := 'inserted';
     end loop;
 
     v_missed := '{}';
@@ -1159,6 +1199,30 @@ begin
         r_id[v_i] := v_fid;
         r_run[v_i] := v_frun;
         r_dedup[v_i] := true;
+        r_action[v_i] := 'returned';
+        -- Replace or debounce a job still waiting to run (ready or delayed), under its row
+        -- lock: a claim that holds it is waited for, and then it is running and left alone.
+        -- A debounce puts it off by debounce from now, never past its first enqueue plus
+        -- debounce_max; both take the new payload.
+        if v_spec.on_conflict in ('replace', 'debounce') and v_spec.id is null then
+          v_moved := null;
+          update jobs_data.jobs as j set
+            payload = v_spec.payload,
+            run_at = x.run_at,
+            state = case when x.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
+            updated_at = v_now
+          from (select case when v_spec.on_conflict = 'replace' then coalesce(v_spec.run_at, v_now)
+                            else least(v_now + v_spec.debounce,
+                                       (select f.enqueued_at from jobs_data.jobs as f where f.id = v_fid)
+                                         + coalesce(v_spec.debounce_max, interval '100 years'))
+                       end as run_at) as x
+          where j.id = v_fid and j.state in ('ready', 'delayed')
+          returning j.queue into v_moved;
+          if v_moved is not null then
+            r_action[v_i] := case when v_spec.on_conflict = 'replace' then 'replaced' else 'debounced' end;
+            perform jobs._signal_work(array[v_moved]);  -- ready now, or due at another time
+          end if;
+        end if;
       end if;
     end loop;
     v_pending := v_missed;
@@ -1176,7 +1240,7 @@ begin
       'retry the call; it is safe, nothing was inserted twice');
   end if;
 
-  return query select o.i, r_id[o.i], r_run[o.i], r_dedup[o.i]
+  return query select o.i, r_id[o.i], r_run[o.i], r_dedup[o.i], r_action[o.i]
                from generate_series(1, v_n) as o(i);
 end
 $$;
@@ -1194,12 +1258,15 @@ create or replace function jobs.enqueue(
   on_conflict     text        default 'return',
   id              uuid        default null,
   run_id          uuid        default null,
-  parent_id       uuid        default null
+  parent_id       uuid        default null,
+  debounce        interval    default null,
+  debounce_max    interval    default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
-  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null);
+  v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
+                                 $14, $15);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -1217,22 +1284,24 @@ begin
     r.id := jobs._uuid_v7();
     r.run_id := r.id;  -- a new run is named after its first job
     r.deduped := false;
+    r.action := 'inserted';
     perform jobs._insert_unkeyed(array[v_spec], array[r.id], array[r.run_id], v_now);
     perform jobs._register_and_wake(array[v_spec], null, v_now, array[r.id]);
     return r;
   end if;
-  select e.id, e.run_id, e.deduped into r
+  select e.id, e.run_id, e.deduped, e.action into r
   from jobs._enqueue(array[v_spec], 'jobs.enqueue') as e;
   return r;
 end
 $$;
 
 comment on function jobs.enqueue is
-  'Enqueue one job. Returns (id, run_id, deduped); deduped is true when a live job of the same '
-  'name and tenant already holds idempotency_key (or the caller-allocated id exists).';
+  'Enqueue one job. Returns (id, run_id, deduped, action); deduped is true when a live job of the '
+  'same name and tenant already holds idempotency_key (or the caller-allocated id exists), and '
+  'action says what was done: inserted, returned, replaced or debounced.';
 
 create or replace function jobs.enqueue_batch(specs jsonb)
-returns table (ordinal int, id uuid, run_id uuid, deduped boolean)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
 language plpgsql volatile
 as $$
 #variable_conflict use_column
@@ -1260,7 +1329,8 @@ begin
     cross join lateral jsonb_object_keys(e.spec) as k(key)
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
-                        'id', 'run_id', 'timeout', 'parent_id', 'close_policy')
+                        'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
+                        'debounce_max')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -1274,14 +1344,14 @@ begin
       select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
-                 r.timeout, r.parent_id, r.close_policy)::jobs.job_spec
+                 r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
     perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
       'run_at is a timestamp, priority and max_attempts integers, id, run_id and parent_id UUIDs, '
-      'timeout an interval');
+      'timeout, debounce and debounce_max intervals');
   end;
 
   return query select * from jobs._enqueue(v_specs, 'jobs.enqueue_batch');
@@ -1290,7 +1360,7 @@ $$;
 
 comment on function jobs.enqueue_batch(jsonb) is
   'Enqueue a JSON array of jobs (objects with jobs.enqueue''s argument names) in one call; '
-  'answers (ordinal, id, run_id, deduped) per spec, ordinal counting from 1';
+  'answers (ordinal, id, run_id, deduped, action) per spec, ordinal counting from 1';
 
 create or replace function jobs._within_limits(p_ids uuid[], p_names text[], p_bury boolean[],
                                     p_now timestamptz, p_max int, p_wait boolean,
@@ -2988,9 +3058,9 @@ begin
     perform jobs._raise('22023', format('jobs.spawn: close_policy must be ''terminate'' or ''abandon'', got %L',
       v_policy), '''terminate'' (the default) cancels the child when the parent ends failed, dead '
       'or cancelled; ''abandon'' lets it carry on');
-  elsif spec ?| array['id', 'on_conflict', 'idempotency_key', 'parent_id'] then
+  elsif spec ?| array['id', 'on_conflict', 'idempotency_key', 'parent_id', 'debounce', 'debounce_max'] then
     perform jobs._raise('22023',
-      'jobs.spawn: a child''s spec takes no id, idempotency_key, on_conflict or parent_id',
+      'jobs.spawn: a child''s spec takes no id, idempotency_key, on_conflict, debounce or parent_id',
       'its child_key makes it idempotent (the same key gives the same child), and its parent is '
       'the job spawning it');
   end if;
@@ -3032,7 +3102,8 @@ begin
         'use another child_key; the job holding that id was enqueued with it by a producer');
     end if;
   end if;
-  return row(v_row.id, v_row.run_id, v_row.deduped)::jobs.enqueued;
+  return row(v_row.id, v_row.run_id, v_row.deduped,
+             case when v_row.deduped then 'returned' else 'inserted' end)::jobs.enqueued;
 end
 $$;
 
@@ -3143,7 +3214,7 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null, (new.job->>'timeout')::interval, null, null)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval, null, null, null, null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');
@@ -4010,7 +4081,17 @@ do $$
 begin
   if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
     execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
-      || 'text, text, text, uuid, uuid, uuid) to ' || current_setting('pg_jobs_upgrade.enqueue_grantees');
+      || 'text, text, text, uuid, uuid, uuid, interval, interval) to '
+      || current_setting('pg_jobs_upgrade.enqueue_grantees');
+  end if;
+end
+$$;
+-- 25. ... and the new enqueue_batch.
+do $$
+begin
+  if current_setting('pg_jobs_upgrade.enqueue_batch_grantees') <> '' then
+    execute 'grant execute on function jobs.enqueue_batch(jsonb) to '
+      || current_setting('pg_jobs_upgrade.enqueue_batch_grantees');
   end if;
 end
 $$;

@@ -89,7 +89,7 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null, (new.job->>'timeout')::interval, null, null)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval, null, null, null, null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');

@@ -200,7 +200,9 @@ create type jobs.claimed_job as (
 );
 
 -- What enqueue answers: a composite, so its column names cannot clash with the arguments.
-create type jobs.enqueued as (id uuid, run_id uuid, deduped boolean);
+-- action: inserted, returned (a live job held the key: deduped), replaced or debounced (that
+-- job, still waiting to run, took the new payload and run time: on_conflict).
+create type jobs.enqueued as (id uuid, run_id uuid, deduped boolean, action text);
 
 -- One job to enqueue; jobs.enqueue_batch reads its JSON objects into these.
 create type jobs.job_spec as (
@@ -218,7 +220,9 @@ create type jobs.job_spec as (
   run_id          uuid,
   timeout         interval,
   parent_id       uuid,
-  close_policy    text
+  close_policy    text,
+  debounce        interval,
+  debounce_max    interval
 );
 
 -- The one source of time for every lease, run_at, backoff and retention decision is

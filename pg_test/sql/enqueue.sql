@@ -73,3 +73,48 @@ select jobs.enqueue_batch('[{"name": "ok"}, {"name": "x", "max_attempts": "three
 select jobs.enqueue_batch('[{"name": "ok"}, {"name": null}]');
 \echo :LAST_ERROR_SQLSTATE
 select count(*) = :jobs_before as unchanged from jobs.jobs;
+
+-- Debounce and replace: a repeat of a key whose job still waits to run gives it the new
+-- payload and run time; a running job is left as it is; the answer says which happened.
+truncate jobs_data.jobs;
+select deduped, action from jobs.enqueue('digest', '{"n": 1}', idempotency_key => 'u1',
+  on_conflict => 'debounce', debounce => '30 s', debounce_max => '2 min');
+select state, payload, floor(extract(epoch from run_at - enqueued_at)) as runs_after_s from jobs.jobs;
+set pg_jobs.clock_offset = '20 s';
+select deduped, action from jobs.enqueue('digest', '{"n": 2}', idempotency_key => 'u1',
+  on_conflict => 'debounce', debounce => '30 s', debounce_max => '2 min');
+select state, payload, floor(extract(epoch from run_at - enqueued_at)) as runs_after_s from jobs.jobs;
+-- Never past the first enqueue plus debounce_max.
+set pg_jobs.clock_offset = '100 s';
+select action from jobs.enqueue('digest', '{"n": 3}', idempotency_key => 'u1',
+  on_conflict => 'debounce', debounce => '30 s', debounce_max => '2 min');
+select state, payload, floor(extract(epoch from run_at - enqueued_at)) as runs_after_s from jobs.jobs;
+reset pg_jobs.clock_offset;
+-- Replace: the new payload, and its run_at (now, when it names none).
+select action from jobs.enqueue('digest', '{"n": 4}', idempotency_key => 'u1', on_conflict => 'replace');
+select state, payload from jobs.jobs;
+select count(*) as claimed from jobs.claim('w');
+select deduped, action from jobs.enqueue('digest', '{"n": 5}', idempotency_key => 'u1', on_conflict => 'replace');
+select state, payload from jobs.jobs;
+-- In a batch: the second spec of a key debounces the first.
+select ordinal, deduped, action from jobs.enqueue_batch('[
+  {"name": "b", "idempotency_key": "k", "on_conflict": "debounce", "debounce": "1 min", "payload": {"v": 1}},
+  {"name": "b", "idempotency_key": "k", "on_conflict": "debounce", "debounce": "1 min", "payload": {"v": 2}}]');
+select state, payload from jobs.jobs where name = 'b';
+-- Refusals change nothing.
+select count(*) as jobs_before from jobs.jobs \gset
+select jobs.enqueue('x', on_conflict => 'replace');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('x', idempotency_key => 'k', debounce => '1 s');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('x', idempotency_key => 'k', on_conflict => 'debounce');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('x', idempotency_key => 'k', on_conflict => 'debounce', debounce => '0 s');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue('x', idempotency_key => 'k', on_conflict => 'debounce', debounce => '10 s', debounce_max => '5 s');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue_batch('[{"name": "x", "idempotency_key": "k", "debounce_max": "1 min"}]');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue_batch('[{"name": "x", "idempotency_key": "k", "on_conflict": "debounce", "debounce": "soon"}]');
+\echo :LAST_ERROR_SQLSTATE
+select count(*) = :jobs_before as unchanged from jobs.jobs;

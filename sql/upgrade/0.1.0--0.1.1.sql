@@ -41,6 +41,8 @@
 -- 23. Tenant admins and monitors (jobs.grant_admin(role, tenant), jobs.grant_monitor(role,
 --     tenant)), and what a tenant admin reads (jobs.tenant_jobs, ...: sql/tenant_views.sql);
 --     jobs.outcome_stats runs as its owner.
+-- 25. Debounce and replace: on_conflict 'replace' and 'debounce' (jobs.enqueue's debounce and
+--     debounce_max, the same keys in batch specs); what enqueue does is answered (action).
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
@@ -299,8 +301,19 @@ drop function jobs.publish(text, jsonb, text, interval);
 -- 21.
 drop function jobs.grant_producer(name), jobs.grant_worker(name), jobs.grant_admin(name),
   jobs.grant_monitor(name);
--- (a composite type's new attributes: job_spec)
-alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text;
+-- 25. jobs.enqueue_batch answers each spec's action, as jobs._enqueue does; who may call it is
+-- kept aside, as above.
+select set_config('pg_jobs_upgrade.enqueue_batch_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.enqueue_batch(jsonb)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.enqueue_batch(jsonb), jobs._enqueue(jobs.job_spec[], text);
+-- (a composite type's new attributes: job_spec, enqueued)
+alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text,
+  add attribute debounce interval, add attribute debounce_max interval;
+alter type jobs.enqueued add attribute action text;
 -- @after
 -- 20. ... and may call the new publish.
 do $$
@@ -316,7 +329,17 @@ do $$
 begin
   if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
     execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
-      || 'text, text, text, uuid, uuid, uuid) to ' || current_setting('pg_jobs_upgrade.enqueue_grantees');
+      || 'text, text, text, uuid, uuid, uuid, interval, interval) to '
+      || current_setting('pg_jobs_upgrade.enqueue_grantees');
+  end if;
+end
+$$;
+-- 25. ... and the new enqueue_batch.
+do $$
+begin
+  if current_setting('pg_jobs_upgrade.enqueue_batch_grantees') <> '' then
+    execute 'grant execute on function jobs.enqueue_batch(jsonb) to '
+      || current_setting('pg_jobs_upgrade.enqueue_batch_grantees');
   end if;
 end
 $$;
