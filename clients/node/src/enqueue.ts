@@ -17,8 +17,14 @@ export interface EnqueueOptions {
   idempotencyKey?: string;
   tenantId?: string;
   concurrencyKey?: string;
-  /** 'return' (the default): a duplicate key answers the live job; 'error': raises PJ002. */
-  onConflict?: 'return' | 'error';
+  /** 'return' (the default): a duplicate key answers the live job; 'error': raises PJ002;
+   * 'replace': a job still waiting to run takes the new payload and run time; 'debounce' (with
+   * debounceMs): it takes the new payload and runs debounceMs after the last enqueue. */
+  onConflict?: 'return' | 'error' | 'replace' | 'debounce';
+  /** With onConflict 'debounce': how long after the last enqueue of the key the job runs. */
+  debounceMs?: number;
+  /** With debounceMs: the longest after its first enqueue a job may be put off. */
+  debounceMaxMs?: number;
   id?: string;
   runId?: string;
   parentId?: string;
@@ -30,6 +36,8 @@ export interface Enqueued {
   id: string;
   runId: string;
   deduped: boolean;
+  /** What the engine did: inserted, returned (deduped), replaced or debounced. */
+  action: 'inserted' | 'returned' | 'replaced' | 'debounced';
 }
 
 export interface EnqueueItem<P = unknown> extends EnqueueOptions {
@@ -59,6 +67,8 @@ function spec(job: JobDefinition | string, payload: unknown, options: EnqueueOpt
     run_id: options.runId,
     parent_id: options.parentId,
     timeout: options.timeoutMs === undefined ? undefined : `${options.timeoutMs} milliseconds`,
+    debounce: options.debounceMs === undefined ? undefined : `${options.debounceMs} milliseconds`,
+    debounce_max: options.debounceMaxMs === undefined ? undefined : `${options.debounceMaxMs} milliseconds`,
   };
   return Object.fromEntries(Object.entries(out).filter(([, value]) => value !== undefined));
 }
@@ -78,11 +88,11 @@ export async function enqueueMany(db: Queryable, items: readonly EnqueueItem[]):
   if (items.length === 0) return [];
   const specs = items.map((item) => spec(item.job, item.payload, item));
   try {
-    const { rows } = await db.query<{ id: string; run_id: string; deduped: boolean }>(
-      'select id, run_id, deduped from jobs.enqueue_batch($1::jsonb) order by ordinal',
+    const { rows } = await db.query<{ id: string; run_id: string; deduped: boolean; action: Enqueued['action'] }>(
+      'select id, run_id, deduped, action from jobs.enqueue_batch($1::jsonb) order by ordinal',
       [JSON.stringify(specs)],
     );
-    return rows.map((r) => ({ id: r.id, runId: r.run_id, deduped: r.deduped }));
+    return rows.map((r) => ({ id: r.id, runId: r.run_id, deduped: r.deduped, action: r.action }));
   } catch (err) {
     throw fromDriver(err);
   }

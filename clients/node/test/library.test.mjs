@@ -46,6 +46,12 @@ test('options reach jobs.enqueue: idempotency, delay, queue, priority, timeout',
   assert.deepEqual(rows[0], { state: 'delayed', queue: 'q', priority: 3 });
   const many = await enqueueMany(pool, [{ job: 'many', payload: { i: 1 } }, { job: 'many', payload: { i: 2 } }]);
   assert.equal(many.length, 2);
+  // Debounce: the repeat takes the new payload and puts the waiting job off (the engine decides).
+  const made = await enqueue(pool, 'digest', { n: 1 }, { idempotencyKey: 'u', onConflict: 'debounce', debounceMs: 30_000, debounceMaxMs: 300_000 });
+  const repeat = await enqueue(pool, 'digest', { n: 2 }, { idempotencyKey: 'u', onConflict: 'debounce', debounceMs: 60_000 });
+  assert.deepEqual([made.action, repeat.action, repeat.id], ['inserted', 'debounced', made.id]);
+  const put = await pool.query("select payload from jobs.jobs where id = $1 and run_at > now() + interval '50 seconds'", [made.id]);
+  assert.deepEqual(put.rows, [{ payload: { n: 2 } }]);
 });
 
 test('a refusal is a PgJobsError with its SQLSTATE, and enqueues nothing', async () => {

@@ -4,6 +4,7 @@ asyncio; refusals as exceptions; the testing helpers; and the `pg-jobs` command.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -42,6 +43,14 @@ def test_enqueue_in_a_transaction_rolled_back_and_committed(dsn: str) -> None:
         again = pg_jobs.enqueue(conn, "send_email", {"to": "b@example.com"}, idempotency_key="b")
     assert (first.deduped, again.deduped, again.id) == (False, True, first.id)
     assert count(dsn, "select count(*) from jobs.jobs where state = 'delayed'") == 1
+    # Debounce: the repeat takes the new payload and puts the waiting job off (the engine decides).
+    with psycopg.connect(dsn) as conn:
+        made = pg_jobs.enqueue(conn, "digest", {"n": 1}, idempotency_key="u", on_conflict="debounce",
+                               debounce=30, debounce_max=dt.timedelta(minutes=5))
+        repeat = pg_jobs.enqueue(conn, "digest", {"n": 2}, idempotency_key="u", on_conflict="debounce", debounce=60)
+    assert (made.action, repeat.action, repeat.id) == ("inserted", "debounced", made.id)
+    assert count(dsn, "select count(*) from jobs.jobs where name = 'digest' and payload = '{\"n\": 2}' "
+                      "and run_at > now() + interval '50 seconds'") == 1
 
 
 def test_enqueue_on_an_async_connection(dsn: str) -> None:

@@ -15,9 +15,10 @@ from psycopg.types.json import Jsonb
 from .errors import from_driver
 from .jobs import JobDefinition
 
-_SQL = "select id, run_id, deduped from jobs.enqueue_batch(%s::jsonb) order by ordinal"
+_SQL = "select id, run_id, deduped, action from jobs.enqueue_batch(%s::jsonb) order by ordinal"
 _OPTIONS = {"queue", "run_at", "delay", "priority", "max_attempts", "idempotency_key", "tenant_id",
-            "concurrency_key", "on_conflict", "id", "run_id", "parent_id", "timeout"}
+            "concurrency_key", "on_conflict", "id", "run_id", "parent_id", "timeout", "debounce",
+            "debounce_max"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Enqueued:
     id: uuid.UUID
     run_id: uuid.UUID
     deduped: bool
+    #: What the engine did: inserted, returned (deduped), replaced or debounced (``on_conflict``).
+    action: str = "inserted"
 
 
 def _seconds(value: float | dt.timedelta) -> float:
@@ -53,9 +56,10 @@ def spec(job: JobDefinition[Any] | str, payload: Any = None, **options: Any) -> 
         run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=_seconds(delay))
     if run_at is not None:
         out["run_at"] = run_at.isoformat()
-    timeout = options.pop("timeout", None)
-    if timeout is not None:
-        out["timeout"] = f"{_seconds(timeout)} seconds"
+    for key in ("timeout", "debounce", "debounce_max"):  # seconds, or a timedelta
+        value = options.pop(key, None)
+        if value is not None:
+            out[key] = f"{_seconds(value)} seconds"
     for key, value in options.items():
         if value is not None:
             out[key] = str(value) if isinstance(value, uuid.UUID) else value
@@ -63,7 +67,7 @@ def spec(job: JobDefinition[Any] | str, payload: Any = None, **options: Any) -> 
 
 
 def _answers(rows: Iterable[tuple[Any, ...]]) -> list[Enqueued]:
-    return [Enqueued(id=r[0], run_id=r[1], deduped=r[2]) for r in rows]
+    return [Enqueued(id=r[0], run_id=r[1], deduped=r[2], action=r[3]) for r in rows]
 
 
 def _items(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
