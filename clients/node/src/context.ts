@@ -57,6 +57,10 @@ export interface JobContext<P = unknown> {
   awaitChildren(): Promise<ChildResult[]>;
   /** Parks the job until `ms` from now (no attempt used) and ends the handler. */
   snooze(ms: number): Promise<never>;
+  /** A durable sleep (`jobs.sleep`): the first time in a run it parks the job until `until` (a
+   * Date, or ms from now; no attempt used) and ends the handler; when the job runs again it
+   * returns at once, so a retry does not sleep again. */
+  sleep(step: string, until: Date | number): Promise<void>;
 }
 
 /** Thrown inside a handler to end it when the job was parked. */
@@ -131,6 +135,12 @@ export function makeContext<P>(job: Job<P>, signal: () => AbortSignal, tx: () =>
     },
     snooze(ms: number): Promise<never> {
       return Promise.reject(new Parked(`snoozed for ${ms} ms`, new Date(Date.now() + ms)));
+    },
+    async sleep(step: string, until: Date | number): Promise<void> {
+      const at = typeof until === 'number' ? new Date(Date.now() + until) : until;
+      const [answer] = await call<{ slept: boolean }>('select jobs.sleep($1, $2, $3, $4) as slept',
+        [job.id, job.claim, step, at.toISOString()]);
+      if (!answer?.slept) throw new Parked(`asleep until ${at.toISOString()}`);
     },
   };
 }

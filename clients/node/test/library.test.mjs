@@ -69,6 +69,23 @@ test('runUntilEmpty drains a queue with the jobs given', async () => {
   assert.deepEqual(seen.sort(), [1, 2, 3]);
 });
 
+test('ctx.sleep parks the job once, with no attempt used, and returns at once when it runs again', async () => {
+  let runs = 0;
+  const job = defineJob({ name: 'napper', queue: 'naps', handler: async (_payload, ctx) => {
+    runs += 1;
+    await ctx.sleep('nap', 300);
+    return { woke: true };
+  } });
+  const { id } = await enqueue(pool, job, {});
+  const quiet = { info() {}, warn() {}, error() {} };
+  await runUntilEmpty({ pool, queues: ['naps'], jobs: [job], logger: quiet });
+  assert.equal((await getJob(pool, id)).state, 'suspended');
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  await runUntilEmpty({ pool, queues: ['naps'], jobs: [job], logger: quiet });
+  const done = await getJob(pool, id);
+  assert.deepEqual([done.state, done.attempt, done.result, runs], ['completed', 1, { woke: true }, 2]);
+});
+
 test('require and import give the same API', () => {
   const cjs = execFileSync(process.execPath, ['-e', "console.log(Object.keys(require('pg-jobs')).sort().join(','))"],
     { encoding: 'utf8' }).trim();

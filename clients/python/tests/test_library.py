@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -113,6 +114,34 @@ def test_get_job_and_get_jobs_answer_state_result_and_error_sync_and_async(dsn: 
 
     status = asyncio.run(read())
     assert status is not None and status.state == "completed" and status.finished_at is not None
+
+
+def test_ctx_sleep_parks_the_job_once_without_an_attempt_sync_and_async(dsn: str) -> None:
+    runs: list[str] = []
+
+    @pg_jobs.job("napper")
+    def napper(payload: Any, ctx: Any) -> dict[str, bool]:
+        runs.append("sync")
+        ctx.sleep("nap", 0.3)
+        return {"woke": True}
+
+    @pg_jobs.job("napper_async")
+    async def napper_async(payload: Any, ctx: Any) -> dict[str, bool]:
+        runs.append("async")
+        await ctx.sleep("nap", dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=0.3))
+        return {"woke": True}
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = [pg_jobs.enqueue(conn, j, {}).id for j in (napper, napper_async)]
+    drain(pg_jobs.Worker(dsn, jobs=[napper, napper_async], concurrency=2))
+    with psycopg.connect(dsn) as conn:
+        assert [s.state for s in pg_jobs.get_jobs(conn, ids)] == ["suspended", "suspended"]
+    time.sleep(0.4)
+    drain(pg_jobs.Worker(dsn, jobs=[napper, napper_async], concurrency=2))
+    with psycopg.connect(dsn) as conn:
+        done = pg_jobs.get_jobs(conn, ids)
+    assert [(s.state, s.attempt, s.result) for s in done] == [("completed", 1, {"woke": True})] * 2
+    assert sorted(runs) == ["async", "async", "sync", "sync"]
 
 
 def test_opentelemetry_spans_one_per_attempt_with_its_outcome(dsn: str) -> None:

@@ -124,12 +124,23 @@ class _Durable:
                                 (self.job.id, self.job.claim, Jsonb(item)))
         return rows[0][0], rows[0][1]
 
+    async def sleep(self, step: str, until: dt.datetime) -> None:
+        rows = await self._call("select jobs.sleep(%s, %s, %s, %s)", (self.job.id, self.job.claim, step, until))
+        if not rows or not rows[0][0]:
+            raise Parked(f"asleep until {until.isoformat()}")
+
     async def await_children(self) -> list[ChildResult]:
         rows = await self._call("select status, children from jobs.await_children(%s, %s)", (self.job.id, self.job.claim))
         if not rows or rows[0][0] == "waiting":
             raise Parked("waiting for its children")
         return [ChildResult(id=uuid.UUID(c["id"]), name=c["name"], state=c["state"], result=c.get("result"),
                             error=c.get("error")) for c in rows[0][1] or []]
+
+
+def _until(until: dt.datetime | float) -> dt.datetime:
+    if isinstance(until, dt.datetime):
+        return until
+    return dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=until)
 
 
 def _snooze(seconds: float) -> Parked:
@@ -195,6 +206,12 @@ class AsyncContext:
         """Parks the job until ``seconds`` from now (no attempt used) and ends the handler."""
         raise _snooze(seconds)
 
+    async def sleep(self, step: str, until: dt.datetime | float) -> None:
+        """A durable sleep (``jobs.sleep``): the first time in a run it parks the job until
+        ``until`` (a datetime, or seconds from now; no attempt used) and ends the handler; when
+        the job runs again it returns at once, so a retry does not sleep again."""
+        await self._durable.sleep(step, _until(until))
+
 
 class Context:
     """What a plain (``def``) handler gets as ``ctx``; it runs in a thread of the worker."""
@@ -249,3 +266,9 @@ class Context:
     def snooze(self, seconds: float) -> None:
         """Parks the job until ``seconds`` from now (no attempt used) and ends the handler."""
         raise _snooze(seconds)
+
+    def sleep(self, step: str, until: dt.datetime | float) -> None:
+        """A durable sleep (``jobs.sleep``): the first time in a run it parks the job until
+        ``until`` (a datetime, or seconds from now; no attempt used) and ends the handler; when
+        the job runs again it returns at once, so a retry does not sleep again."""
+        self._run(self._durable.sleep(step, _until(until)))
