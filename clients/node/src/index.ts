@@ -4,7 +4,7 @@ export { defineJob, syncPolicies, isJobDefinition } from './jobs.js';
 export type { JobDefinition, Handler, Policy } from './jobs.js';
 export { enqueue, enqueueMany } from './enqueue.js';
 export type { EnqueueOptions, EnqueueItem, Enqueued } from './enqueue.js';
-export { getJob, getJobs } from './status.js';
+export { getJob, getJobs, waitForJob } from './status.js';
 export type { JobStatus } from './status.js';
 export { createWorker, Worker } from './worker.js';
 export type { WorkerOptions } from './worker.js';

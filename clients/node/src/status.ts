@@ -36,17 +36,21 @@ interface StatusRow {
   tenant_id: string | null;
 }
 
+function status(r: StatusRow): JobStatus {
+  return {
+    id: r.id, name: r.name, queue: r.queue, state: r.state, attempt: r.attempt, maxAttempts: r.max_attempts,
+    result: r.result, lastError: r.last_error, runAt: r.run_at, enqueuedAt: r.enqueued_at,
+    finishedAt: r.finished_at, tenantId: r.tenant_id,
+  };
+}
+
 /** These jobs' states, in the order of `ids` (at most 10,000; a repeated id once). A job that
  * does not exist, or no longer does (past its retention), or that belongs to a tenant the role
  * is not bound to, has no entry. */
 export async function getJobs(db: Queryable, ids: readonly string[]): Promise<JobStatus[]> {
   try {
     const { rows } = await db.query<StatusRow>('select * from jobs.get_jobs($1::uuid[])', [ids]);
-    return rows.map((r) => ({
-      id: r.id, name: r.name, queue: r.queue, state: r.state, attempt: r.attempt, maxAttempts: r.max_attempts,
-      result: r.result, lastError: r.last_error, runAt: r.run_at, enqueuedAt: r.enqueued_at,
-      finishedAt: r.finished_at, tenantId: r.tenant_id,
-    }));
+    return rows.map(status);
   } catch (err) {
     throw fromDriver(err);
   }
@@ -56,4 +60,18 @@ export async function getJobs(db: Queryable, ids: readonly string[]): Promise<Jo
 export async function getJob(db: Queryable, id: string): Promise<JobStatus | null> {
   const [status] = await getJobs(db, [id]);
   return status ?? null;
+}
+
+/** Waits up to `timeoutMs` (at most an hour) for the job to end (completed, failed, dead or
+ * cancelled) and answers its state then: ended, or as it is at the deadline (jobs.wait_for_job,
+ * woken by the commit that ends it). Null where getJob would answer null. Holds one connection
+ * of a Pool for the wait; not inside a transaction other than READ COMMITTED. */
+export async function waitForJob(db: Queryable, id: string, timeoutMs: number): Promise<JobStatus | null> {
+  try {
+    const { rows } = await db.query<StatusRow>('select * from jobs.wait_for_job($1::uuid, $2::interval)',
+      [id, `${timeoutMs} milliseconds`]);
+    return rows[0] ? status(rows[0]) : null;
+  } catch (err) {
+    throw fromDriver(err);
+  }
 }

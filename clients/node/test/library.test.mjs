@@ -6,7 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { makeDatabase } from './database.mjs';
-import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, silentLogger } from 'pg-jobs';
+import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, silentLogger, waitForJob } from 'pg-jobs';
 import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
 
 let db;
@@ -84,6 +84,17 @@ test('ctx.sleep parks the job once, with no attempt used, and returns at once wh
   await runUntilEmpty({ pool, queues: ['naps'], jobs: [job], logger: quiet });
   const done = await getJob(pool, id);
   assert.deepEqual([done.state, done.attempt, done.result, runs], ['completed', 1, { woke: true }, 2]);
+});
+
+test('waitForJob answers once the job has ended, and at its deadline as the job is', async () => {
+  const job = defineJob({ name: 'awaited', queue: 'awaited', handler: () => ({ ok: 1 }) });
+  const { id } = await enqueue(pool, job, {});
+  assert.equal((await waitForJob(pool, id, 100)).state, 'ready');
+  const waited = waitForJob(pool, id, 60_000);
+  await runUntilEmpty({ pool, queues: ['awaited'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
+  const done = await waited;
+  assert.deepEqual([done.state, done.result], ['completed', { ok: 1 }]);
+  assert.equal(await waitForJob(pool, '00000000-0000-0000-0000-000000000000', 60_000), null);
 });
 
 test('require and import give the same API', () => {

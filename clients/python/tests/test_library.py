@@ -144,6 +144,23 @@ def test_ctx_sleep_parks_the_job_once_without_an_attempt_sync_and_async(dsn: str
     assert sorted(runs) == ["async", "async", "sync", "sync"]
 
 
+def test_wait_for_job_answers_once_the_job_has_ended_sync_and_async(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        made = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "w@example.com"})
+        waited = pg_jobs.wait_for_job(conn, made.id, 0.1)
+        assert waited is not None and waited.state == "ready"
+    drain(pg_jobs.Worker(dsn, jobs=JOBS, concurrency=1))
+
+    async def wait() -> pg_jobs.JobStatus | None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            return await pg_jobs.wait_for_job(aconn, made.id, 60)
+
+    done = asyncio.run(wait())
+    assert done is not None and (done.state, done.result) == ("completed", {"sent": True})
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert pg_jobs.wait_for_job(conn, uuid.UUID(int=0), 60) is None
+
+
 def test_opentelemetry_spans_one_per_attempt_with_its_outcome(dsn: str) -> None:
     """With a tracer (opentelemetry-sdk's, recording in memory): a span per attempt, named
     after the job, with its queue, id, attempt and outcome; an error status for an attempt

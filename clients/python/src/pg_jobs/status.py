@@ -86,3 +86,36 @@ def get_job(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
         return _first(_async(conn, [str(id)]))
     found = _sync(conn, [str(id)])
     return found[0] if found else None
+
+
+_WAIT = ("select id, name, queue, state, attempt, max_attempts, result, last_error, run_at, enqueued_at, "
+         "finished_at, tenant_id from jobs.wait_for_job(%s::uuid, %s)")
+
+
+async def _await_async(conn: psycopg.AsyncConnection[Any], id: str, timeout: float) -> JobStatus | None:
+    try:
+        cur = await conn.execute(_WAIT, (id, dt.timedelta(seconds=timeout)))
+        row = await cur.fetchone()
+    except psycopg.Error as err:
+        raise from_driver(err) from None
+    return JobStatus(*row) if row else None
+
+
+@overload
+def wait_for_job(conn: psycopg.Connection[Any], id: uuid.UUID | str, timeout: float) -> JobStatus | None: ...
+@overload
+def wait_for_job(conn: psycopg.AsyncConnection[Any], id: uuid.UUID | str,
+                 timeout: float) -> Coroutine[Any, Any, JobStatus | None]: ...
+def wait_for_job(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], id: uuid.UUID | str,
+                 timeout: float) -> JobStatus | None | Coroutine[Any, Any, JobStatus | None]:
+    """Waits up to ``timeout`` seconds (at most an hour) for the job to end (completed, failed,
+    dead or cancelled) and answers its state then: ended, or as it is at the deadline
+    (``jobs.wait_for_job``, woken by the commit that ends it). None where get_job would answer
+    None. Needs READ COMMITTED (an autocommit connection, or a transaction of that level)."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return _await_async(conn, str(id), timeout)
+    try:
+        row = conn.execute(_WAIT, (str(id), dt.timedelta(seconds=timeout))).fetchone()
+    except psycopg.Error as err:
+        raise from_driver(err) from None
+    return JobStatus(*row) if row else None
