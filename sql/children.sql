@@ -234,11 +234,9 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
-    perform jobs._raise('PJ001',
-      format('jobs.spawn: job %s is no longer held by the claim given: %s', spawn.id,
-             jobs._lost_reason(spawn.id, spawn.claim)),
-      jobs._lost_hint(spawn.id, 'stop working on this job and roll back',
-                      ', and spawns with the same child_key get the children spawned so far'));
+    perform jobs._raise_lost('jobs.spawn: ', spawn.id, spawn.claim,
+      'stop working on this job and roll back',
+      ', and spawns with the same child_key get the children spawned so far');
   end if;
   if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
     perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
@@ -288,10 +286,8 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
-    perform jobs._raise('PJ001',
-      format('jobs.await_children: job %s is no longer held by the claim given: %s', await_children.id,
-             jobs._lost_reason(await_children.id, await_children.claim)),
-      jobs._lost_hint(await_children.id, 'stop working on this job'));
+    perform jobs._raise_lost('jobs.await_children: ', await_children.id, await_children.claim,
+      'stop working on this job');
   end if;
   -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
   v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f

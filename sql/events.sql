@@ -163,10 +163,8 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
-    perform jobs._raise('PJ001',
-      format('jobs.await_event: job %s is no longer held by the claim given: %s', await_event.id,
-             jobs._lost_reason(await_event.id, await_event.claim)),
-      jobs._lost_hint(await_event.id, 'stop working on this job'));
+    perform jobs._raise_lost('jobs.await_event: ', await_event.id, await_event.claim,
+      'stop working on this job');
   end if;
 
   -- Answered before: the same answer, whatever was published since.

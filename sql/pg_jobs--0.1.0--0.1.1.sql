@@ -640,6 +640,8 @@ select set_config('pg_jobs_upgrade.enqueue_batch_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.enqueue_batch(jsonb), jobs._enqueue(jobs.job_spec[], text);
+-- 24. lease_lost is raised by one function, jobs._raise_lost.
+drop function jobs._lost_reason(uuid, bigint);
 -- (a composite type's new attributes: job_spec, enqueued)
 alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text,
   add attribute debounce interval, add attribute debounce_max interval;
@@ -1895,36 +1897,35 @@ begin
 end
 $$;
 
-create or replace function jobs._lost_reason(p_id uuid, p_claim bigint)
-returns text
-language sql stable
-begin atomic
-  select coalesce(
-    (select case
-       when j.state <> 'running' then format('the job is now %s', j.state)
-       when j.claim <> p_claim then 'the job was claimed again'
-       else format('its lease expired at %s', j.lease_expires_at)
-     end
-     from jobs_data.jobs j
-     where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()))),
-    'no job has this id');
-end;
-
-create or replace function jobs._lost_hint(p_id uuid, p_first text, p_again text default '')
-returns text
-language sql stable
-begin atomic
-  select p_first || '; ' || coalesce(
-    (select case
-       when j.state in ('running', 'ready', 'delayed') then 'it runs again under a new claim' || p_again
-       when j.state = 'suspended' then 'it runs again under a new claim when it wakes' || p_again
-       when j.state = 'completed' then 'it was completed: nothing is left to do'
-       else format('it ended %s and runs again only if jobs.requeue runs it', j.state)
-     end
-     from jobs_data.jobs j
-     where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()))),
-    'it no longer exists (finished jobs are deleted after their retention period)');
-end;
+create or replace function jobs._raise_lost(p_fn text, p_id uuid, p_claim bigint, p_first text,
+                                 p_again text default '')
+returns void
+language plpgsql stable
+as $$
+declare
+  v_job record;
+begin
+  select j.state, j.claim, j.lease_expires_at into v_job
+  from jobs_data.jobs as j
+  where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()));
+  perform jobs._raise('PJ001',
+    format('%sjob %s is no longer held by the claim given: %s', p_fn, p_id,
+           case
+             when v_job is null then 'no job has this id'
+             when v_job.state <> 'running' then format('the job is now %s', v_job.state)
+             when v_job.claim <> p_claim then 'the job was claimed again'
+             else format('its lease expired at %s', v_job.lease_expires_at)
+           end),
+    p_first || '; ' ||
+      case
+        when v_job is null then 'it no longer exists (finished jobs are deleted after their retention period)'
+        when v_job.state in ('running', 'ready', 'delayed') then 'it runs again under a new claim' || p_again
+        when v_job.state = 'suspended' then 'it runs again under a new claim when it wakes' || p_again
+        when v_job.state = 'completed' then 'it was completed: nothing is left to do'
+        else format('it ended %s and runs again only if jobs.requeue runs it', v_job.state)
+      end);
+end
+$$;
 
 create or replace function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
 returns timestamptz
@@ -2278,10 +2279,8 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if not found then
-    perform jobs._raise('PJ001',
-      format('job %s is no longer held by the claim given: %s', assert_claim.id,
-             jobs._lost_reason(assert_claim.id, assert_claim.claim)),
-      jobs._lost_hint(assert_claim.id, 'roll back this transaction so its side effects are not committed'));
+    perform jobs._raise_lost('', assert_claim.id, assert_claim.claim,
+      'roll back this transaction so its side effects are not committed');
   end if;
 end
 $$;
@@ -2347,11 +2346,9 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if v_run is null then
-    perform jobs._raise('PJ001',
-      format('jobs.save_step: job %s is no longer held by the claim given: %s', save_step.id,
-             jobs._lost_reason(save_step.id, save_step.claim)),
-      jobs._lost_hint(save_step.id, 'stop working on this job and roll back',
-                      ', which sees the steps saved so far'));
+    perform jobs._raise_lost('jobs.save_step: ', save_step.id, save_step.claim,
+      'stop working on this job and roll back',
+      ', which sees the steps saved so far');
   end if;
   insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
   values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
@@ -2386,11 +2383,9 @@ begin
     and j.state = 'running' and j.lease_expires_at > v_now
   for update;
   if v_run is null then
-    perform jobs._raise('PJ001',
-      format('jobs.sleep: job %s is no longer held by the claim given: %s', sleep.id,
-             jobs._lost_reason(sleep.id, sleep.claim)),
-      jobs._lost_hint(sleep.id, 'stop working on this job and roll back',
-                      ', which sees the steps saved so far'));
+    perform jobs._raise_lost('jobs.sleep: ', sleep.id, sleep.claim,
+      'stop working on this job and roll back',
+      ', which sees the steps saved so far');
   end if;
   if exists (select from jobs_data.steps as s where s.run_id = v_run and s.step = sleep.step) then
     return true;  -- slept already
@@ -2565,10 +2560,8 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
-    perform jobs._raise('PJ001',
-      format('jobs.await_event: job %s is no longer held by the claim given: %s', await_event.id,
-             jobs._lost_reason(await_event.id, await_event.claim)),
-      jobs._lost_hint(await_event.id, 'stop working on this job'));
+    perform jobs._raise_lost('jobs.await_event: ', await_event.id, await_event.claim,
+      'stop working on this job');
   end if;
 
   -- Answered before: the same answer, whatever was published since.
@@ -3077,11 +3070,9 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
-    perform jobs._raise('PJ001',
-      format('jobs.spawn: job %s is no longer held by the claim given: %s', spawn.id,
-             jobs._lost_reason(spawn.id, spawn.claim)),
-      jobs._lost_hint(spawn.id, 'stop working on this job and roll back',
-                      ', and spawns with the same child_key get the children spawned so far'));
+    perform jobs._raise_lost('jobs.spawn: ', spawn.id, spawn.claim,
+      'stop working on this job and roll back',
+      ', and spawns with the same child_key get the children spawned so far');
   end if;
   if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
     perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
@@ -3132,10 +3123,8 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for update;
   if not found then
-    perform jobs._raise('PJ001',
-      format('jobs.await_children: job %s is no longer held by the claim given: %s', await_children.id,
-             jobs._lost_reason(await_children.id, await_children.claim)),
-      jobs._lost_hint(await_children.id, 'stop working on this job'));
+    perform jobs._raise_lost('jobs.await_children: ', await_children.id, await_children.claim,
+      'stop working on this job');
   end if;
   -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
   v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f

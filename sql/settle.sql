@@ -21,40 +21,39 @@ begin
 end
 $$;
 
--- Why a claim is not held, in words, for lease_lost messages. Another tenant's job, to a role
--- bound to tenants, is as no job: its state is not the caller's to learn.
-create function jobs._lost_reason(p_id uuid, p_claim bigint)
-returns text
-language sql stable
-begin atomic
-  select coalesce(
-    (select case
-       when j.state <> 'running' then format('the job is now %s', j.state)
-       when j.claim <> p_claim then 'the job was claimed again'
-       else format('its lease expired at %s', j.lease_expires_at)
-     end
-     from jobs_data.jobs j
-     where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()))),
-    'no job has this id');
-end;
-
--- The hint of a lease_lost refusal: p_first (what to do now), then what becomes of the job,
--- by the state it is in now; p_again follows when it runs again.
-create function jobs._lost_hint(p_id uuid, p_first text, p_again text default '')
-returns text
-language sql stable
-begin atomic
-  select p_first || '; ' || coalesce(
-    (select case
-       when j.state in ('running', 'ready', 'delayed') then 'it runs again under a new claim' || p_again
-       when j.state = 'suspended' then 'it runs again under a new claim when it wakes' || p_again
-       when j.state = 'completed' then 'it was completed: nothing is left to do'
-       else format('it ended %s and runs again only if jobs.requeue runs it', j.state)
-     end
-     from jobs_data.jobs j
-     where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()))),
-    'it no longer exists (finished jobs are deleted after their retention period)');
-end;
+-- Raises lease_lost for a claim not held: why, in words (the message), and what to do now,
+-- p_first, then what becomes of the job by the state it is in now (the hint; p_again follows
+-- when it runs again). p_fn prefixes the message ('jobs.save_step: ', or ''). Another tenant's
+-- job, to a role bound to tenants, is as no job: its state is not the caller's to learn.
+create function jobs._raise_lost(p_fn text, p_id uuid, p_claim bigint, p_first text,
+                                 p_again text default '')
+returns void
+language plpgsql stable
+as $$
+declare
+  v_job record;
+begin
+  select j.state, j.claim, j.lease_expires_at into v_job
+  from jobs_data.jobs as j
+  where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()));
+  perform jobs._raise('PJ001',
+    format('%sjob %s is no longer held by the claim given: %s', p_fn, p_id,
+           case
+             when v_job is null then 'no job has this id'
+             when v_job.state <> 'running' then format('the job is now %s', v_job.state)
+             when v_job.claim <> p_claim then 'the job was claimed again'
+             else format('its lease expired at %s', v_job.lease_expires_at)
+           end),
+    p_first || '; ' ||
+      case
+        when v_job is null then 'it no longer exists (finished jobs are deleted after their retention period)'
+        when v_job.state in ('running', 'ready', 'delayed') then 'it runs again under a new claim' || p_again
+        when v_job.state = 'suspended' then 'it runs again under a new claim when it wakes' || p_again
+        when v_job.state = 'completed' then 'it was completed: nothing is left to do'
+        else format('it ended %s and runs again only if jobs.requeue runs it', v_job.state)
+      end);
+end
+$$;
 
 create function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
 returns timestamptz
@@ -423,10 +422,8 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if not found then
-    perform jobs._raise('PJ001',
-      format('job %s is no longer held by the claim given: %s', assert_claim.id,
-             jobs._lost_reason(assert_claim.id, assert_claim.claim)),
-      jobs._lost_hint(assert_claim.id, 'roll back this transaction so its side effects are not committed'));
+    perform jobs._raise_lost('', assert_claim.id, assert_claim.claim,
+      'roll back this transaction so its side effects are not committed');
   end if;
 end
 $$;

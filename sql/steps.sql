@@ -84,11 +84,9 @@ begin
     and j.state = 'running' and j.lease_expires_at > jobs.clock()
   for share;
   if v_run is null then
-    perform jobs._raise('PJ001',
-      format('jobs.save_step: job %s is no longer held by the claim given: %s', save_step.id,
-             jobs._lost_reason(save_step.id, save_step.claim)),
-      jobs._lost_hint(save_step.id, 'stop working on this job and roll back',
-                      ', which sees the steps saved so far'));
+    perform jobs._raise_lost('jobs.save_step: ', save_step.id, save_step.claim,
+      'stop working on this job and roll back',
+      ', which sees the steps saved so far');
   end if;
   insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
   values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
@@ -131,11 +129,9 @@ begin
     and j.state = 'running' and j.lease_expires_at > v_now
   for update;
   if v_run is null then
-    perform jobs._raise('PJ001',
-      format('jobs.sleep: job %s is no longer held by the claim given: %s', sleep.id,
-             jobs._lost_reason(sleep.id, sleep.claim)),
-      jobs._lost_hint(sleep.id, 'stop working on this job and roll back',
-                      ', which sees the steps saved so far'));
+    perform jobs._raise_lost('jobs.sleep: ', sleep.id, sleep.claim,
+      'stop working on this job and roll back',
+      ', which sees the steps saved so far');
   end if;
   if exists (select from jobs_data.steps as s where s.run_id = v_run and s.step = sleep.step) then
     return true;  -- slept already

@@ -310,6 +310,8 @@ select set_config('pg_jobs_upgrade.enqueue_batch_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.enqueue_batch(jsonb), jobs._enqueue(jobs.job_spec[], text);
+-- 24. lease_lost is raised by one function, jobs._raise_lost.
+drop function jobs._lost_reason(uuid, bigint);
 -- (a composite type's new attributes: job_spec, enqueued)
 alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text,
   add attribute debounce interval, add attribute debounce_max interval;
