@@ -3648,25 +3648,18 @@ begin
   end if;
   return query
   select q.queue, q.paused,
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'ready'
-            and j.tenant_id = any(v_tenants)),
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'delayed'
-            and j.tenant_id = any(v_tenants)),
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'running'
-            and j.lease_scan_at is not null and j.tenant_id = any(v_tenants)),
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'suspended'
-            and j.tenant_id = any(v_tenants)),
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'completed'
-            and j.tenant_id = any(v_tenants)),
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'failed'
-            and j.tenant_id = any(v_tenants)),
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'dead'
-            and j.tenant_id = any(v_tenants)),
-         (select count(*) from jobs_data.jobs j where j.queue = q.queue and j.state = 'cancelled'
-            and j.tenant_id = any(v_tenants)),
-         jobs.clock() - (select min(j.run_at) from jobs_data.jobs j
-                         where j.queue = q.queue and j.state = 'ready' and j.tenant_id = any(v_tenants))
-  from jobs_data.queues as q;
+         count(*) filter (where j.state = 'ready'),
+         count(*) filter (where j.state = 'delayed'),
+         count(*) filter (where j.state = 'running' and j.lease_scan_at is not null),
+         count(*) filter (where j.state = 'suspended'),
+         count(*) filter (where j.state = 'completed'),
+         count(*) filter (where j.state = 'failed'),
+         count(*) filter (where j.state = 'dead'),
+         count(*) filter (where j.state = 'cancelled'),
+         jobs.clock() - min(j.run_at) filter (where j.state = 'ready')
+  from jobs_data.queues as q
+  left join jobs_data.jobs as j on j.queue = q.queue and j.tenant_id = any(v_tenants)
+  group by q.queue, q.paused;
 end
 $$;
 
