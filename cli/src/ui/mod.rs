@@ -2,8 +2,9 @@
 //! script of its own for live updates (server-sent events), every asset served by the binary.
 //!
 //! Security: it listens on the loopback address unless told otherwise, and then only with a
-//! token or a user name and password (HTTP basic authentication); `--read-only` renders no action and refuses every POST; every action is a POST that
-//! carries this process's CSRF token and, when the browser sends one, an Origin of this host.
+//! token or a user name and password (HTTP basic authentication); `--read-only` renders no
+//! action and refuses every POST; every action is a POST that carries this process's CSRF
+//! token and, when the browser sends one, an Origin of this host.
 //! It reaches the database as the role it connects as, through the `jobs` functions and
 //! views: what that role may not do, the page says, with the grant that would allow it.
 
