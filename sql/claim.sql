@@ -22,7 +22,9 @@
 -- Statement 2 moves up to max_jobs of them. A lapsed lease with attempts left becomes a new
 -- attempt. A lapse on the final attempt is BURIED by the claim (dead, or failed where the job
 -- type does not dead-letter) and never handed out: a job that kills its worker every time
--- reaches the dead letters instead of killing one worker per lease forever. Candidates not
+-- reaches the dead letters instead of killing one worker per lease forever. A candidate whose
+-- run is over (its run_deadline passed: run_timeout) is buried too, whatever attempts it has
+-- left; an attempt's deadline is capped at its run's. Candidates not
 -- moved stay locked, unclaimed, until the claim's transaction ends.
 --
 -- Lock order: job rows (skipping locked ones), then the lock slots of limits.
@@ -395,7 +397,8 @@ begin
       from unnest(queues) with ordinality as q(queue, ord)
       cross join lateral (
         select * from (
-          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury, false as lapsed
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
+                 jobs._run_over(j.run_deadline, v_now) as bury, false as lapsed
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'ready'
             and (v_tenants is null or j.tenant_id = any(v_tenants))
@@ -403,7 +406,8 @@ begin
           limit coalesce(v_limit, max_jobs) for update skip locked) as ready
         union all
         select * from (
-          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
+                 jobs._run_over(j.run_deadline, v_now), false
           from jobs_data.jobs j
           where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
             and (v_tenants is null or j.tenant_id = any(v_tenants))
@@ -413,7 +417,8 @@ begin
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
                  jobs._lapse_buries(j.attempt, j.max_attempts)
-                   or jobs._timed_out(j.lease_expires_at, j.deadline), true
+                   or jobs._timed_out(j.lease_expires_at, j.deadline)
+                   or jobs._run_over(j.run_deadline, v_now), true
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
             and j.lease_expires_at <= v_now
@@ -502,24 +507,33 @@ begin
     settled as (
     update jobs_data.jobs as j set
       state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                        and not jobs._run_over(j.run_deadline, v_now)
                    then 'delayed'
                    else jobs._final_state(v_dead_letter[array_position(v_policy_names, j.name)]) end,
       run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                         and not jobs._run_over(j.run_deadline, v_now)
                     then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
                                   from jobs._policy(j.name) as p)
                     else j.run_at end,
-      finished_at = case when j.attempt >= j.max_attempts then v_now end,
-      last_error = case when jobs._timed_out(j.lease_expires_at, j.deadline)
+      finished_at = case when j.attempt >= j.max_attempts or jobs._run_over(j.run_deadline, v_now)
+                         then v_now end,
+      last_error = case when jobs._run_over(j.run_deadline, v_now)
+                        then jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts)
+                        when jobs._timed_out(j.lease_expires_at, j.deadline)
                         then jobs._timeout_error(
                                coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
                                j.attempt, j.max_attempts)
                         else jobs._lapse_error(j.attempt, j.max_attempts) end,
       lease = null, lease_expires_at = null, lease_scan_at = null, updated_at = v_now
-    where j.id = any(v_buried) and j.state = 'running'
-      and (jobs._lapse_buries(j.attempt, j.max_attempts)
-           or jobs._timed_out(j.lease_expires_at, j.deadline))
+    where j.id = any(v_buried)
+      and (j.state = 'running' and (jobs._lapse_buries(j.attempt, j.max_attempts)
+                                    or jobs._timed_out(j.lease_expires_at, j.deadline))
+           or jobs._run_over(j.run_deadline, v_now))  -- (the scans found it live)
     returning j.id, j.last_error,
-              jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
+              -- a job buried while waiting (its run over) ended no attempt
+              case when j.id in (select e.id from ended as e)
+                   then jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
+                   else jobs._outcome(j.queue, j.state::text, j.id) end,
               jobs._slot_freed(j.name, j.concurrency_key)
     )
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
@@ -544,11 +558,15 @@ begin
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
-      deadline = v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+      -- (least() skips NULLs: no timeout and no run deadline, no deadline)
+      deadline = least(v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                       j.run_deadline),
       lease_expires_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
-                               v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
+                               v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                               j.run_deadline),
       lease_scan_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
-                            v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
+                            v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                            j.run_deadline),
       claimed_by = worker_id, claimed_at = v_now, finished_at = null,
       last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,
@@ -561,7 +579,7 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
-         m.parent_id
+         m.parent_id, m.tags, m.meta
   from moved as m
   order by m.priority desc, m.run_at;
 end

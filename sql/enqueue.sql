@@ -16,6 +16,14 @@
 -- not IMMUTABLE: its messages format values as text, which depends on settings, and the
 -- planner inlines no IMMUTABLE function whose body is not (0.1.0 declared it IMMUTABLE, and
 -- each spec cost a function call: 2.7 ms of a 100-spec batch).
+-- The longest label of a spec's tags (jobs._spec_problem calls it only for a spec with tags).
+create function jobs._longest_tag(p_tags text[])
+returns int
+language sql stable strict parallel safe  -- (strict: a spec without tags never calls it)
+begin atomic
+  select max(length(t.tag)) from unnest(p_tags) as t(tag);
+end;
+
 create function jobs._spec_problem(s jobs.job_spec)
 returns text[]
 language sql stable parallel safe
@@ -85,6 +93,21 @@ begin atomic
     when s.debounce_max < s.debounce or s.debounce_max > interval '30 days' then array['22023',
       format('debounce_max must be at least debounce (%s) and at most 30 days, got %s', s.debounce, s.debounce_max),
       'pass the longest a job may be put off after its first enqueue, or NULL for no limit']
+    when cardinality(s.tags) > 20 or array_position(s.tags, null) is not null or '' = any(s.tags)
+         or jobs._longest_tag(s.tags) > 100 then array['22023',
+      format('tags must be at most 20 labels of 1 to 100 characters, none NULL; got %s labels, the longest %s characters',
+             cardinality(s.tags), coalesce(jobs._longest_tag(s.tags), 0)),
+      'pass short labels to find the job by, e.g. array[''customer:42'', ''import''], or NULL']
+    when jsonb_typeof(s.meta) <> 'object' then array['22023',
+      'meta must be a JSON object, got a JSON ' || jsonb_typeof(s.meta),
+      'pass an object, e.g. ''{"traceparent": "00-..."}'', or NULL']
+    when pg_column_size(s.meta) > 8192 then array['22023',
+      'meta must be at most 8192 bytes, got ' || pg_column_size(s.meta),
+      'keep meta to small values (trace context, labels); data belongs in the payload']
+    when s.run_timeout <= interval '0' or s.run_timeout > interval '365 days' then array['22023',
+      'run_timeout must be more than 0 and at most 365 days, got ' || s.run_timeout,
+      'pass the most the whole run (every attempt, waits included) may take, e.g. ''1 hour'', '
+      'or NULL for the job type''s']
   end;
 end;
 
@@ -171,12 +194,15 @@ as $$
 begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
-                              enqueued_at, created_at, updated_at, timeout, parent_id, close_policy)
+                              enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
+                              tags, meta, run_timeout, run_deadline)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now then 'delayed' else 'ready' end::jobs.job_state,
          s.priority, coalesce(s.run_at, p_now), coalesce(s.max_attempts, p.max_attempts),
          s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout,
-         s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end
+         s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
+         nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
+         p_now + coalesce(s.run_timeout, p.run_timeout)
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p;
 end
@@ -324,13 +350,16 @@ begin
     for v_ins in
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
-                                  enqueued_at, created_at, updated_at, timeout, parent_id, close_policy)
+                                  enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
+                                  tags, meta, run_timeout, run_deadline)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
              s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
              s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
              v_now, v_now, v_now, s.timeout,
-             s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end
+             s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
+             nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
+             v_now + coalesce(s.run_timeout, p.run_timeout)
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -455,13 +484,16 @@ create function jobs.enqueue(
   run_id          uuid        default null,
   parent_id       uuid        default null,
   debounce        interval    default null,
-  debounce_max    interval    default null
+  debounce_max    interval    default null,
+  tags            text[]      default null,
+  meta            jsonb       default null,
+  run_timeout     interval    default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
   v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
-                                 $14, $15);
+                                 $14, $15, $16, $17, $18);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -524,7 +556,7 @@ begin
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
                         'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
-                        'debounce_max')
+                        'debounce_max', 'tags', 'meta', 'run_timeout')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -538,14 +570,15 @@ begin
       select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
-                 r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max)::jobs.job_spec
+                 r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max, r.tags, r.meta,
+                 r.run_timeout)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
     perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
       'run_at is a timestamp, priority and max_attempts integers, id, run_id and parent_id UUIDs, '
-      'timeout, debounce and debounce_max intervals');
+      'timeout, debounce, debounce_max and run_timeout intervals, tags an array of strings, meta an object');
   end;
 
   return query select * from jobs._enqueue(v_specs, 'jobs.enqueue_batch');

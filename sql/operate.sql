@@ -116,7 +116,8 @@ begin
       update jobs_data.jobs as j set
         state = 'ready', attempt = 0, claim = jobs._next_claim(j.claim), run_at = v_now,
         lease_expires_at = null, result = null, finished_at = null,
-        wait_event = null, wait_key = null, wait_until = null, updated_at = v_now
+        wait_event = null, wait_key = null, wait_until = null, updated_at = v_now,
+        run_deadline = v_now + j.run_timeout  -- a new run gets its run_timeout again
       where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
       returning j.run_id, j.queue
     ), dropped as (

@@ -45,6 +45,9 @@
 --     jobs.outcome_stats runs as its owner.
 -- 25. Debounce and replace: on_conflict 'replace' and 'debounce' (jobs.enqueue's debounce and
 --     debounce_max, the same keys in batch specs); what enqueue does is answered (action).
+-- 26. Tags and metadata (jobs.jobs.tags, meta; in enqueue, batch specs, what claim and
+--     get_job answer) and run deadlines (run_timeout on enqueue and job types; the sweep's
+--     run_timeouts task).
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
@@ -353,13 +356,13 @@ begin
   end if;
   select k into v_key from jsonb_object_keys(new.job) as k
   where k not in ('name', 'payload', 'queue', 'priority', 'max_attempts', 'tenant_id',
-                  'concurrency_key', 'timeout')
+                  'concurrency_key', 'timeout', 'tags', 'meta', 'run_timeout')
   order by k limit 1;
   if v_key is not null then
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
       'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
-      'concurrency_key and timeout; each slot sets run_at and idempotency_key');
+      'concurrency_key, timeout, tags, meta and run_timeout; each slot sets run_at and idempotency_key');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -370,10 +373,14 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null, (new.job->>'timeout')::interval, null, null, null, null)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval, null, null, null, null,
+      case when new.job ? 'tags' and new.job->'tags' <> 'null'
+           then array(select jsonb_array_elements_text(new.job->'tags')) end,
+      nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
-      sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');
+      sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '
+      'array of strings, meta an object, the others text');
   end;
   if v_problem is not null then
     perform jobs._raise(v_problem[1], format('%s: job: %s', v_what, v_problem[2]), v_problem[3]);
@@ -646,6 +653,17 @@ drop function jobs._lost_reason(uuid, bigint);
 alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text,
   add attribute debounce interval, add attribute debounce_max interval;
 alter type jobs.enqueued add attribute action text;
+-- 26. Tags and metadata, and a deadline for the whole run.
+alter table jobs_data.jobs add column tags text[], add column meta jsonb,
+  add column run_timeout interval, add column run_deadline timestamptz;
+alter table jobs_data.job_types add column run_timeout interval
+  check (run_timeout > interval '0' and run_timeout <= interval '365 days');
+alter type jobs.claimed_job add attribute tags text[], add attribute meta jsonb;
+alter type jobs.job_spec add attribute tags text[], add attribute meta jsonb,
+  add attribute run_timeout interval;
+create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not null;
+create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
+  where run_deadline is not null and state in ('ready', 'delayed', 'suspended');
 
 -- Every function and view of the install files as it is now, and the privileges.
 
@@ -763,7 +781,8 @@ begin atomic
          t.timeout,
          t.rate_limit,
          t.rate_period,
-         coalesce(t.rate_limit_per_key, false)
+         coalesce(t.rate_limit_per_key, false),
+         t.run_timeout
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;
@@ -822,6 +841,21 @@ begin atomic
   end;
 end;
 
+create or replace function jobs._run_over(p_run_deadline timestamptz, p_now timestamptz)
+returns boolean
+language sql immutable parallel safe
+begin atomic
+  select coalesce(p_run_deadline <= p_now, false);
+end;
+
+create or replace function jobs._run_timeout_error(p_run_timeout interval, p_attempt int, p_max_attempts int)
+returns text
+language sql stable parallel safe
+begin atomic
+  select format('run timed out after %s (run_timeout)%s: the job is not run again', p_run_timeout,
+                case when p_attempt > 0 then format(' on attempt %s of %s', p_attempt, p_max_attempts) end);
+end;
+
 create or replace function jobs._outcome_ended(p_queue text, p_id uuid, p_state jobs.job_state, p_timed_out boolean)
 returns boolean
 language sql volatile
@@ -849,6 +883,13 @@ returns boolean
 language sql stable
 begin atomic
   select jobs._tenants() is null or p_tenant = any(jobs._tenants());
+end;
+
+create or replace function jobs._longest_tag(p_tags text[])
+returns int
+language sql stable strict parallel safe  -- (strict: a spec without tags never calls it)
+begin atomic
+  select max(length(t.tag)) from unnest(p_tags) as t(tag);
 end;
 
 create or replace function jobs._spec_problem(s jobs.job_spec)
@@ -920,6 +961,21 @@ begin atomic
     when s.debounce_max < s.debounce or s.debounce_max > interval '30 days' then array['22023',
       format('debounce_max must be at least debounce (%s) and at most 30 days, got %s', s.debounce, s.debounce_max),
       'pass the longest a job may be put off after its first enqueue, or NULL for no limit']
+    when cardinality(s.tags) > 20 or array_position(s.tags, null) is not null or '' = any(s.tags)
+         or jobs._longest_tag(s.tags) > 100 then array['22023',
+      format('tags must be at most 20 labels of 1 to 100 characters, none NULL; got %s labels, the longest %s characters',
+             cardinality(s.tags), coalesce(jobs._longest_tag(s.tags), 0)),
+      'pass short labels to find the job by, e.g. array[''customer:42'', ''import''], or NULL']
+    when jsonb_typeof(s.meta) <> 'object' then array['22023',
+      'meta must be a JSON object, got a JSON ' || jsonb_typeof(s.meta),
+      'pass an object, e.g. ''{"traceparent": "00-..."}'', or NULL']
+    when pg_column_size(s.meta) > 8192 then array['22023',
+      'meta must be at most 8192 bytes, got ' || pg_column_size(s.meta),
+      'keep meta to small values (trace context, labels); data belongs in the payload']
+    when s.run_timeout <= interval '0' or s.run_timeout > interval '365 days' then array['22023',
+      'run_timeout must be more than 0 and at most 365 days, got ' || s.run_timeout,
+      'pass the most the whole run (every attempt, waits included) may take, e.g. ''1 hour'', '
+      'or NULL for the job type''s']
   end;
 end;
 
@@ -991,12 +1047,15 @@ as $$
 begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
-                              enqueued_at, created_at, updated_at, timeout, parent_id, close_policy)
+                              enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
+                              tags, meta, run_timeout, run_deadline)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now then 'delayed' else 'ready' end::jobs.job_state,
          s.priority, coalesce(s.run_at, p_now), coalesce(s.max_attempts, p.max_attempts),
          s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout,
-         s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end
+         s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
+         nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
+         p_now + coalesce(s.run_timeout, p.run_timeout)
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p;
 end
@@ -1139,13 +1198,16 @@ begin
     for v_ins in
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
-                                  enqueued_at, created_at, updated_at, timeout, parent_id, close_policy)
+                                  enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
+                                  tags, meta, run_timeout, run_deadline)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
              s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
              s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
              v_now, v_now, v_now, s.timeout,
-             s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end
+             s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
+             nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
+             v_now + coalesce(s.run_timeout, p.run_timeout)
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -1266,13 +1328,16 @@ create or replace function jobs.enqueue(
   run_id          uuid        default null,
   parent_id       uuid        default null,
   debounce        interval    default null,
-  debounce_max    interval    default null
+  debounce_max    interval    default null,
+  tags            text[]      default null,
+  meta            jsonb       default null,
+  run_timeout     interval    default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
   v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
-                                 $14, $15);
+                                 $14, $15, $16, $17, $18);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -1336,7 +1401,7 @@ begin
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
                         'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
-                        'debounce_max')
+                        'debounce_max', 'tags', 'meta', 'run_timeout')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -1350,14 +1415,15 @@ begin
       select row(r.name, coalesce(r.payload, '{}'), coalesce(r.queue, 'default'), r.run_at,
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
-                 r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max)::jobs.job_spec
+                 r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max, r.tags, r.meta,
+                 r.run_timeout)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
     perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
       'run_at is a timestamp, priority and max_attempts integers, id, run_id and parent_id UUIDs, '
-      'timeout, debounce and debounce_max intervals');
+      'timeout, debounce, debounce_max and run_timeout intervals, tags an array of strings, meta an object');
   end;
 
   return query select * from jobs._enqueue(v_specs, 'jobs.enqueue_batch');
@@ -1706,7 +1772,8 @@ begin
       from unnest(queues) with ordinality as q(queue, ord)
       cross join lateral (
         select * from (
-          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false as bury, false as lapsed
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
+                 jobs._run_over(j.run_deadline, v_now) as bury, false as lapsed
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'ready'
             and (v_tenants is null or j.tenant_id = any(v_tenants))
@@ -1714,7 +1781,8 @@ begin
           limit coalesce(v_limit, max_jobs) for update skip locked) as ready
         union all
         select * from (
-          select j.id, j.name, j.priority, j.run_at, j.concurrency_key, false, false
+          select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
+                 jobs._run_over(j.run_deadline, v_now), false
           from jobs_data.jobs j
           where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
             and (v_tenants is null or j.tenant_id = any(v_tenants))
@@ -1724,7 +1792,8 @@ begin
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
                  jobs._lapse_buries(j.attempt, j.max_attempts)
-                   or jobs._timed_out(j.lease_expires_at, j.deadline), true
+                   or jobs._timed_out(j.lease_expires_at, j.deadline)
+                   or jobs._run_over(j.run_deadline, v_now), true
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
             and j.lease_expires_at <= v_now
@@ -1813,24 +1882,33 @@ begin
     settled as (
     update jobs_data.jobs as j set
       state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                        and not jobs._run_over(j.run_deadline, v_now)
                    then 'delayed'
                    else jobs._final_state(v_dead_letter[array_position(v_policy_names, j.name)]) end,
       run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                         and not jobs._run_over(j.run_deadline, v_now)
                     then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
                                   from jobs._policy(j.name) as p)
                     else j.run_at end,
-      finished_at = case when j.attempt >= j.max_attempts then v_now end,
-      last_error = case when jobs._timed_out(j.lease_expires_at, j.deadline)
+      finished_at = case when j.attempt >= j.max_attempts or jobs._run_over(j.run_deadline, v_now)
+                         then v_now end,
+      last_error = case when jobs._run_over(j.run_deadline, v_now)
+                        then jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts)
+                        when jobs._timed_out(j.lease_expires_at, j.deadline)
                         then jobs._timeout_error(
                                coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
                                j.attempt, j.max_attempts)
                         else jobs._lapse_error(j.attempt, j.max_attempts) end,
       lease = null, lease_expires_at = null, lease_scan_at = null, updated_at = v_now
-    where j.id = any(v_buried) and j.state = 'running'
-      and (jobs._lapse_buries(j.attempt, j.max_attempts)
-           or jobs._timed_out(j.lease_expires_at, j.deadline))
+    where j.id = any(v_buried)
+      and (j.state = 'running' and (jobs._lapse_buries(j.attempt, j.max_attempts)
+                                    or jobs._timed_out(j.lease_expires_at, j.deadline))
+           or jobs._run_over(j.run_deadline, v_now))  -- (the scans found it live)
     returning j.id, j.last_error,
-              jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
+              -- a job buried while waiting (its run over) ended no attempt
+              case when j.id in (select e.id from ended as e)
+                   then jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
+                   else jobs._outcome(j.queue, j.state::text, j.id) end,
               jobs._slot_freed(j.name, j.concurrency_key)
     )
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
@@ -1855,11 +1933,15 @@ begin
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
-      deadline = v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+      -- (least() skips NULLs: no timeout and no run deadline, no deadline)
+      deadline = least(v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                       j.run_deadline),
       lease_expires_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
-                               v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
+                               v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                               j.run_deadline),
       lease_scan_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
-                            v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)])),
+                            v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                            j.run_deadline),
       claimed_by = worker_id, claimed_at = v_now, finished_at = null,
       last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
                    else j.last_error end,
@@ -1872,7 +1954,7 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
-         m.parent_id
+         m.parent_id, m.tags, m.meta
   from moved as m
   order by m.priority desc, m.run_at;
 end
@@ -2722,7 +2804,8 @@ begin
       update jobs_data.jobs as j set
         state = 'ready', attempt = 0, claim = jobs._next_claim(j.claim), run_at = v_now,
         lease_expires_at = null, result = null, finished_at = null,
-        wait_event = null, wait_key = null, wait_until = null, updated_at = v_now
+        wait_event = null, wait_key = null, wait_until = null, updated_at = v_now,
+        run_deadline = v_now + j.run_timeout  -- a new run gets its run_timeout again
       where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
       returning j.run_id, j.queue
     ), dropped as (
@@ -2782,7 +2865,7 @@ comment on function jobs.promote(uuid) is
 create or replace function jobs.get_jobs(ids uuid[])
 returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
                result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text)
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
 language plpgsql stable
 as $$
 #variable_conflict use_column
@@ -2798,7 +2881,7 @@ begin
   -- In the order of ids (the first of a repeated id only), each looked up by the primary key.
   return query
   select j.id, j.name, j.queue, j.state::text, j.attempt, j.max_attempts, j.result, j.last_error,
-         j.run_at, j.enqueued_at, j.finished_at, j.tenant_id
+         j.run_at, j.enqueued_at, j.finished_at, j.tenant_id, j.tags, j.meta
   from (select distinct on (i.id) i.id, i.ord
         from unnest(get_jobs.ids) with ordinality as i(id, ord)
         where i.id is not null
@@ -2815,7 +2898,7 @@ comment on function jobs.get_jobs(uuid[]) is
 create or replace function jobs.get_job(job_id uuid)
 returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
                result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text)
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
 language plpgsql stable
 as $$
 begin
@@ -2832,7 +2915,7 @@ comment on function jobs.get_job(uuid) is
 create or replace function jobs.wait_for_job(job_id uuid, wait interval)
 returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
                result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text)
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
 language plpgsql volatile
 as $$
 declare
@@ -2874,7 +2957,8 @@ begin
   if v_row.id is not null then  -- (as read: a completion may delete the job, completed_retention = 0)
     return query select v_row.id, v_row.name, v_row.queue, v_row.state, v_row.attempt,
                         v_row.max_attempts, v_row.result, v_row.last_error, v_row.run_at,
-                        v_row.enqueued_at, v_row.finished_at, v_row.tenant_id;
+                        v_row.enqueued_at, v_row.finished_at, v_row.tenant_id, v_row.tags,
+                        v_row.meta;
   end if;
 end
 $$;
@@ -3190,13 +3274,13 @@ begin
   end if;
   select k into v_key from jsonb_object_keys(new.job) as k
   where k not in ('name', 'payload', 'queue', 'priority', 'max_attempts', 'tenant_id',
-                  'concurrency_key', 'timeout')
+                  'concurrency_key', 'timeout', 'tags', 'meta', 'run_timeout')
   order by k limit 1;
   if v_key is not null then
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
       'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
-      'concurrency_key and timeout; each slot sets run_at and idempotency_key');
+      'concurrency_key, timeout, tags, meta and run_timeout; each slot sets run_at and idempotency_key');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -3207,10 +3291,14 @@ begin
     v_problem := jobs._spec_problem(row(new.job->>'name', coalesce(new.job->'payload', '{}'),
       coalesce(new.job->>'queue', 'default'), null, coalesce((new.job->>'priority')::int, 0),
       (new.job->>'max_attempts')::int, null, new.job->>'tenant_id', new.job->>'concurrency_key',
-      'return', null, null, (new.job->>'timeout')::interval, null, null, null, null)::jobs.job_spec);
+      'return', null, null, (new.job->>'timeout')::interval, null, null, null, null,
+      case when new.job ? 'tags' and new.job->'tags' <> 'null'
+           then array(select jsonb_array_elements_text(new.job->'tags')) end,
+      nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
-      sqlerrm), 'priority and max_attempts are integers, timeout an interval, the others text');
+      sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '
+      'array of strings, meta an object, the others text');
   end;
   if v_problem is not null then
     perform jobs._raise(v_problem[1], format('%s: job: %s', v_what, v_problem[2]), v_problem[3]);
@@ -3464,26 +3552,32 @@ begin
   ),
   settled as (
   update jobs_data.jobs as j set
-    state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+    state = case when jobs._run_over(j.run_deadline, v_now)
+                 then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
+                 when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                  then 'delayed'
                  when jobs._lapse_buries(j.attempt, j.max_attempts)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
                  else 'ready' end,
     run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                       and not jobs._run_over(j.run_deadline, v_now)
                   then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
                                 from jobs._policy(j.name) as p)
                   else j.run_at end,
     lease_expires_at = null,
-    last_error = case when jobs._timed_out(j.lease_expires_at, j.deadline)
+    last_error = case when jobs._run_over(j.run_deadline, v_now)
+                      then jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts)
+                      when jobs._timed_out(j.lease_expires_at, j.deadline)
                       then jobs._timeout_error(
                              coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)),
                              j.attempt, j.max_attempts)
                       else jobs._lapse_error(j.attempt, j.max_attempts) end,
-    finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts) then v_now end,
+    finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts)
+                            or jobs._run_over(j.run_deadline, v_now) then v_now end,
     updated_at = v_now
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
-  returning j.id, j.last_error,
+  returning j.id, j.last_error, j.state,
             jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
             jobs._slot_freed(j.name, j.concurrency_key)
   ),
@@ -3491,7 +3585,8 @@ begin
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
     select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
            case when e.timed_out then 'timed_out'
-                when e.attempt >= e.max_attempts then 'buried' else 'lease_lapsed' end,
+                when e.attempt >= e.max_attempts or s.state in ('dead', 'failed') then 'buried'
+                else 'lease_lapsed' end,
            s.last_error
     from ended as e join settled as s on s.id = e.id
   )
@@ -3506,6 +3601,25 @@ begin
     and j.state = 'suspended';
   get diagnostics v_n = row_count;
   task := 'waiter_timeouts'; affected := v_n; return next;
+
+  -- Runs that are over (run_timeout) while waiting: buried, whatever attempts are left (a
+  -- claim would bury them too, once due; this also ends those that never come due). A
+  -- running one's lease ends at its run deadline, and the first task buries it.
+  with buried as (
+    update jobs_data.jobs as j set
+      state = jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p)),
+      last_error = jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts),
+      finished_at = v_now, updated_at = v_now
+    where j.ctid = any(array(
+        select r.ctid from jobs_data.jobs as r
+        where r.run_deadline <= v_now and r.run_deadline is not null
+          and r.state in ('ready', 'delayed', 'suspended')
+        order by r.run_deadline limit max_rows for update skip locked))
+      and j.state in ('ready', 'delayed', 'suspended')
+    returning jobs._outcome(j.queue, j.state::text, j.id)
+  )
+  select count(*) into v_n from buried;
+  task := 'run_timeouts'; affected := v_n; return next;
 
   delete from jobs_data.events as e
   where e.ctid = any(array(
@@ -4067,7 +4181,7 @@ do $$
 begin
   if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
     execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
-      || 'text, text, text, uuid, uuid, uuid, interval, interval) to '
+      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval) to '
       || current_setting('pg_jobs_upgrade.enqueue_grantees');
   end if;
 end

@@ -21,7 +21,8 @@ begin atomic
          t.timeout,
          t.rate_limit,
          t.rate_period,
-         coalesce(t.rate_limit_per_key, false)
+         coalesce(t.rate_limit_per_key, false),
+         t.run_timeout
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;
@@ -91,6 +92,24 @@ begin atomic
     else format('lease lapsed on attempt %s of %s: the worker holding it stopped settling, '
                 'so the job runs again', p_attempt, p_max_attempts)
   end;
+end;
+
+-- Whether a job's run is over (run_timeout): its run_deadline has passed. Then it is buried
+-- whatever attempts it has left, running or waiting (jobs.claim, jobs.sweep); a running
+-- attempt's deadline is never later than the run's, so its lease ends there too.
+create function jobs._run_over(p_run_deadline timestamptz, p_now timestamptz)
+returns boolean
+language sql immutable parallel safe
+begin atomic
+  select coalesce(p_run_deadline <= p_now, false);
+end;
+
+create function jobs._run_timeout_error(p_run_timeout interval, p_attempt int, p_max_attempts int)
+returns text
+language sql stable parallel safe
+begin atomic
+  select format('run timed out after %s (run_timeout)%s: the job is not run again', p_run_timeout,
+                case when p_attempt > 0 then format(' on attempt %s of %s', p_attempt, p_max_attempts) end);
 end;
 
 -- The outcomes of an attempt that ended without its worker settling it (a lapsed lease or a

@@ -80,7 +80,8 @@ create table jobs_data.job_types (
   rate_limit   int check (rate_limit >= 1),
   rate_period  interval check (rate_period > interval '0' and rate_period <= interval '1 day'),
   rate_limit_per_key boolean not null default false,
-  constraint job_types_rate_needs_period check ((rate_limit is null) = (rate_period is null))
+  constraint job_types_rate_needs_period check ((rate_limit is null) = (rate_period is null)),
+  run_timeout  interval check (run_timeout > interval '0' and run_timeout <= interval '365 days')
 );
 comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
@@ -125,7 +126,11 @@ create table jobs_data.jobs (
   claimed_at       timestamptz,   -- when the current (or last) attempt was claimed
   parent_id        uuid,          -- jobs.spawn: the job that spawned this one
   close_policy     text check (close_policy in ('terminate', 'abandon')),  -- and what its end does to it
-  children_live    int            -- jobs.spawn: this job's live children (NULL: it spawned none)
+  children_live    int,           -- jobs.spawn: this job's live children (NULL: it spawned none)
+  tags             text[],        -- labels to find and act on jobs by (jobs_tags_idx)
+  meta             jsonb,         -- what the producer carries to every attempt (a traceparent, ...)
+  run_timeout      interval,      -- the most the whole run may take; NULL: no limit
+  run_deadline     timestamptz    -- enqueue (or requeue) + run_timeout: past it the job is buried
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -175,6 +180,14 @@ create index jobs_finished_idx on jobs_data.jobs (state, finished_at) include (q
 -- primary key); only jobs attached to another job's run need this small index.
 create index jobs_attached_idx on jobs_data.jobs (run_id) where run_id <> id;
 
+-- Tags: jobs found by label (tags @> array['...']). Only tagged jobs are in it.
+create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not null;
+
+-- Run deadlines: the sweep buries waiting jobs whose run_timeout passed (a running one's
+-- attempt deadline is capped at it, so its lease ends there).
+create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
+  where run_deadline is not null and state in ('ready', 'delayed', 'suspended');
+
 -- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
 create unique index jobs_idempotency_live_idx
   on jobs_data.jobs (name, tenant_id, idempotency_key) nulls not distinct
@@ -196,7 +209,9 @@ create type jobs.claimed_job as (
   enqueued_at      timestamptz,
   last_error       text,
   deadline         timestamptz,  -- when this attempt times out (jobs.job_types.timeout); NULL: never
-  parent_id        uuid          -- the job that spawned this one (jobs.spawn); NULL: none
+  parent_id        uuid,         -- the job that spawned this one (jobs.spawn); NULL: none
+  tags             text[],       -- the job's labels (enqueue's tags)
+  meta             jsonb         -- what its producer carried (enqueue's meta), e.g. a traceparent
 );
 
 -- What enqueue answers: a composite, so its column names cannot clash with the arguments.
@@ -222,7 +237,10 @@ create type jobs.job_spec as (
   parent_id       uuid,
   close_policy    text,
   debounce        interval,
-  debounce_max    interval
+  debounce_max    interval,
+  tags            text[],
+  meta            jsonb,
+  run_timeout     interval
 );
 
 -- The one source of time for every lease, run_at, backoff and retention decision is

@@ -7,7 +7,7 @@
 create function jobs.get_jobs(ids uuid[])
 returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
                result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text)
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
 language plpgsql stable
 as $$
 #variable_conflict use_column
@@ -23,7 +23,7 @@ begin
   -- In the order of ids (the first of a repeated id only), each looked up by the primary key.
   return query
   select j.id, j.name, j.queue, j.state::text, j.attempt, j.max_attempts, j.result, j.last_error,
-         j.run_at, j.enqueued_at, j.finished_at, j.tenant_id
+         j.run_at, j.enqueued_at, j.finished_at, j.tenant_id, j.tags, j.meta
   from (select distinct on (i.id) i.id, i.ord
         from unnest(get_jobs.ids) with ordinality as i(id, ord)
         where i.id is not null
@@ -40,7 +40,7 @@ comment on function jobs.get_jobs(uuid[]) is
 create function jobs.get_job(job_id uuid)
 returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
                result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text)
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
 language plpgsql stable
 as $$
 begin
@@ -63,7 +63,7 @@ comment on function jobs.get_job(uuid) is
 create function jobs.wait_for_job(job_id uuid, wait interval)
 returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
                result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text)
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
 language plpgsql volatile
 as $$
 declare
@@ -105,7 +105,8 @@ begin
   if v_row.id is not null then  -- (as read: a completion may delete the job, completed_retention = 0)
     return query select v_row.id, v_row.name, v_row.queue, v_row.state, v_row.attempt,
                         v_row.max_attempts, v_row.result, v_row.last_error, v_row.run_at,
-                        v_row.enqueued_at, v_row.finished_at, v_row.tenant_id;
+                        v_row.enqueued_at, v_row.finished_at, v_row.tenant_id, v_row.tags,
+                        v_row.meta;
   end if;
 end
 $$;

@@ -9,6 +9,7 @@
 --                    (jobs._lapse_buries, jobs._lapse_error, jobs._final_state)
 --   waiter_timeouts  jobs waiting on an event whose timeout passed: ready (claim would take
 --                    them anyway once due; this makes the state say so)
+--   run_timeouts     waiting jobs whose run is over (run_timeout): buried
 --   expired_events   events past expires_at deleted (they were invisible already)
 --   completed_deleted, dead_deleted
 --                    finished jobs past pg_jobs.completed_retention (completed, cancelled) or
@@ -140,26 +141,32 @@ begin
   ),
   settled as (
   update jobs_data.jobs as j set
-    state = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+    state = case when jobs._run_over(j.run_deadline, v_now)
+                 then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
+                 when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                  then 'delayed'
                  when jobs._lapse_buries(j.attempt, j.max_attempts)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
                  else 'ready' end,
     run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
+                       and not jobs._run_over(j.run_deadline, v_now)
                   then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
                                 from jobs._policy(j.name) as p)
                   else j.run_at end,
     lease_expires_at = null,
-    last_error = case when jobs._timed_out(j.lease_expires_at, j.deadline)
+    last_error = case when jobs._run_over(j.run_deadline, v_now)
+                      then jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts)
+                      when jobs._timed_out(j.lease_expires_at, j.deadline)
                       then jobs._timeout_error(
                              coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)),
                              j.attempt, j.max_attempts)
                       else jobs._lapse_error(j.attempt, j.max_attempts) end,
-    finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts) then v_now end,
+    finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts)
+                            or jobs._run_over(j.run_deadline, v_now) then v_now end,
     updated_at = v_now
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
-  returning j.id, j.last_error,
+  returning j.id, j.last_error, j.state,
             jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
             jobs._slot_freed(j.name, j.concurrency_key)
   ),
@@ -167,7 +174,8 @@ begin
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
     select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
            case when e.timed_out then 'timed_out'
-                when e.attempt >= e.max_attempts then 'buried' else 'lease_lapsed' end,
+                when e.attempt >= e.max_attempts or s.state in ('dead', 'failed') then 'buried'
+                else 'lease_lapsed' end,
            s.last_error
     from ended as e join settled as s on s.id = e.id
   )
@@ -182,6 +190,25 @@ begin
     and j.state = 'suspended';
   get diagnostics v_n = row_count;
   task := 'waiter_timeouts'; affected := v_n; return next;
+
+  -- Runs that are over (run_timeout) while waiting: buried, whatever attempts are left (a
+  -- claim would bury them too, once due; this also ends those that never come due). A
+  -- running one's lease ends at its run deadline, and the first task buries it.
+  with buried as (
+    update jobs_data.jobs as j set
+      state = jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p)),
+      last_error = jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts),
+      finished_at = v_now, updated_at = v_now
+    where j.ctid = any(array(
+        select r.ctid from jobs_data.jobs as r
+        where r.run_deadline <= v_now and r.run_deadline is not null
+          and r.state in ('ready', 'delayed', 'suspended')
+        order by r.run_deadline limit max_rows for update skip locked))
+      and j.state in ('ready', 'delayed', 'suspended')
+    returning jobs._outcome(j.queue, j.state::text, j.id)
+  )
+  select count(*) into v_n from buried;
+  task := 'run_timeouts'; affected := v_n; return next;
 
   delete from jobs_data.events as e
   where e.ctid = any(array(

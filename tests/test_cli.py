@@ -142,6 +142,26 @@ def test_show_has_the_payload_result_attempts_steps_and_children(dsn):
     assert code == 2 and "22P02" in err
 
 
+def test_jobs_by_tag_and_show_has_tags_meta_and_the_run_deadline(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        a = conn.execute("select id from jobs.enqueue('imp', tags => array['customer:42', 'import'], "
+                         "meta => '{\"traceparent\": \"00-ab\"}', run_timeout => '1 hour')").fetchone()[0]
+        b = conn.execute("select id from jobs.enqueue('imp', tags => array['customer:7', 'import'])").fetchone()[0]
+        conn.execute("select jobs.enqueue('imp')")
+        conn.execute("select jobs.cancel(%s)", (b,))
+    assert [j["id"] for j in pgjobs_json(dsn, "jobs", "--tag", "customer:42")] == [str(a)]
+    assert sorted(j["id"] for j in pgjobs_json(dsn, "jobs", "--tag", "import")) == sorted([str(a), str(b)])
+    assert pgjobs_json(dsn, "jobs", "--tag", "import", "--tag", "customer:7") == [
+        j for j in pgjobs_json(dsn, "jobs", "--tag", "customer:7")]
+    # A bulk action takes a tag as a selection: the cancelled job of the tag is requeued.
+    code, out, err = pgjobs(dsn, "requeue", "--tag", "customer:7")
+    assert code == 0, err
+    assert pgjobs_json(dsn, "jobs", "--tag", "customer:7")[0]["state"] == "ready"
+    doc = pgjobs_json(dsn, "show", str(a))["job"]
+    assert (doc["tags"], doc["meta"]) == (["customer:42", "import"], {"traceparent": "00-ab"})
+    assert doc["run_deadline"]
+
+
 @pytest.mark.parametrize("action, args, changed_state", [
     ("requeue", ["--state", "dead", "--error-like", "timeout"], "ready"),
     ("requeue", ["--queue", "maintenance"], "ready"),

@@ -148,6 +148,40 @@ def test_sweep_reads_none_of_a_million_finished_rows_inside_retention(dsn):
         assert read < 10_000, f"12 sweeps read {read} rows of jobs.jobs by sequential scan"
 
 
+def test_tags_and_run_deadlines_are_found_by_their_indexes_among_a_million_jobs(dsn):
+    """jobs_tags_idx finds tagged jobs, and the sweep's run_timeouts task buries the jobs past
+    their run deadline through jobs_run_deadline_idx: neither reads the million jobs that have
+    no tags and no deadline (only tagged jobs, and waiting jobs with a deadline, are in them).
+    Checked to fail without jobs_run_deadline_idx: the sweep then read every row."""
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("select * from jobs.sweep()")  # the hourly queue prune (a full read) done
+        insert(setup, BIG, "ready")
+        for i in range(10):
+            setup.execute(
+                "select jobs.enqueue('late', tags => array['batch:' || %s::text], run_timeout => '1 minute')",
+                (i % 2,),
+            )
+        setup.execute("vacuum analyze jobs_data.jobs")
+        plan = "\n".join(
+            r[0] for r in setup.execute(
+                "explain (analyze, buffers, costs off) select id from jobs.jobs where tags @> array['batch:1']"
+            )
+        )
+        print("\n-- jobs with a tag among 1M without\n" + plan)
+        assert "jobs_tags_idx" in plan and "Seq Scan" not in plan, plan
+        assert buffers(plan) < BUFFER_BOUND, plan
+    with psycopg.connect(dsn) as conn:  # one transaction: the xact counters below cover it
+        conn.execute("set pg_jobs.clock_offset = '2min'")
+        swept = dict(conn.execute("select task, affected from jobs.sweep(5000)").fetchall())
+        assert swept["run_timeouts"] == 10
+        read = conn.execute(
+            "select pg_stat_get_xact_tuples_returned('jobs_data.jobs'::regclass)"
+            " + pg_stat_get_xact_tuples_fetched('jobs_data.jobs'::regclass)"
+        ).fetchone()[0]
+        print(f"\n-- a sweep burying 10 jobs past their run deadline among 1M read {read} rows")
+        assert read < 10_000, f"the sweep read {read} rows of jobs.jobs"
+
+
 def claim_and_complete(conn, n):
     """Claims n jobs and completes them with one complete_many; every one must land."""
     landed = conn.execute(

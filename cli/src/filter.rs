@@ -42,6 +42,9 @@ pub struct Filters {
     /// Only jobs whose payload or last error contains this text (case-insensitive)
     #[arg(long, value_name = "TEXT")]
     pub text: Option<String>,
+    /// Only jobs with this tag (enqueue's tags); repeat for jobs with all of them
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
 }
 
 pub type Param = Box<dyn ToSql + Sync + Send>;
@@ -93,6 +96,7 @@ impl Filters {
             && self.error_like.is_none()
             && self.text.is_none()
             && self.error.is_none()
+            && self.tags.is_empty()
     }
 
     /// The conditions on `jobs.jobs as j`; `states` narrows --state to those an action takes.
@@ -147,6 +151,10 @@ impl Filters {
         }
         if let Some(e) = &self.error {
             w.add("j.last_error = $?", Box::new(e.clone()));
+        }
+        if !self.tags.is_empty() {
+            // By jobs_tags_idx (a GIN index of the tagged jobs).
+            w.add("j.tags @> $?::text[]", Box::new(self.tags.clone()));
         }
         if let Some(t) = &self.text {
             // A contains-match: the text's own % and _ are matched literally.

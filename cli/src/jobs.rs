@@ -82,7 +82,8 @@ pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Deta
                   date_trunc('second', j.deadline) as deadline,
                   date_trunc('second', j.finished_at) as finished_at,
                   j.wait_event, j.wait_key, date_trunc('second', j.wait_until) as wait_until,
-                  j.children_live, j.last_error, j.payload, j.result
+                  j.children_live, j.tags, date_trunc('second', j.run_deadline) as run_deadline,
+                  j.last_error, j.payload, j.meta, j.result
            from jobs.jobs as j where j.id = $1::text::uuid) as x",
         &[&id],
     )
@@ -212,7 +213,7 @@ pub async fn select(client: &Client, action: Action, s: &Selection<'_>) -> Resul
         bail!("{verb}: pass job ids or filters, not both");
     }
     if s.ids.is_empty() && s.filters.is_empty() && !s.all {
-        bail!("{verb}: no jobs selected\n  fix: name job ids, or filter (--queue, --state, --name, --tenant, --since, --error-like, --text), or pass --all for every job it can take");
+        bail!("{verb}: no jobs selected\n  fix: name job ids, or filter (--queue, --state, --name, --tenant, --since, --error-like, --text, --tag), or pass --all for every job it can take");
     }
     if !s.filters.state.is_empty()
         && s.filters

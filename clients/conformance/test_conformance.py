@@ -168,6 +168,39 @@ def test_a_worker_killed_mid_spawn_leaves_no_child_twice(db, start_worker):
                   (job,)) == (100, 100)
 
 
+def test_a_durable_sleep_is_slept_once_however_often_the_job_runs(db, start_worker):
+    """14. A job sleeps (suspended, no attempt used), wakes, fails, and runs again: its second
+    attempt's sleep (asking for ten minutes) returns at once, as the step is done. A sleep that
+    is not durable (a snooze) would park it for ten minutes, past the bound."""
+    job = db.enqueue("nap", {"ms": 1000, "fail_once": True})
+    db.execute("insert into jobs.job_types (name, backoff_base, jitter) values ('nap', '100 milliseconds', 0)")
+    start_worker(db, concurrency=1)
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
+    assert db.one("select result, attempt from jobs.jobs where id = %s", (job,)) == ({"attempt": 2}, 2)
+    assert db.one("select count(*) from conformance_step_runs where job_id = %s and step = 'woke'", (job,))[0] == 2
+    assert db.one("select count(*) from jobs.steps where run_id = %s and step = 'nap'", (job,))[0] == 1
+
+
+def test_a_run_past_its_run_timeout_is_stopped_and_buried(db, start_worker):
+    """15. A job whose run_timeout (2 s) ends while its handler runs: the handler is stopped at
+    the run's deadline (its attempt's deadline is the run's) and the job is buried, its other
+    four attempts unused."""
+    job = db.enqueue("sleep", {"ms": 60000}, run_timeout="2 seconds", max_attempts=5)
+    start_worker(db, concurrency=1)
+    db.eventually("select state::text from jobs.jobs where id = %s", "dead", args=(job,), timeout=30)
+    assert db.one("select attempt, last_error like 'run timed out%%' from jobs.jobs where id = %s", (job,)) == (1, True)
+    db.eventually("select array_agg(reason) from conformance_aborts where job_id = %s", ["deadline"], args=(job,))
+
+
+def test_tags_and_meta_reach_the_handler(db, start_worker):
+    """16. The tags and meta a job was enqueued with are the handler's, as the claim answers them."""
+    job = db.enqueue("job_info", tags=["customer:42", "import"], meta={"traceparent": "00-ab", "k": 1})
+    start_worker(db, concurrency=1)
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
+    assert db.one("select result from jobs.jobs where id = %s", (job,))[0] == {
+        "tags": ["customer:42", "import"], "meta": {"traceparent": "00-ab", "k": 1}}
+
+
 def test_a_worker_started_before_the_server_accepts_connections_keeps_trying(db, start_worker):
     """A database error never ends the worker: with connections refused for its role at first
     (CONNECTION LIMIT 0), it retries with backoff and works once they are allowed."""

@@ -3,12 +3,14 @@
 -- Columns added since 0.1.0 are left out of the digests; they are NULL (or false) in every row
 -- an upgrade carries over (the last line checks the jobs').
 select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
-from (select (to_jsonb(t) - array['timeout', 'deadline', 'claimed_at', 'parent_id', 'close_policy', 'children_live'])::text as r from jobs.jobs t) as t;
+from (select (to_jsonb(t) - array['timeout', 'deadline', 'claimed_at', 'parent_id', 'close_policy', 'children_live',
+                                      'tags', 'meta', 'run_timeout', 'run_deadline'])::text as r from jobs.jobs t) as t;
 select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.steps t;
 select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - 'tenant_id')::text as r from jobs.events t) as t;
 select 'job_types ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
-from (select (to_jsonb(t) - array['timeout', 'rate_limit', 'rate_period', 'rate_limit_per_key'])::text as r
+from (select (to_jsonb(t) - array['timeout', 'rate_limit', 'rate_period', 'rate_limit_per_key',
+                                  'run_timeout'])::text as r
       from jobs.job_types t) as t;
 select 'queues ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.queues t
   where queue <> 'default';

@@ -43,6 +43,9 @@
 --     jobs.outcome_stats runs as its owner.
 -- 25. Debounce and replace: on_conflict 'replace' and 'debounce' (jobs.enqueue's debounce and
 --     debounce_max, the same keys in batch specs); what enqueue does is answered (action).
+-- 26. Tags and metadata (jobs.jobs.tags, meta; in enqueue, batch specs, what claim and
+--     get_job answer) and run deadlines (run_timeout on enqueue and job types; the sweep's
+--     run_timeouts task).
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
@@ -316,6 +319,17 @@ drop function jobs._lost_reason(uuid, bigint);
 alter type jobs.job_spec add attribute parent_id uuid, add attribute close_policy text,
   add attribute debounce interval, add attribute debounce_max interval;
 alter type jobs.enqueued add attribute action text;
+-- 26. Tags and metadata, and a deadline for the whole run.
+alter table jobs_data.jobs add column tags text[], add column meta jsonb,
+  add column run_timeout interval, add column run_deadline timestamptz;
+alter table jobs_data.job_types add column run_timeout interval
+  check (run_timeout > interval '0' and run_timeout <= interval '365 days');
+alter type jobs.claimed_job add attribute tags text[], add attribute meta jsonb;
+alter type jobs.job_spec add attribute tags text[], add attribute meta jsonb,
+  add attribute run_timeout interval;
+create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not null;
+create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
+  where run_deadline is not null and state in ('ready', 'delayed', 'suspended');
 -- @after
 -- 20. ... and may call the new publish.
 do $$
@@ -331,7 +345,7 @@ do $$
 begin
   if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
     execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
-      || 'text, text, text, uuid, uuid, uuid, interval, interval) to '
+      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval) to '
       || current_setting('pg_jobs_upgrade.enqueue_grantees');
   end if;
 end

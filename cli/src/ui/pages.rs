@@ -33,7 +33,8 @@ fn opt(pairs: &[(String, String)], key: &str) -> Option<String> {
 }
 
 /// The filters of a page's query or a form: queue, state (comma-separated or repeated),
-/// name, tenant, since, error (exact), error_like, q (payload or error contains).
+/// name, tenant, since, error (exact), error_like, q (payload or error contains), tag (repeated:
+/// all of them).
 fn filters(pairs: &[(String, String)]) -> Result<Filters, String> {
     let mut state = Vec::new();
     for (_, v) in pairs.iter().filter(|(k, _)| k == "state") {
@@ -53,6 +54,11 @@ fn filters(pairs: &[(String, String)]) -> Result<Filters, String> {
         error_like: opt(pairs, "error_like"),
         text: opt(pairs, "q"),
         error: opt(pairs, "error"),
+        tags: pairs
+            .iter()
+            .filter(|(k, v)| k == "tag" && !v.is_empty())
+            .map(|(_, v)| v.clone())
+            .collect(),
     })
 }
 
@@ -70,6 +76,7 @@ fn filter_params(f: &Filters) -> Vec<(&'static str, String)> {
     ] {
         p.push((k, v.clone().unwrap_or_default()));
     }
+    p.extend(f.tags.iter().map(|t| ("tag", t.clone())));
     p
 }
 
@@ -338,6 +345,8 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
             label { "tenant " input name="tenant" value=(f.tenant.clone().unwrap_or_default()); }
             label { "within " input name="since" placeholder="1 hour" value=(f.since.clone().unwrap_or_default()); }
             label { "text " input name="q" placeholder="in payload or error" value=(f.text.clone().unwrap_or_default()); }
+            label { "tag " input name="tag" value=(f.tags.first().cloned().unwrap_or_default()); }
+            @for t in f.tags.iter().skip(1) { input type="hidden" name="tag" value=(t); }
             @if let Some(e) = &f.error { input type="hidden" name="error" value=(e); }
             button type="submit" { "Filter" }
         }

@@ -92,6 +92,17 @@ const jobs = [
     },
   }),
   defineJob({ name: 'child', handler: (payload, ctx) => ({ value: payload.i, parent: ctx.job.parentId }) }),
+  defineJob({
+    name: 'nap',
+    async handler(payload, ctx) {
+      // A durable sleep: a later attempt asks for ten minutes, and must not get them.
+      await ctx.sleep('nap', ctx.job.attempt === 1 ? payload.ms ?? 1000 : 600_000);
+      await side.query('insert into conformance_step_runs (job_id, step) values ($1, $2)', [ctx.job.id, 'woke']);
+      if (payload.fail_once && ctx.job.attempt === 1) throw new Error('failing after the nap');
+      return { attempt: ctx.job.attempt };
+    },
+  }),
+  defineJob({ name: 'job_info', handler: (_payload, ctx) => ({ tags: ctx.job.tags, meta: ctx.job.meta }) }),
 ];
 
 // Prometheus metrics on 127.0.0.1:--metrics-port/metrics, when asked for.

@@ -18,7 +18,8 @@ export interface Job<P = unknown> {
   attempt: number;
   maxAttempts: number;
   claim: string;
-  /** When this attempt times out (its job type's or its own timeout); null for none. */
+  /** When this attempt times out (its job type's or its own timeout, never after the run's
+   * deadline: runTimeoutMs); null for none. */
   deadline: Date | null;
   tenantId: string | null;
   /** The job that spawned this one (ctx.spawn); null for a job enqueued on its own. */
@@ -26,6 +27,10 @@ export interface Job<P = unknown> {
   priority: number;
   enqueuedAt: Date;
   lastError: string | null;
+  /** The labels it was enqueued with; null for none. */
+  tags: string[] | null;
+  /** What its producer carried (a traceparent, ...); null for none. */
+  meta: Record<string, unknown> | null;
 }
 
 export interface ChildResult {
@@ -163,11 +168,13 @@ export interface ClaimedRow {
   priority: number;
   enqueued_at: Date;
   last_error: string | null;
+  tags: string[] | null;
+  meta: Record<string, unknown> | null;
 }
 
 export const CLAIMED_COLUMNS =
   'id, run_id, name, queue, payload, attempt, max_attempts, claim::text as claim, deadline, '
-  + 'tenant_id, parent_id, priority, enqueued_at, last_error, '
+  + 'tenant_id, parent_id, priority, enqueued_at, last_error, tags, meta, '
   + 'extract(epoch from deadline - clock_timestamp())::float8 * 1000 as time_left_ms';
 
 export function toJob<P>(row: ClaimedRow): Job<P> {
@@ -186,6 +193,8 @@ export function toJob<P>(row: ClaimedRow): Job<P> {
     priority: row.priority,
     enqueuedAt: row.enqueued_at,
     lastError: row.last_error,
+    tags: row.tags,
+    meta: row.meta,
   };
 }
 

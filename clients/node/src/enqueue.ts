@@ -4,6 +4,7 @@
 import type { Queryable } from './db.js';
 import { fromDriver } from './errors.js';
 import type { JobDefinition } from './jobs.js';
+import { traceMeta } from './tracing.js';
 
 export interface EnqueueOptions {
   queue?: string;
@@ -30,6 +31,14 @@ export interface EnqueueOptions {
   parentId?: string;
   /** The most one attempt may run, overriding the job type's. */
   timeoutMs?: number;
+  /** The most the whole run may take (every attempt and wait), overriding the job type's:
+   * past it the job is buried, whatever attempts are left. */
+  runTimeoutMs?: number;
+  /** Labels to find the job by (`tags @> array[...]`): at most 20, each 1 to 100 characters. */
+  tags?: string[];
+  /** A small JSON object carried to every attempt (ctx.job.meta). With useOpenTelemetry, the
+   * active trace context's `traceparent` is added unless meta has one. */
+  meta?: Record<string, unknown>;
 }
 
 export interface Enqueued {
@@ -69,8 +78,18 @@ function spec(job: JobDefinition | string, payload: unknown, options: EnqueueOpt
     timeout: options.timeoutMs === undefined ? undefined : `${options.timeoutMs} milliseconds`,
     debounce: options.debounceMs === undefined ? undefined : `${options.debounceMs} milliseconds`,
     debounce_max: options.debounceMaxMs === undefined ? undefined : `${options.debounceMaxMs} milliseconds`,
+    run_timeout: options.runTimeoutMs === undefined ? undefined : `${options.runTimeoutMs} milliseconds`,
+    tags: options.tags,
+    meta: withTrace(options.meta),
   };
   return Object.fromEntries(Object.entries(out).filter(([, value]) => value !== undefined));
+}
+
+/** meta with the active trace context added (useOpenTelemetry), unless it carries one. */
+function withTrace(meta: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (meta !== undefined && 'traceparent' in meta) return meta;
+  const trace = traceMeta();
+  return trace === undefined ? meta : { ...trace, ...meta };
 }
 
 /** Enqueues one job; answers its id and run id, and whether an existing job was handed back

@@ -13,7 +13,8 @@ export { codes, PgJobsError, LeaseLostError, NonRetryableError, RetryAfterError 
 export { jsonLogger, silentLogger, CountingMetrics } from './log.js';
 export type { Logger, Metrics, Outcome } from './log.js';
 export { prometheusMetrics } from './prometheus.js';
-export type { SpanLike, TracerLike } from './tracing.js';
+export { useOpenTelemetry } from './tracing.js';
+export type { OpenTelemetryLike, SpanLike, TracerLike } from './tracing.js';
 export type { PromClientLike, PrometheusOptions } from './prometheus.js';
 export type { Queryable } from './db.js';
 export { fromDrizzle, fromKnex, fromKysely, fromPrisma } from './adapters.js';

@@ -19,6 +19,8 @@ export interface JobStatus {
   enqueuedAt: Date;
   finishedAt: Date | null;
   tenantId: string | null;
+  tags: string[] | null;
+  meta: Record<string, unknown> | null;
 }
 
 interface StatusRow {
@@ -34,13 +36,15 @@ interface StatusRow {
   enqueued_at: Date;
   finished_at: Date | null;
   tenant_id: string | null;
+  tags: string[] | null;
+  meta: Record<string, unknown> | null;
 }
 
 function status(r: StatusRow): JobStatus {
   return {
     id: r.id, name: r.name, queue: r.queue, state: r.state, attempt: r.attempt, maxAttempts: r.max_attempts,
     result: r.result, lastError: r.last_error, runAt: r.run_at, enqueuedAt: r.enqueued_at,
-    finishedAt: r.finished_at, tenantId: r.tenant_id,
+    finishedAt: r.finished_at, tenantId: r.tenant_id, tags: r.tags, meta: r.meta,
   };
 }
 

@@ -1,5 +1,7 @@
 // OpenTelemetry spans, one per attempt, through the tracer the application passes in
-// (`trace.getTracer('my-service')` of @opentelemetry/api): pg-jobs loads nothing of it.
+// (`trace.getTracer('my-service')` of @opentelemetry/api): pg-jobs loads nothing of it. With
+// useOpenTelemetry(api), enqueues carry the active trace context in the job's meta (a W3C
+// traceparent) and each attempt's span starts under it.
 
 import type { Job } from './context.js';
 import type { Outcome } from './log.js';
@@ -13,7 +15,51 @@ export interface SpanLike {
 
 /** The part of an OpenTelemetry Tracer used here. */
 export interface TracerLike {
-  startSpan(name: string, options?: { kind?: number; attributes?: Record<string, string | number | boolean> }): SpanLike;
+  startSpan(name: string, options?: { kind?: number; attributes?: Record<string, string | number | boolean> },
+    context?: unknown): SpanLike;
+}
+
+/** The parts of @opentelemetry/api used to carry a trace from an enqueue to its attempts. */
+export interface OpenTelemetryLike {
+  context: { active(): unknown };
+  propagation: {
+    inject(context: unknown, carrier: Record<string, string>): void;
+    extract(context: unknown, carrier: Record<string, string>): unknown;
+  };
+  ROOT_CONTEXT: unknown;
+  trace: { getTracer(name: string): TracerLike };
+}
+
+let otel: OpenTelemetryLike | undefined;
+
+/** Carries traces through jobs: `useOpenTelemetry(api)` with `import * as api from
+ * '@opentelemetry/api'`. Then every enqueue puts the active context's `traceparent` (and
+ * `tracestate`) in the job's meta, and a worker with no `tracer` of its own traces each attempt
+ * with `api.trace.getTracer('pg-jobs')`, its span a child of the enqueue's. `undefined` stops. */
+export function useOpenTelemetry(api: OpenTelemetryLike | undefined): void {
+  otel = api;
+}
+
+/** The tracer a worker uses when it is given none: pg-jobs's, once useOpenTelemetry was called. */
+export function defaultTracer(): TracerLike | undefined {
+  return otel?.trace.getTracer('pg-jobs');
+}
+
+/** The active trace context as meta entries, or undefined (no useOpenTelemetry, no trace). */
+export function traceMeta(): Record<string, string> | undefined {
+  if (otel === undefined) return undefined;
+  const carrier: Record<string, string> = {};
+  otel.propagation.inject(otel.context.active(), carrier);
+  return typeof carrier.traceparent === 'string' ? carrier : undefined;
+}
+
+/** The context a job's meta carries, for its attempt's span; undefined for none. */
+function parentContext(job: Job): unknown {
+  const traceparent = job.meta?.traceparent;
+  if (otel === undefined || typeof traceparent !== 'string') return undefined;
+  const carrier: Record<string, string> = { traceparent };
+  if (typeof job.meta?.tracestate === 'string') carrier.tracestate = job.meta.tracestate;
+  return otel.propagation.extract(otel.ROOT_CONTEXT, carrier);
 }
 
 // @opentelemetry/api's SpanKind.CONSUMER and SpanStatusCode.OK / ERROR.
@@ -36,7 +82,7 @@ export function startAttemptSpan(tracer: TracerLike, job: Job): SpanLike {
       'pg_jobs.job.max_attempts': job.maxAttempts,
       'pg_jobs.run_id': job.runId,
     },
-  });
+  }, parentContext(job));
 }
 
 /** Ends it with the attempt's outcome (an error status for an attempt that did not land). */

@@ -15,7 +15,7 @@ import { codes, fromDriver, isConnectionError, NonRetryableError, RetryAfterErro
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
 import { Backoff, OwnConnection, sleep } from './connection.js';
-import { endAttemptSpan, type SpanLike, startAttemptSpan, type TracerLike } from './tracing.js';
+import { defaultTracer, endAttemptSpan, type SpanLike, startAttemptSpan, type TracerLike } from './tracing.js';
 
 export interface WorkerOptions {
   /** A connection string; or `pool`, a node-postgres Pool the worker borrows from. */
@@ -417,7 +417,8 @@ export class Worker {
     }
     this.held.set(job.id, held);
     this.options.metrics?.running(this.held.size);
-    const span = this.options.tracer ? startAttemptSpan(this.options.tracer, job) : undefined;
+    const tracer = this.options.tracer ?? defaultTracer();
+    const span = tracer ? startAttemptSpan(tracer, job) : undefined;
     let outcome: Outcome | null = 'lost';
     let error: string | undefined;
     let client: pg.PoolClient | undefined;

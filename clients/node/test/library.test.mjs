@@ -6,7 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { makeDatabase } from './database.mjs';
-import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, silentLogger, waitForJob } from 'pg-jobs';
+import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, silentLogger, useOpenTelemetry, waitForJob } from 'pg-jobs';
 import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
 
 let db;
@@ -165,6 +165,63 @@ test('a tracer gets a span per attempt, with its outcome', async () => {
   assert.deepEqual([byName['traced_ok process'].status.code, byName['traced_ok process'].attributes['pg_jobs.outcome']], [1, 'completed']);
   assert.deepEqual([byName['traced_bad process'].status.code, byName['traced_bad process'].attributes['pg_jobs.outcome']], [2, 'dead']);
   assert.ok(spans.every((s) => s.ended && s.attributes['messaging.destination.name'] === 'traced'));
+});
+
+test('tags, meta and runTimeoutMs reach the job, the handler and getJob', async () => {
+  let seen;
+  const job = defineJob({ name: 'labelled', queue: 'labelled', handler: (_p, ctx) => { seen = ctx.job; } });
+  const { id } = await enqueue(pool, job, {}, { tags: ['customer:42', 'import'], meta: { source: 'test' }, runTimeoutMs: 60_000 });
+  const [many] = await enqueueMany(pool, [{ job: 'labelled_too', tags: ['x'], meta: { k: 1 } }]);
+  const { rows } = await pool.query(
+    "select extract(epoch from run_timeout)::int as run_timeout, tags from jobs.jobs where id = any($1::uuid[]) order by name",
+    [[id, many.id]]);
+  assert.deepEqual(rows, [{ run_timeout: 60, tags: ['customer:42', 'import'] }, { run_timeout: null, tags: ['x'] }]);
+  await runUntilEmpty({ pool, queues: ['labelled'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
+  assert.deepEqual([seen.tags, seen.meta], [['customer:42', 'import'], { source: 'test' }]);
+  // A deadline within the run's: the attempt's deadline was capped at enqueue + 60 s.
+  assert.ok(seen.deadline !== null && seen.deadline.getTime() - Date.now() < 61_000);
+  const status = await getJob(pool, id);
+  assert.deepEqual([status.tags, status.meta], [['customer:42', 'import'], { source: 'test' }]);
+  await assert.rejects(enqueue(pool, 'labelled', {}, { tags: [''] }), (err) => err instanceof PgJobsError && err.code === '22023');
+});
+
+test('useOpenTelemetry: an enqueue carries the active traceparent; the attempt span starts under it', async () => {
+  // @opentelemetry/api's shape (context, propagation, ROOT_CONTEXT, trace), with a fixed active
+  // trace: what an SDK with the W3C propagator does.
+  const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  const spans = [];
+  const api = {
+    ROOT_CONTEXT: { root: true },
+    context: { active: () => ({ active: true }) },
+    propagation: {
+      inject(ctx, carrier) { if (ctx.active) carrier.traceparent = traceparent; },
+      extract(ctx, carrier) { return { ...ctx, remote: carrier.traceparent }; },
+    },
+    trace: {
+      getTracer: (name) => ({
+        startSpan(spanName, options, parent) {
+          const span = { tracer: name, name: spanName, parent, setAttribute() {}, setStatus() {}, end() {} };
+          spans.push(span);
+          return span;
+        },
+      }),
+    },
+  };
+  const job = defineJob({ name: 'carried', queue: 'carried', handler: () => null });
+  useOpenTelemetry(api);
+  try {
+    const { id } = await enqueue(pool, job, {}, { meta: { other: 1 } });
+    const own = await enqueue(pool, job, {}, { meta: { traceparent: 'mine' } });
+    assert.deepEqual((await getJob(pool, id)).meta, { traceparent, other: 1 });
+    assert.deepEqual((await getJob(pool, own.id)).meta, { traceparent: 'mine' });
+    await runUntilEmpty({ pool, queues: ['carried'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
+  } finally {
+    useOpenTelemetry(undefined);
+  }
+  assert.deepEqual(spans.map((s) => [s.tracer, s.name, s.parent.remote]).sort(),
+    [['pg-jobs', 'carried process', traceparent], ['pg-jobs', 'carried process', 'mine']]);
+  const { id } = await enqueue(pool, 'untraced', {});
+  assert.equal((await getJob(pool, id)).meta, null);
 });
 
 test('concurrency per queue: each queue gets its own slots', async () => {

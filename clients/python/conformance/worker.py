@@ -98,7 +98,20 @@ def sync_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     def child(payload: Any, ctx: Context) -> Any:
         return {"value": payload["i"], "parent": str(ctx.job.parent_id)}
 
-    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child]
+    @pg_jobs.job("nap")
+    def nap(payload: Any, ctx: Context) -> Any:
+        # A durable sleep: a later attempt asks for ten minutes, and must not get them.
+        ctx.sleep("nap", payload.get("ms", 1000) / 1000 if ctx.job.attempt == 1 else 600)
+        side("insert into conformance_step_runs (job_id, step) values (%s, %s)", (ctx.job.id, "woke"))
+        if payload.get("fail_once") and ctx.job.attempt == 1:
+            raise RuntimeError("failing after the nap")
+        return {"attempt": ctx.job.attempt}
+
+    @pg_jobs.job("job_info")
+    def job_info(payload: Any, ctx: Context) -> Any:
+        return {"tags": ctx.job.tags, "meta": ctx.job.meta}
+
+    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info]
 
 
 # -- async handlers (the event loop) -----------------------------------------------------------
@@ -163,7 +176,21 @@ def async_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     async def child(payload: Any, ctx: AsyncContext) -> Any:
         return {"value": payload["i"], "parent": str(ctx.job.parent_id)}
 
-    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child]
+    @pg_jobs.job("nap")
+    async def nap(payload: Any, ctx: AsyncContext) -> Any:
+        # A durable sleep: a later attempt asks for ten minutes, and must not get them.
+        await ctx.sleep("nap", payload.get("ms", 1000) / 1000 if ctx.job.attempt == 1 else 600)
+        await asyncio.to_thread(side, "insert into conformance_step_runs (job_id, step) values (%s, %s)",
+                                (ctx.job.id, "woke"))
+        if payload.get("fail_once") and ctx.job.attempt == 1:
+            raise RuntimeError("failing after the nap")
+        return {"attempt": ctx.job.attempt}
+
+    @pg_jobs.job("job_info")
+    async def job_info(payload: Any, ctx: AsyncContext) -> Any:
+        return {"tags": ctx.job.tags, "meta": ctx.job.meta}
+
+    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info]
 
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -189,6 +189,65 @@ def test_opentelemetry_spans_one_per_attempt_with_its_outcome(dsn: str) -> None:
     assert len(spans) == 2
 
 
+def test_tags_meta_and_run_timeout_reach_the_job_the_handler_and_get_job(dsn: str) -> None:
+    seen: list[pg_jobs.Job] = []
+
+    @pg_jobs.job("labelled", queue="labelled")
+    def labelled(payload: Any, ctx: pg_jobs.Context) -> None:
+        seen.append(ctx.job)
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        made = pg_jobs.enqueue(conn, labelled, {}, tags=["customer:42", "import"], meta={"source": "test"},
+                               run_timeout=dt.timedelta(minutes=1))
+        other = pg_jobs.enqueue_many(conn, [{"job": "labelled_too", "tags": ["x"], "meta": {"k": 1}}])[0]
+        rows = conn.execute("select extract(epoch from run_timeout)::int, tags from jobs.jobs"
+                            " where id = any(%s) order by name", ([made.id, other.id],)).fetchall()
+        assert rows == [(60, ["customer:42", "import"]), (None, ["x"])]
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            pg_jobs.enqueue(conn, labelled, {}, tags=[""])
+    drain(pg_jobs.Worker(dsn, queues=["labelled"], jobs=[labelled], concurrency=1))
+    (job,) = seen
+    assert (job.tags, job.meta) == (["customer:42", "import"], {"source": "test"})
+    # The attempt's deadline was capped at the run's: enqueue + 60 s.
+    assert job.deadline is not None and job.deadline - dt.datetime.now(dt.timezone.utc) < dt.timedelta(seconds=61)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        status = pg_jobs.get_job(conn, made.id)
+        assert status is not None and (status.tags, status.meta) == (["customer:42", "import"], {"source": "test"})
+
+
+def test_a_trace_goes_from_the_enqueue_to_the_attempts_span(dsn: str) -> None:
+    """With OpenTelemetry loaded, an enqueue inside a span carries its traceparent in the job's
+    meta, and the attempt's span is a child of that trace; a meta with a traceparent of its own
+    keeps it, and an enqueue outside any span adds none."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with tracer.start_as_current_span("request") as request:
+            traced = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "trace@example.com"}, meta={"k": 1})
+        untraced = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "none@example.com"})
+        own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        with tracer.start_as_current_span("other"):
+            kept = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "own@example.com"}, meta={"traceparent": own})
+        metas = {s.id: s.meta for s in pg_jobs.get_jobs(conn, [traced.id, untraced.id, kept.id])}
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert metas[traced.id] is not None and metas[traced.id]["k"] == 1
+    assert metas[traced.id]["traceparent"].split("-")[1] == trace_id
+    assert metas[untraced.id] is None and metas[kept.id] == {"traceparent": own}
+    drain(pg_jobs.Worker(dsn, jobs=JOBS, concurrency=1, tracer=tracer))
+    spans = {(s.attributes or {}).get("messaging.message.id"): s for s in exporter.get_finished_spans()}
+    assert spans[str(traced.id)].context.trace_id == request.get_span_context().trace_id
+    assert spans[str(traced.id)].parent is not None
+    assert spans[str(traced.id)].parent.span_id == request.get_span_context().span_id
+    assert format(spans[str(kept.id)].context.trace_id, "032x") == own.split("-")[1]
+    assert spans[str(untraced.id)].parent is None
+
+
 def test_adrain_in_an_event_loop_of_the_tests_own(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         pg_jobs.enqueue(conn, myapp_jobs.send_email_async, {"to": "x@example.com"})

@@ -24,7 +24,8 @@ T = TypeVar("T")
 
 CLAIMED_COLUMNS = (
     "id, run_id, name, queue, payload, attempt, max_attempts, claim, deadline, tenant_id, parent_id, "
-    "priority, enqueued_at, last_error, extract(epoch from deadline - clock_timestamp())::float8 as time_left"
+    "priority, enqueued_at, last_error, tags, meta, "
+    "extract(epoch from deadline - clock_timestamp())::float8 as time_left"
 )
 
 
@@ -40,7 +41,8 @@ class Job:
     attempt: int
     max_attempts: int
     claim: int
-    #: When this attempt times out (its type's or its own timeout); None for never.
+    #: When this attempt times out (its type's or its own timeout, never after the run's
+    #: deadline: run_timeout); None for never.
     deadline: dt.datetime | None
     tenant_id: str | None
     #: The job that spawned this one (ctx.spawn); None for a job enqueued on its own.
@@ -48,11 +50,15 @@ class Job:
     priority: int
     enqueued_at: dt.datetime
     last_error: str | None
+    #: The labels it was enqueued with; None for none.
+    tags: list[str] | None = None
+    #: What its producer carried (a traceparent, ...); None for none.
+    meta: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> tuple[Job, float | None]:
         """The job, and the seconds left to its deadline by the server's clock."""
-        return cls(*row[:14]), row[14]
+        return cls(*row[:16]), row[16]
 
 
 @dataclass(frozen=True)

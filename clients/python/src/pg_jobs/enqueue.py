@@ -4,6 +4,7 @@ transaction (rolled back: no job), sync or asyncio."""
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import uuid
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from .jobs import JobDefinition
 _SQL = "select id, run_id, deduped, action from jobs.enqueue_batch(%s::jsonb) order by ordinal"
 _OPTIONS = {"queue", "run_at", "delay", "priority", "max_attempts", "idempotency_key", "tenant_id",
             "concurrency_key", "on_conflict", "id", "run_id", "parent_id", "timeout", "debounce",
-            "debounce_max"}
+            "debounce_max", "run_timeout", "tags", "meta"}
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,26 @@ def _seconds(value: float | dt.timedelta) -> float:
     return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
 
 
+def _with_trace(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """meta with the active OpenTelemetry context's traceparent (and tracestate) added, when the
+    application has loaded OpenTelemetry and a span is active, unless meta carries one."""
+    if (meta is not None and "traceparent" in meta) or "opentelemetry" not in sys.modules:
+        return None if meta is None else dict(meta)
+    from opentelemetry import propagate  # (the package is loaded already)
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    trace = {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}
+    if "traceparent" not in trace:
+        return None if meta is None else dict(meta)
+    return {**trace, **(meta or {})}
+
+
 def spec(job: JobDefinition[Any] | str, payload: Any = None, **options: Any) -> dict[str, Any]:
     """One item of jobs.enqueue_batch's array, from a job (or its name), a payload and the
-    options of jobs.enqueue (``delay`` in seconds or a timedelta; ``timeout`` likewise)."""
+    options of jobs.enqueue (``delay`` in seconds or a timedelta; ``timeout``, ``run_timeout``,
+    ``debounce`` and ``debounce_max`` likewise). With OpenTelemetry loaded, ``meta`` gets the
+    active trace context (``traceparent``) unless it has one."""
     unknown = set(options) - _OPTIONS
     if unknown:
         raise TypeError(f"enqueue: unknown option(s) {', '.join(sorted(unknown))}; "
@@ -56,7 +74,10 @@ def spec(job: JobDefinition[Any] | str, payload: Any = None, **options: Any) -> 
         run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=_seconds(delay))
     if run_at is not None:
         out["run_at"] = run_at.isoformat()
-    for key in ("timeout", "debounce", "debounce_max"):  # seconds, or a timedelta
+    meta = _with_trace(options.pop("meta", None))
+    if meta is not None:
+        out["meta"] = meta
+    for key in ("timeout", "debounce", "debounce_max", "run_timeout"):  # seconds, or a timedelta
         value = options.pop(key, None)
         if value is not None:
             out[key] = f"{_seconds(value)} seconds"

@@ -14,7 +14,7 @@ import psycopg
 from .errors import from_driver
 
 _SQL = ("select id, name, queue, state, attempt, max_attempts, result, last_error, run_at, enqueued_at, "
-        "finished_at, tenant_id from jobs.get_jobs(%s::uuid[])")
+        "finished_at, tenant_id, tags, meta from jobs.get_jobs(%s::uuid[])")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,9 @@ class JobStatus:
     enqueued_at: dt.datetime
     finished_at: dt.datetime | None
     tenant_id: str | None
+    #: The labels and metadata it was enqueued with; None for none.
+    tags: list[str] | None = None
+    meta: dict[str, Any] | None = None
 
 
 def _ids(ids: Iterable[uuid.UUID | str]) -> list[str]:
@@ -89,7 +92,7 @@ def get_job(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
 
 
 _WAIT = ("select id, name, queue, state, attempt, max_attempts, result, last_error, run_at, enqueued_at, "
-         "finished_at, tenant_id from jobs.wait_for_job(%s::uuid, %s)")
+         "finished_at, tenant_id, tags, meta from jobs.wait_for_job(%s::uuid, %s)")
 
 
 async def _await_async(conn: psycopg.AsyncConnection[Any], id: str, timeout: float) -> JobStatus | None:
