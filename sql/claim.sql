@@ -186,6 +186,7 @@ begin atomic
   cross join lateral (
     select (select j.run_at from jobs_data.jobs as j
             where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at > p_now
+              and j.run_at < 'infinity'  -- (jobs waiting behind their ordering key never come due)
             order by j.run_at limit 1) as at
     union all
     select (select min(j.lease_expires_at) from jobs_data.jobs as j

@@ -104,6 +104,9 @@ begin atomic
     when pg_column_size(s.meta) > 8192 then array['22023',
       'meta must be at most 8192 bytes, got ' || pg_column_size(s.meta),
       'keep meta to small values (trace context, labels); data belongs in the payload']
+    when length(s.ordering_key) not between 1 and 200 then array['22023',
+      'ordering_key must be 1 to 200 characters, got ' || length(s.ordering_key),
+      'pass a short key, e.g. ''account:'' || account_id, or NULL']
     when s.run_timeout <= interval '0' or s.run_timeout > interval '365 days' then array['22023',
       'run_timeout must be more than 0 and at most 365 days, got ' || s.run_timeout,
       'pass the most the whole run (every attempt, waits included) may take, e.g. ''1 hour'', '
@@ -187,7 +190,7 @@ $$;
 -- with the ids and run ids given: one INSERT, no ON CONFLICT. jobs.enqueue calls it for one
 -- job, jobs._enqueue for a batch.
 create function jobs._insert_unkeyed(p_specs jobs.job_spec[], p_ids uuid[], p_runs uuid[],
-                                     p_now timestamptz)
+                                     p_now timestamptz, p_parked boolean[] default null)
 returns void
 language plpgsql volatile
 as $$
@@ -195,14 +198,16 @@ begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                              tags, meta, run_timeout, run_deadline)
+                              tags, meta, run_timeout, run_deadline, ordering_key)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
-         case when s.run_at > p_now then 'delayed' else 'ready' end::jobs.job_state,
-         s.priority, coalesce(s.run_at, p_now), coalesce(s.max_attempts, p.max_attempts),
+         case when s.run_at > p_now or p_parked[s.ordinality] then 'delayed' else 'ready' end::jobs.job_state,
+         s.priority,
+         case when p_parked[s.ordinality] then 'infinity' else coalesce(s.run_at, p_now) end,
+         coalesce(s.max_attempts, p.max_attempts),
          s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout,
          s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
          nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
-         p_now + coalesce(s.run_timeout, p.run_timeout)
+         p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p;
 end
@@ -273,6 +278,7 @@ declare
   r_dedup    boolean[];
   r_action   text[];
   v_moved    text;     -- the queue of a waiting job a repeat replaced or debounced
+  v_parked   boolean[];  -- ordering keys: the specs that wait behind an earlier job of their key
   v_pending  int[];
   v_missed   int[];
   v_spec     jobs.job_spec;
@@ -306,6 +312,25 @@ begin
     end if;
   end if;
 
+  -- Ordering keys (sql/ordering.sql): under their rows' locks, a spec whose key has a live job,
+  -- or an earlier spec in this call, waits behind it (parked).
+  if exists (select from unnest(p_specs) as s where s.ordering_key is not null) then
+    perform jobs._ordering_lock(k.queues, k.tenants, k.keys)
+    from (select array_agg(s.queue) as queues, array_agg(coalesce(s.tenant_id, '')) as tenants,
+                 array_agg(s.ordering_key) as keys
+          from unnest(p_specs) as s where s.ordering_key is not null) as k;
+    v_parked := array(
+      select s.ordering_key is not null
+             and (row_number() over (partition by s.queue, coalesce(s.tenant_id, ''), s.ordering_key
+                                     order by s.ordinality) > 1
+                  or exists (select from jobs_data.jobs as j
+                             where j.queue = s.queue and j.ordering_key = s.ordering_key
+                               and coalesce(j.tenant_id, '') = coalesce(s.tenant_id, '')
+                               and j.state in ('ready', 'delayed', 'running', 'suspended')))
+      from unnest(p_specs) with ordinality as s
+      order by s.ordinality);
+  end if;
+
   -- A debounced job runs debounce after its enqueue, unless it names its own run_at. (Looked
   -- for in one statement first: indexing the array element by element costs a batch without
   -- debounce more than the rest of its checks.)
@@ -328,9 +353,12 @@ begin
   -- (docs/BENCHMARKS.md, "What we tried").
   if not exists (select from unnest(p_specs) as s where s.idempotency_key is not null or s.id is not null)
   then
-    perform jobs._insert_unkeyed(p_specs, v_ids, v_runs, v_now);
+    perform jobs._insert_unkeyed(p_specs, v_ids, v_runs, v_now, v_parked);
     if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
       perform jobs._attach_children(p_specs, null, p_caller);
+    end if;
+    if v_parked is not null then
+      perform jobs._ordering_settled(p_specs);
     end if;
     perform jobs._register_and_wake(p_specs, null, v_now, v_ids);
     return query select o.i, v_ids[o.i], v_runs[o.i], false, 'inserted' from generate_series(1, v_n) as o(i);
@@ -351,15 +379,17 @@ begin
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                                  tags, meta, run_timeout, run_deadline)
+                                  tags, meta, run_timeout, run_deadline, ordering_key)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
-             case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
-             s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
+             case when s.run_at > v_now or v_parked[o.i] then 'delayed' else 'ready' end::jobs.job_state,
+             s.priority,
+             case when v_parked[o.i] then 'infinity' else coalesce(s.run_at, v_now) end,
+             coalesce(s.max_attempts, p.max_attempts),
              s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
              v_now, v_now, v_now, s.timeout,
              s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
              nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
-             v_now + coalesce(s.run_timeout, p.run_timeout)
+             v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -426,10 +456,12 @@ begin
         -- debounce_max; both take the new payload.
         if v_spec.on_conflict in ('replace', 'debounce') and v_spec.id is null then
           v_moved := null;
+          -- A job waiting behind its ordering key takes the payload and keeps its place.
           update jobs_data.jobs as j set
             payload = v_spec.payload,
-            run_at = x.run_at,
-            state = case when x.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
+            run_at = case when j.run_at = 'infinity' then j.run_at else x.run_at end,
+            state = case when j.run_at = 'infinity' or x.run_at > v_now then 'delayed'
+                         else 'ready' end::jobs.job_state,
             updated_at = v_now
           from (select case when v_spec.on_conflict = 'replace' then coalesce(v_spec.run_at, v_now)
                             else least(v_now + v_spec.debounce,
@@ -450,6 +482,9 @@ begin
 
   if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
     perform jobs._attach_children(p_specs, r_dedup, p_caller);
+  end if;
+  if v_parked is not null then
+    perform jobs._ordering_settled(p_specs);
   end if;
   perform jobs._register_and_wake(p_specs, r_dedup, v_now, r_id);
 
@@ -487,13 +522,14 @@ create function jobs.enqueue(
   debounce_max    interval    default null,
   tags            text[]      default null,
   meta            jsonb       default null,
-  run_timeout     interval    default null
+  run_timeout     interval    default null,
+  ordering_key    text        default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
   v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
-                                 $14, $15, $16, $17, $18);
+                                 $14, $15, $16, $17, $18, $19);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -502,7 +538,7 @@ begin
   -- and needs no run check: the same check, ids, insert and wake-up as jobs._enqueue, without
   -- the batch's statements around them (single enqueues ran 20% faster; docs/BENCHMARKS.md).
   if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null
-     and enqueue.parent_id is null then
+     and enqueue.parent_id is null and enqueue.ordering_key is null then
     v_problem := jobs._spec_problem(v_spec);
     if v_problem is not null then
       perform jobs._raise(v_problem[1], 'jobs.enqueue: ' || v_problem[2], v_problem[3]);
@@ -556,7 +592,7 @@ begin
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
                         'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
-                        'debounce_max', 'tags', 'meta', 'run_timeout')
+                        'debounce_max', 'tags', 'meta', 'run_timeout', 'ordering_key')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -571,7 +607,7 @@ begin
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
                  r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max, r.tags, r.meta,
-                 r.run_timeout)::jobs.job_spec
+                 r.run_timeout, r.ordering_key)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);

@@ -73,3 +73,30 @@ create table jobs_data.family_pending (
 create index family_pending_parent_idx on jobs_data.family_pending (parent_id);
 comment on table jobs_data.family_pending is
   'Moves of children_live the sweep could not apply without waiting; applied by a later sweep';
+
+-- Ordering keys (sql/ordering.sql): a row per queue, tenant and key that has had a job. An
+-- enqueue of the key locks its row until it commits, so two enqueues of a key, and an enqueue
+-- and the end of the key's current job (which locks it too, never waiting), see each other.
+-- The sweep deletes the rows of keys with no live job, and makes sure of each key's next job
+-- (checked_at) at most hourly.
+create table jobs_data.ordering_keys (
+  queue      text not null,
+  tenant     text not null,  -- '' for jobs of no tenant
+  key        text not null,
+  checked_at timestamptz,    -- when the sweep last made sure its next job was not left waiting
+  primary key (queue, tenant, key)
+);
+create index ordering_keys_checked_idx on jobs_data.ordering_keys (checked_at nulls first);
+comment on table jobs_data.ordering_keys is
+  'Each ordering key (queue, tenant, key) that has had a job: locked by enqueues and ends of its jobs';
+
+-- Keys whose current job ended while their row was locked (an enqueue of the key still open),
+-- or in a transaction that could not see the latest enqueues: the next sweep starts their
+-- next job, if the enqueue did not.
+create table jobs_data.ordering_pending (
+  queue  text not null,
+  tenant text not null,
+  key    text not null
+);
+comment on table jobs_data.ordering_pending is
+  'Ordering keys whose next job a sweep must make sure of (their row was locked when their job ended)';

@@ -93,6 +93,8 @@ declare
   v_now   timestamptz := jobs.clock();
   v_seq   bigint;
   v_queue text;
+  v_key   record;
+  v_wait  boolean := false;  -- it waits behind a live job of its ordering key
 begin
   if requeue.id is null then
     perform jobs._raise('22004', 'jobs.requeue: id must not be NULL', 'pass the id of the job to requeue');
@@ -110,11 +112,25 @@ begin
     end if;
   end if;
 
+  -- A job with an ordering key goes back behind its key's live jobs, if it has any (under the
+  -- key's lock, as an enqueue: sql/ordering.sql).
+  select j.queue, coalesce(j.tenant_id, '') as tenant, j.ordering_key as key into v_key
+  from jobs_data.jobs as j where j.id = requeue.id and j.ordering_key is not null;
+  if v_key.key is not null then
+    perform jobs._ordering_lock(array[v_key.queue], array[v_key.tenant], array[v_key.key]);
+    v_wait := exists (select from jobs_data.jobs as j
+                      where j.queue = v_key.queue and j.ordering_key = v_key.key
+                        and coalesce(j.tenant_id, '') = v_key.tenant
+                        and j.state in ('ready', 'delayed', 'running', 'suspended'));
+  end if;
+
   begin
     -- One statement moves the job and drops the steps, so a refused requeue deletes nothing.
     with moved as (
       update jobs_data.jobs as j set
-        state = 'ready', attempt = 0, claim = jobs._next_claim(j.claim), run_at = v_now,
+        state = case when v_wait then 'delayed' else 'ready' end::jobs.job_state,
+        attempt = 0, claim = jobs._next_claim(j.claim),
+        run_at = case when v_wait then 'infinity' else v_now end,
         lease_expires_at = null, result = null, finished_at = null,
         wait_event = null, wait_key = null, wait_until = null, updated_at = v_now,
         run_deadline = v_now + j.run_timeout  -- a new run gets its run_timeout again
@@ -159,9 +175,15 @@ begin
   -- or for its children keeps waiting.
   update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
   where j.id = promote.id and (j.state = 'delayed' or (j.state = 'suspended' and j.wait_event is null))
+    and j.run_at <> 'infinity'  -- a job waiting behind its ordering key keeps its place
   returning j.queue into v_queue;
   if found then
     perform jobs._wake(array[v_queue], array[promote.id]);
+  elsif exists (select from jobs_data.jobs as j where j.id = promote.id and j.state = 'delayed'
+                and j.run_at = 'infinity') then
+    perform jobs._raise('PJ006', format('jobs.promote: job %s waits behind an earlier job of its ordering key',
+      promote.id), 'it runs when the jobs before it end; cancel those (jobs.jobs where ordering_key = ...) '
+      'to run this one sooner');
   else
     perform jobs._refuse('jobs.promote', promote.id, 'PJ006', 'only delayed and snoozed jobs can be promoted',
       'a ready job is claimable already; a suspended one waits for its event or its children');

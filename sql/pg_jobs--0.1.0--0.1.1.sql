@@ -48,6 +48,8 @@
 -- 26. Tags and metadata (jobs.jobs.tags, meta; in enqueue, batch specs, what claim and
 --     get_job answer) and run deadlines (run_timeout on enqueue and job types; the sweep's
 --     run_timeouts task).
+-- 27. Ordering keys: jobs.enqueue's ordering_key (sql/ordering.sql), their tables, triggers and
+--     the sweep's ordering_turns task.
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
@@ -356,13 +358,13 @@ begin
   end if;
   select k into v_key from jsonb_object_keys(new.job) as k
   where k not in ('name', 'payload', 'queue', 'priority', 'max_attempts', 'tenant_id',
-                  'concurrency_key', 'timeout', 'tags', 'meta', 'run_timeout')
+                  'concurrency_key', 'timeout', 'tags', 'meta', 'run_timeout', 'ordering_key')
   order by k limit 1;
   if v_key is not null then
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
       'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
-      'concurrency_key, timeout, tags, meta and run_timeout; each slot sets run_at and idempotency_key');
+      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at and idempotency_key');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -376,7 +378,8 @@ begin
       'return', null, null, (new.job->>'timeout')::interval, null, null, null, null,
       case when new.job ? 'tags' and new.job->'tags' <> 'null'
            then array(select jsonb_array_elements_text(new.job->'tags')) end,
-      nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval)::jobs.job_spec);
+      nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval,
+      new.job->>'ordering_key')::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '
@@ -603,6 +606,28 @@ create index family_pending_parent_idx on jobs_data.family_pending (parent_id);
 
 comment on table jobs_data.family_pending is
   'Moves of children_live the sweep could not apply without waiting; applied by a later sweep';
+
+create table jobs_data.ordering_keys (
+  queue      text not null,
+  tenant     text not null,  -- '' for jobs of no tenant
+  key        text not null,
+  checked_at timestamptz,    -- when the sweep last made sure its next job was not left waiting
+  primary key (queue, tenant, key)
+);
+
+create index ordering_keys_checked_idx on jobs_data.ordering_keys (checked_at nulls first);
+
+comment on table jobs_data.ordering_keys is
+  'Each ordering key (queue, tenant, key) that has had a job: locked by enqueues and ends of its jobs';
+
+create table jobs_data.ordering_pending (
+  queue  text not null,
+  tenant text not null,
+  key    text not null
+);
+
+comment on table jobs_data.ordering_pending is
+  'Ordering keys whose next job a sweep must make sure of (their row was locked when their job ended)';
 alter table jobs_data.events drop constraint events_key_check,
   add constraint events_key_check check (octet_length(key) <= 512);
 
@@ -664,6 +689,15 @@ alter type jobs.job_spec add attribute tags text[], add attribute meta jsonb,
 create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not null;
 create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
   where run_deadline is not null and state in ('ready', 'delayed', 'suspended');
+-- 27. Ordering keys (their tables are in sql/internal.sql, above).
+alter table jobs_data.jobs add column ordering_key text;
+alter type jobs.job_spec add attribute ordering_key text;
+create index jobs_ordering_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')), enqueued_at, id)
+  where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+-- and each key's current job (not waiting behind another): whether a key has one is one entry,
+-- however many jobs wait behind it.
+create index jobs_ordering_current_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')))
+  where ordering_key is not null and run_at <> 'infinity' and state in ('ready', 'delayed', 'running', 'suspended');
 
 -- Every function and view of the install files as it is now, and the privileges.
 
@@ -972,6 +1006,9 @@ begin atomic
     when pg_column_size(s.meta) > 8192 then array['22023',
       'meta must be at most 8192 bytes, got ' || pg_column_size(s.meta),
       'keep meta to small values (trace context, labels); data belongs in the payload']
+    when length(s.ordering_key) not between 1 and 200 then array['22023',
+      'ordering_key must be 1 to 200 characters, got ' || length(s.ordering_key),
+      'pass a short key, e.g. ''account:'' || account_id, or NULL']
     when s.run_timeout <= interval '0' or s.run_timeout > interval '365 days' then array['22023',
       'run_timeout must be more than 0 and at most 365 days, got ' || s.run_timeout,
       'pass the most the whole run (every attempt, waits included) may take, e.g. ''1 hour'', '
@@ -1040,7 +1077,7 @@ end
 $$;
 
 create or replace function jobs._insert_unkeyed(p_specs jobs.job_spec[], p_ids uuid[], p_runs uuid[],
-                                     p_now timestamptz)
+                                     p_now timestamptz, p_parked boolean[] default null)
 returns void
 language plpgsql volatile
 as $$
@@ -1048,14 +1085,16 @@ begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                              tags, meta, run_timeout, run_deadline)
+                              tags, meta, run_timeout, run_deadline, ordering_key)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
-         case when s.run_at > p_now then 'delayed' else 'ready' end::jobs.job_state,
-         s.priority, coalesce(s.run_at, p_now), coalesce(s.max_attempts, p.max_attempts),
+         case when s.run_at > p_now or p_parked[s.ordinality] then 'delayed' else 'ready' end::jobs.job_state,
+         s.priority,
+         case when p_parked[s.ordinality] then 'infinity' else coalesce(s.run_at, p_now) end,
+         coalesce(s.max_attempts, p.max_attempts),
          s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout,
          s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
          nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
-         p_now + coalesce(s.run_timeout, p.run_timeout)
+         p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p;
 end
@@ -1121,6 +1160,7 @@ declare
   r_dedup    boolean[];
   r_action   text[];
   v_moved    text;     -- the queue of a waiting job a repeat replaced or debounced
+  v_parked   boolean[];  -- ordering keys: the specs that wait behind an earlier job of their key
   v_pending  int[];
   v_missed   int[];
   v_spec     jobs.job_spec;
@@ -1154,6 +1194,25 @@ begin
     end if;
   end if;
 
+  -- Ordering keys (sql/ordering.sql): under their rows' locks, a spec whose key has a live job,
+  -- or an earlier spec in this call, waits behind it (parked).
+  if exists (select from unnest(p_specs) as s where s.ordering_key is not null) then
+    perform jobs._ordering_lock(k.queues, k.tenants, k.keys)
+    from (select array_agg(s.queue) as queues, array_agg(coalesce(s.tenant_id, '')) as tenants,
+                 array_agg(s.ordering_key) as keys
+          from unnest(p_specs) as s where s.ordering_key is not null) as k;
+    v_parked := array(
+      select s.ordering_key is not null
+             and (row_number() over (partition by s.queue, coalesce(s.tenant_id, ''), s.ordering_key
+                                     order by s.ordinality) > 1
+                  or exists (select from jobs_data.jobs as j
+                             where j.queue = s.queue and j.ordering_key = s.ordering_key
+                               and coalesce(j.tenant_id, '') = coalesce(s.tenant_id, '')
+                               and j.state in ('ready', 'delayed', 'running', 'suspended')))
+      from unnest(p_specs) with ordinality as s
+      order by s.ordinality);
+  end if;
+
   -- A debounced job runs debounce after its enqueue, unless it names its own run_at. (Looked
   -- for in one statement first: indexing the array element by element costs a batch without
   -- debounce more than the rest of its checks.)
@@ -1176,9 +1235,12 @@ begin
   -- (docs/BENCHMARKS.md, "What we tried").
   if not exists (select from unnest(p_specs) as s where s.idempotency_key is not null or s.id is not null)
   then
-    perform jobs._insert_unkeyed(p_specs, v_ids, v_runs, v_now);
+    perform jobs._insert_unkeyed(p_specs, v_ids, v_runs, v_now, v_parked);
     if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
       perform jobs._attach_children(p_specs, null, p_caller);
+    end if;
+    if v_parked is not null then
+      perform jobs._ordering_settled(p_specs);
     end if;
     perform jobs._register_and_wake(p_specs, null, v_now, v_ids);
     return query select o.i, v_ids[o.i], v_runs[o.i], false, 'inserted' from generate_series(1, v_n) as o(i);
@@ -1199,15 +1261,17 @@ begin
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                                  tags, meta, run_timeout, run_deadline)
+                                  tags, meta, run_timeout, run_deadline, ordering_key)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
-             case when s.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
-             s.priority, coalesce(s.run_at, v_now), coalesce(s.max_attempts, p.max_attempts),
+             case when s.run_at > v_now or v_parked[o.i] then 'delayed' else 'ready' end::jobs.job_state,
+             s.priority,
+             case when v_parked[o.i] then 'infinity' else coalesce(s.run_at, v_now) end,
+             coalesce(s.max_attempts, p.max_attempts),
              s.tenant_id, s.idempotency_key, s.concurrency_key, s.payload,
              v_now, v_now, v_now, s.timeout,
              s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
              nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
-             v_now + coalesce(s.run_timeout, p.run_timeout)
+             v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -1274,10 +1338,12 @@ begin
         -- debounce_max; both take the new payload.
         if v_spec.on_conflict in ('replace', 'debounce') and v_spec.id is null then
           v_moved := null;
+          -- A job waiting behind its ordering key takes the payload and keeps its place.
           update jobs_data.jobs as j set
             payload = v_spec.payload,
-            run_at = x.run_at,
-            state = case when x.run_at > v_now then 'delayed' else 'ready' end::jobs.job_state,
+            run_at = case when j.run_at = 'infinity' then j.run_at else x.run_at end,
+            state = case when j.run_at = 'infinity' or x.run_at > v_now then 'delayed'
+                         else 'ready' end::jobs.job_state,
             updated_at = v_now
           from (select case when v_spec.on_conflict = 'replace' then coalesce(v_spec.run_at, v_now)
                             else least(v_now + v_spec.debounce,
@@ -1298,6 +1364,9 @@ begin
 
   if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
     perform jobs._attach_children(p_specs, r_dedup, p_caller);
+  end if;
+  if v_parked is not null then
+    perform jobs._ordering_settled(p_specs);
   end if;
   perform jobs._register_and_wake(p_specs, r_dedup, v_now, r_id);
 
@@ -1331,13 +1400,14 @@ create or replace function jobs.enqueue(
   debounce_max    interval    default null,
   tags            text[]      default null,
   meta            jsonb       default null,
-  run_timeout     interval    default null
+  run_timeout     interval    default null,
+  ordering_key    text        default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
   v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
-                                 $14, $15, $16, $17, $18);
+                                 $14, $15, $16, $17, $18, $19);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -1346,7 +1416,7 @@ begin
   -- and needs no run check: the same check, ids, insert and wake-up as jobs._enqueue, without
   -- the batch's statements around them (single enqueues ran 20% faster; docs/BENCHMARKS.md).
   if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null
-     and enqueue.parent_id is null then
+     and enqueue.parent_id is null and enqueue.ordering_key is null then
     v_problem := jobs._spec_problem(v_spec);
     if v_problem is not null then
       perform jobs._raise(v_problem[1], 'jobs.enqueue: ' || v_problem[2], v_problem[3]);
@@ -1401,7 +1471,7 @@ begin
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
                         'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
-                        'debounce_max', 'tags', 'meta', 'run_timeout')
+                        'debounce_max', 'tags', 'meta', 'run_timeout', 'ordering_key')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -1416,7 +1486,7 @@ begin
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
                  r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max, r.tags, r.meta,
-                 r.run_timeout)::jobs.job_spec
+                 r.run_timeout, r.ordering_key)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
@@ -1568,6 +1638,7 @@ begin atomic
   cross join lateral (
     select (select j.run_at from jobs_data.jobs as j
             where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at > p_now
+              and j.run_at < 'infinity'  -- (jobs waiting behind their ordering key never come due)
             order by j.run_at limit 1) as at
     union all
     select (select min(j.lease_expires_at) from jobs_data.jobs as j
@@ -2781,6 +2852,8 @@ declare
   v_now   timestamptz := jobs.clock();
   v_seq   bigint;
   v_queue text;
+  v_key   record;
+  v_wait  boolean := false;  -- it waits behind a live job of its ordering key
 begin
   if requeue.id is null then
     perform jobs._raise('22004', 'jobs.requeue: id must not be NULL', 'pass the id of the job to requeue');
@@ -2798,11 +2871,25 @@ begin
     end if;
   end if;
 
+  -- A job with an ordering key goes back behind its key's live jobs, if it has any (under the
+  -- key's lock, as an enqueue: sql/ordering.sql).
+  select j.queue, coalesce(j.tenant_id, '') as tenant, j.ordering_key as key into v_key
+  from jobs_data.jobs as j where j.id = requeue.id and j.ordering_key is not null;
+  if v_key.key is not null then
+    perform jobs._ordering_lock(array[v_key.queue], array[v_key.tenant], array[v_key.key]);
+    v_wait := exists (select from jobs_data.jobs as j
+                      where j.queue = v_key.queue and j.ordering_key = v_key.key
+                        and coalesce(j.tenant_id, '') = v_key.tenant
+                        and j.state in ('ready', 'delayed', 'running', 'suspended'));
+  end if;
+
   begin
     -- One statement moves the job and drops the steps, so a refused requeue deletes nothing.
     with moved as (
       update jobs_data.jobs as j set
-        state = 'ready', attempt = 0, claim = jobs._next_claim(j.claim), run_at = v_now,
+        state = case when v_wait then 'delayed' else 'ready' end::jobs.job_state,
+        attempt = 0, claim = jobs._next_claim(j.claim),
+        run_at = case when v_wait then 'infinity' else v_now end,
         lease_expires_at = null, result = null, finished_at = null,
         wait_event = null, wait_key = null, wait_until = null, updated_at = v_now,
         run_deadline = v_now + j.run_timeout  -- a new run gets its run_timeout again
@@ -2848,9 +2935,15 @@ begin
   -- or for its children keeps waiting.
   update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
   where j.id = promote.id and (j.state = 'delayed' or (j.state = 'suspended' and j.wait_event is null))
+    and j.run_at <> 'infinity'  -- a job waiting behind its ordering key keeps its place
   returning j.queue into v_queue;
   if found then
     perform jobs._wake(array[v_queue], array[promote.id]);
+  elsif exists (select from jobs_data.jobs as j where j.id = promote.id and j.state = 'delayed'
+                and j.run_at = 'infinity') then
+    perform jobs._raise('PJ006', format('jobs.promote: job %s waits behind an earlier job of its ordering key',
+      promote.id), 'it runs when the jobs before it end; cancel those (jobs.jobs where ordering_key = ...) '
+      'to run this one sooner');
   else
     perform jobs._refuse('jobs.promote', promote.id, 'PJ006', 'only delayed and snoozed jobs can be promoted',
       'a ready job is claimable already; a suspended one waits for its event or its children');
@@ -3237,6 +3330,159 @@ comment on function jobs.await_children(uuid, bigint) is
   '''done'' with every child''s id, name, state, result and error once none is live; else '
   'suspend the job (no attempt used) until its last child ends (''waiting'')';
 
+create or replace function jobs._ordering_ref(p_queue text, p_tenant text, p_key text)
+returns text
+language sql immutable
+begin atomic
+  select format('ordering key %L of queue %L%s', p_key, p_queue,
+                case when p_tenant <> '' then format(' (tenant %L)', p_tenant) else '' end);
+end;
+
+create or replace function jobs._ordering_lock(p_queues text[], p_tenants text[], p_keys text[])
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_want int;
+  v_got  int;
+begin
+  select count(*) into v_want
+  from (select distinct q, t, k from unnest(p_queues, p_tenants, p_keys) as u(q, t, k)) as d;
+  loop
+    insert into jobs_data.ordering_keys (queue, tenant, key)
+    select distinct u.q, u.t, u.k from unnest(p_queues, p_tenants, p_keys) as u(q, t, k)
+    order by 1, 2, 3
+    on conflict do nothing;
+    select count(*) into v_got
+    from (select from jobs_data.ordering_keys as o
+          where (o.queue, o.tenant, o.key) in (select * from unnest(p_queues, p_tenants, p_keys))
+          order by o.queue, o.tenant, o.key
+          for no key update) as l;
+    exit when v_got = v_want;
+  end loop;
+end
+$$;
+
+create or replace function jobs._ordering_next(p_queue text, p_tenant text, p_key text)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+  v_id  uuid;
+begin
+  if exists (select from jobs_data.jobs as j
+             where j.queue = p_queue and j.ordering_key = p_key and coalesce(j.tenant_id, '') = p_tenant
+               and j.state in ('ready', 'delayed', 'running', 'suspended') and j.run_at <> 'infinity') then
+    return true;
+  end if;
+  select j.id into v_id from jobs_data.jobs as j
+  where j.queue = p_queue and j.ordering_key = p_key and coalesce(j.tenant_id, '') = p_tenant
+    and j.state in ('ready', 'delayed', 'running', 'suspended')
+  order by j.enqueued_at, j.id
+  limit 1;
+  if v_id is null then
+    return true;
+  end if;
+  update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
+  where j.ctid = any(array(select x.ctid from jobs_data.jobs as x
+                           where x.id = v_id and x.state = 'delayed' and x.run_at = 'infinity'
+                           for update skip locked));
+  if not found then
+    return false;
+  end if;
+  perform jobs._wake(array[p_queue], array[v_id]);
+  return true;
+end
+$$;
+
+create or replace function jobs._ordering_settled(p_specs jobs.job_spec[])
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_key record;
+begin
+  for v_key in
+    select distinct s.queue, coalesce(s.tenant_id, '') as tenant, s.ordering_key as key
+    from unnest(p_specs) as s where s.ordering_key is not null
+  loop
+    if current_setting('transaction_isolation') <> 'read committed'
+       or not jobs._ordering_next(v_key.queue, v_key.tenant, v_key.key) then
+      insert into jobs_data.ordering_pending (queue, tenant, key) values (v_key.queue, v_key.tenant, v_key.key);
+    end if;
+  end loop;
+end
+$$;
+
+create or replace function jobs._ordering_ended()
+returns trigger
+language plpgsql volatile
+as $$
+declare
+  v_tenant text := coalesce(old.tenant_id, '');
+begin
+  if current_setting('transaction_isolation') = 'read committed' then
+    perform from jobs_data.ordering_keys as o
+    where o.queue = old.queue and o.tenant = v_tenant and o.key = old.ordering_key
+    for no key update skip locked;
+    if found and jobs._ordering_next(old.queue, v_tenant, old.ordering_key) then
+      return null;
+    end if;
+  end if;
+  insert into jobs_data.ordering_pending (queue, tenant, key) values (old.queue, v_tenant, old.ordering_key);
+  return null;
+end
+$$;
+
+create or replace function jobs._ordering_sweep(p_max int)
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_started bigint := 0;
+  v_key     record;
+begin
+  for v_key in
+    delete from jobs_data.ordering_pending as p
+    where p.ctid = any(array(select x.ctid from jobs_data.ordering_pending as x limit p_max
+                             for update skip locked))
+    returning p.queue, p.tenant, p.key
+  loop
+    perform from jobs_data.ordering_keys as o
+    where o.queue = v_key.queue and o.tenant = v_key.tenant and o.key = v_key.key
+    for no key update skip locked;
+    if not found or not jobs._ordering_next(v_key.queue, v_key.tenant, v_key.key) then
+      insert into jobs_data.ordering_pending (queue, tenant, key) values (v_key.queue, v_key.tenant, v_key.key);
+    else
+      v_started := v_started + 1;
+    end if;
+  end loop;
+
+  for v_key in
+    select o.ctid, o.queue, o.tenant, o.key from jobs_data.ordering_keys as o
+    where o.checked_at is null or o.checked_at <= v_now - interval '1 hour'
+    order by o.checked_at nulls first
+    limit p_max
+    for no key update skip locked
+  loop
+    if not exists (select from jobs_data.jobs as j
+                   where j.queue = v_key.queue and j.ordering_key = v_key.key
+                     and coalesce(j.tenant_id, '') = v_key.tenant
+                     and j.state in ('ready', 'delayed', 'running', 'suspended')) then
+      delete from jobs_data.ordering_keys as o where o.ctid = v_key.ctid;
+    else
+      if not jobs._ordering_next(v_key.queue, v_key.tenant, v_key.key) then
+        insert into jobs_data.ordering_pending (queue, tenant, key) values (v_key.queue, v_key.tenant, v_key.key);
+      end if;
+      update jobs_data.ordering_keys as o set checked_at = v_now where o.ctid = v_key.ctid;
+    end if;
+  end loop;
+  return v_started;
+end
+$$;
+
 create or replace view jobs.schedules as select * from jobs_data.schedules;
 
 comment on view jobs.schedules is
@@ -3274,13 +3520,13 @@ begin
   end if;
   select k into v_key from jsonb_object_keys(new.job) as k
   where k not in ('name', 'payload', 'queue', 'priority', 'max_attempts', 'tenant_id',
-                  'concurrency_key', 'timeout', 'tags', 'meta', 'run_timeout')
+                  'concurrency_key', 'timeout', 'tags', 'meta', 'run_timeout', 'ordering_key')
   order by k limit 1;
   if v_key is not null then
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
       'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
-      'concurrency_key, timeout, tags, meta and run_timeout; each slot sets run_at and idempotency_key');
+      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at and idempotency_key');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -3294,7 +3540,8 @@ begin
       'return', null, null, (new.job->>'timeout')::interval, null, null, null, null,
       case when new.job ? 'tags' and new.job->'tags' <> 'null'
            then array(select jsonb_array_elements_text(new.job->'tags')) end,
-      nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval)::jobs.job_spec);
+      nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval,
+      new.job->>'ordering_key')::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '
@@ -3620,6 +3867,9 @@ begin
   )
   select count(*) into v_n from buried;
   task := 'run_timeouts'; affected := v_n; return next;
+
+  -- Ordering keys whose current job ended while an enqueue of the key held it (sql/ordering.sql).
+  task := 'ordering_turns'; affected := jobs._ordering_sweep(max_rows); return next;
 
   delete from jobs_data.events as e
   where e.ctid = any(array(
@@ -4181,7 +4431,7 @@ do $$
 begin
   if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
     execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
-      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval) to '
+      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval, text) to '
       || current_setting('pg_jobs_upgrade.enqueue_grantees');
   end if;
 end
@@ -4256,6 +4506,20 @@ create trigger jobs_family_statement_end
 after update or delete on jobs_data.jobs
 for each statement
 execute function jobs._family_statement_end();
+create trigger jobs_ordering_ended
+after update of state on jobs_data.jobs
+for each row
+when (old.ordering_key is not null and old.run_at <> 'infinity'
+      and old.state in ('ready', 'delayed', 'running', 'suspended')
+      and new.state in ('completed', 'failed', 'dead', 'cancelled'))
+execute function jobs._ordering_ended();
+
+create trigger jobs_ordering_deleted
+after delete on jobs_data.jobs
+for each row
+when (old.ordering_key is not null and old.run_at <> 'infinity'
+      and old.state in ('ready', 'delayed', 'running', 'suspended'))
+execute function jobs._ordering_ended();
 -- 12., 18., 22. and 24. The roles that may call a function of 0.1.0 may call the new ones beside
 -- it: who may complete a batch may complete it and claim the next in one call; the workers
 -- (who may save a step) may spawn and await children, and sleep; the producers and workers (who may

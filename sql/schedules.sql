@@ -72,13 +72,13 @@ begin
   end if;
   select k into v_key from jsonb_object_keys(new.job) as k
   where k not in ('name', 'payload', 'queue', 'priority', 'max_attempts', 'tenant_id',
-                  'concurrency_key', 'timeout', 'tags', 'meta', 'run_timeout')
+                  'concurrency_key', 'timeout', 'tags', 'meta', 'run_timeout', 'ordering_key')
   order by k limit 1;
   if v_key is not null then
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
       'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
-      'concurrency_key, timeout, tags, meta and run_timeout; each slot sets run_at and idempotency_key');
+      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at and idempotency_key');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -92,7 +92,8 @@ begin
       'return', null, null, (new.job->>'timeout')::interval, null, null, null, null,
       case when new.job ? 'tags' and new.job->'tags' <> 'null'
            then array(select jsonb_array_elements_text(new.job->'tags')) end,
-      nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval)::jobs.job_spec);
+      nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval,
+      new.job->>'ordering_key')::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '

@@ -130,7 +130,8 @@ create table jobs_data.jobs (
   tags             text[],        -- labels to find and act on jobs by (jobs_tags_idx)
   meta             jsonb,         -- what the producer carries to every attempt (a traceparent, ...)
   run_timeout      interval,      -- the most the whole run may take; NULL: no limit
-  run_deadline     timestamptz    -- enqueue (or requeue) + run_timeout: past it the job is buried
+  run_deadline     timestamptz,   -- enqueue (or requeue) + run_timeout: past it the job is buried
+  ordering_key     text           -- jobs of a queue, tenant and key run one at a time, in order
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -188,6 +189,14 @@ create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not 
 create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
   where run_deadline is not null and state in ('ready', 'delayed', 'suspended');
 
+-- Ordering keys: a key's live jobs in enqueue order (sql/ordering.sql). Only keyed jobs are in it.
+create index jobs_ordering_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')), enqueued_at, id)
+  where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+-- and each key's current job (not waiting behind another): whether a key has one is one entry,
+-- however many jobs wait behind it.
+create index jobs_ordering_current_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')))
+  where ordering_key is not null and run_at <> 'infinity' and state in ('ready', 'delayed', 'running', 'suspended');
+
 -- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
 create unique index jobs_idempotency_live_idx
   on jobs_data.jobs (name, tenant_id, idempotency_key) nulls not distinct
@@ -240,7 +249,8 @@ create type jobs.job_spec as (
   debounce_max    interval,
   tags            text[],
   meta            jsonb,
-  run_timeout     interval
+  run_timeout     interval,
+  ordering_key    text
 );
 
 -- The one source of time for every lease, run_at, backoff and retention decision is

@@ -10,6 +10,8 @@
 --   waiter_timeouts  jobs waiting on an event whose timeout passed: ready (claim would take
 --                    them anyway once due; this makes the state say so)
 --   run_timeouts     waiting jobs whose run is over (run_timeout): buried
+--   ordering_turns   ordering keys whose current job ended while an enqueue held the key: the
+--                    next job starts (and each key is checked at most hourly)
 --   expired_events   events past expires_at deleted (they were invisible already)
 --   completed_deleted, dead_deleted
 --                    finished jobs past pg_jobs.completed_retention (completed, cancelled) or
@@ -209,6 +211,9 @@ begin
   )
   select count(*) into v_n from buried;
   task := 'run_timeouts'; affected := v_n; return next;
+
+  -- Ordering keys whose current job ended while an enqueue of the key held it (sql/ordering.sql).
+  task := 'ordering_turns'; affected := jobs._ordering_sweep(max_rows); return next;
 
   delete from jobs_data.events as e
   where e.ctid = any(array(

@@ -87,10 +87,20 @@ extension_sql_file!(
     requires = ["children", family::_family_statement_end]
 );
 extension_sql_file!(
+    "../sql/ordering.sql",
+    name = "ordering",
+    requires = ["children_triggers"]
+);
+extension_sql_file!(
+    "../sql/ordering_triggers.sql",
+    name = "ordering_triggers",
+    requires = ["ordering"]
+);
+extension_sql_file!(
     "../sql/schedules.sql",
     name = "schedules",
     requires = [
-        "children_triggers",
+        "ordering_triggers",
         cron::cron_problem,
         cron::cron_next,
         cron::cron_slots,

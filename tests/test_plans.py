@@ -174,12 +174,54 @@ def test_tags_and_run_deadlines_are_found_by_their_indexes_among_a_million_jobs(
         conn.execute("set pg_jobs.clock_offset = '2min'")
         swept = dict(conn.execute("select task, affected from jobs.sweep(5000)").fetchall())
         assert swept["run_timeouts"] == 10
-        read = conn.execute(
-            "select pg_stat_get_xact_tuples_returned('jobs_data.jobs'::regclass)"
-            " + pg_stat_get_xact_tuples_fetched('jobs_data.jobs'::regclass)"
-        ).fetchone()[0]
+        read = read_rows(conn)
         print(f"\n-- a sweep burying 10 jobs past their run deadline among 1M read {read} rows")
         assert read < 10_000, f"the sweep read {read} rows of jobs.jobs"
+
+
+def read_rows(conn):
+    """Rows of jobs.jobs this backend read so far, as its pending statistics count them: by
+    sequential and bitmap scans (the table's counters) and through each of its indexes (an
+    index scan's fetches count against the index). Measure in a connection of its own."""
+    return conn.execute(
+        "select pg_stat_get_xact_tuples_returned('jobs_data.jobs'::regclass)"
+        " + pg_stat_get_xact_tuples_fetched('jobs_data.jobs'::regclass)"
+        " + (select sum(pg_stat_get_xact_tuples_fetched(i.indexrelid)) from pg_index as i"
+        "    where i.indrelid = 'jobs_data.jobs'::regclass)").fetchone()[0]
+
+
+def test_a_keys_backlog_of_waiting_jobs_costs_claims_and_enqueues_nothing(dsn):
+    """A million jobs waiting behind one ordering key (delayed, run_at infinity) are read by
+    neither a claim (its due scan stops at now), nor an enqueue of the key, nor the end of the
+    key's current job, which starts the next (jobs_ordering_current_idx and jobs_ordering_idx
+    answer from an entry or two). Checked to fail without jobs_ordering_current_idx: the end
+    read every waiting job."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        head = conn.execute("select id from jobs.enqueue('head', ordering_key => 'big')").fetchone()[0]
+        conn.execute(
+            """insert into jobs.jobs (id, run_id, name, queue, state, priority, run_at, max_attempts,
+                                      payload, enqueued_at, created_at, updated_at, ordering_key)
+               select gen_random_uuid(), gen_random_uuid(), 'bulk', 'default', 'delayed', 0,
+                      'infinity', 25, '{}', now(), now(), now(), 'big'
+               from generate_series(1, %s)""", (BIG,))
+        fill(conn, 10_000, "ready")
+        plan = claim_plan(conn)
+        print("\n-- claim of 10 beside 1M jobs waiting behind a key\n" + plan)
+        check(plan)
+    with psycopg.connect(dsn) as conn:
+        for _ in range(9):  # past PL/pgSQL's custom plans
+            conn.execute("select jobs.enqueue('next', ordering_key => 'big')")
+        read = read_rows(conn)
+        print(f"\n-- 9 enqueues of a key with 1M jobs waiting read {read} rows")
+        assert read < 1_000, f"9 enqueues of the key read {read} rows of jobs.jobs"
+    with psycopg.connect(dsn) as conn:
+        conn.execute("select jobs.cancel(%s)", (head,))
+        read = read_rows(conn)
+        print(f"\n-- the end of the current job of a key with 1M jobs waiting read {read} rows")
+        assert read < 1_000, f"the end read {read} rows of jobs.jobs"
+        conn.commit()
+        started = conn.execute("select count(*) from jobs.jobs where ordering_key = 'big' and state = 'ready'").fetchone()[0]
+        assert started == 1
 
 
 def claim_and_complete(conn, n):

@@ -82,7 +82,8 @@ pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Deta
                   date_trunc('second', j.deadline) as deadline,
                   date_trunc('second', j.finished_at) as finished_at,
                   j.wait_event, j.wait_key, date_trunc('second', j.wait_until) as wait_until,
-                  j.children_live, j.tags, date_trunc('second', j.run_deadline) as run_deadline,
+                  j.children_live, j.tags, j.ordering_key,
+                  date_trunc('second', j.run_deadline) as run_deadline,
                   j.last_error, j.payload, j.meta, j.result
            from jobs.jobs as j where j.id = $1::text::uuid) as x",
         &[&id],

@@ -44,5 +44,5 @@ const options = {
   leaseMs: Number(args.lease) * 1000, pollMs: Number(args.poll) * 1000, shutdownGraceMs: 60_000,
   logger: args.quiet ? silentLogger : undefined,
 };
-if (args['until-empty']) runUntilEmpty(options).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
+if (args['until-empty']) runUntilEmpty({ ...options, delayed: true, timeoutMs: 300_000 }).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
 else createWorker(options).run();

@@ -4,7 +4,7 @@
 -- an upgrade carries over (the last line checks the jobs').
 select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'deadline', 'claimed_at', 'parent_id', 'close_policy', 'children_live',
-                                      'tags', 'meta', 'run_timeout', 'run_deadline'])::text as r from jobs.jobs t) as t;
+                                      'tags', 'meta', 'run_timeout', 'run_deadline', 'ordering_key'])::text as r from jobs.jobs t) as t;
 select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.steps t;
 select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - 'tenant_id')::text as r from jobs.events t) as t;

@@ -46,6 +46,8 @@
 -- 26. Tags and metadata (jobs.jobs.tags, meta; in enqueue, batch specs, what claim and
 --     get_job answer) and run deadlines (run_timeout on enqueue and job types; the sweep's
 --     run_timeouts task).
+-- 27. Ordering keys: jobs.enqueue's ordering_key (sql/ordering.sql), their tables, triggers and
+--     the sweep's ordering_turns task.
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
@@ -330,6 +332,15 @@ alter type jobs.job_spec add attribute tags text[], add attribute meta jsonb,
 create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not null;
 create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
   where run_deadline is not null and state in ('ready', 'delayed', 'suspended');
+-- 27. Ordering keys (their tables are in sql/internal.sql, above).
+alter table jobs_data.jobs add column ordering_key text;
+alter type jobs.job_spec add attribute ordering_key text;
+create index jobs_ordering_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')), enqueued_at, id)
+  where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+-- and each key's current job (not waiting behind another): whether a key has one is one entry,
+-- however many jobs wait behind it.
+create index jobs_ordering_current_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')))
+  where ordering_key is not null and run_at <> 'infinity' and state in ('ready', 'delayed', 'running', 'suspended');
 -- @after
 -- 20. ... and may call the new publish.
 do $$
@@ -345,7 +356,7 @@ do $$
 begin
   if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
     execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
-      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval) to '
+      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval, text) to '
       || current_setting('pg_jobs_upgrade.enqueue_grantees');
   end if;
 end
@@ -405,6 +416,7 @@ end
 $$;
 -- 18. The children's triggers (their function is above).
 -- @include sql/children_triggers.sql
+-- @include sql/ordering_triggers.sql
 -- 12., 18., 22. and 24. The roles that may call a function of 0.1.0 may call the new ones beside
 -- it: who may complete a batch may complete it and claim the next in one call; the workers
 -- (who may save a step) may spawn and await children, and sleep; the producers and workers (who may

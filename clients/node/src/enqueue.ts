@@ -36,6 +36,9 @@ export interface EnqueueOptions {
   runTimeoutMs?: number;
   /** Labels to find the job by (`tags @> array[...]`): at most 20, each 1 to 100 characters. */
   tags?: string[];
+  /** Jobs of one queue, tenant and ordering key run one at a time, in enqueue order: a later
+   * job waits (delayed) until the earlier ones have ended. */
+  orderingKey?: string;
   /** A small JSON object carried to every attempt (ctx.job.meta). With useOpenTelemetry, the
    * active trace context's `traceparent` is added unless meta has one. */
   meta?: Record<string, unknown>;
@@ -80,6 +83,7 @@ function spec(job: JobDefinition | string, payload: unknown, options: EnqueueOpt
     debounce_max: options.debounceMaxMs === undefined ? undefined : `${options.debounceMaxMs} milliseconds`,
     run_timeout: options.runTimeoutMs === undefined ? undefined : `${options.runTimeoutMs} milliseconds`,
     tags: options.tags,
+    ordering_key: options.orderingKey,
     meta: withTrace(options.meta),
   };
   return Object.fromEntries(Object.entries(out).filter(([, value]) => value !== undefined));

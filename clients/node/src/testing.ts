@@ -7,8 +7,10 @@ import type { Queryable } from './db.js';
 import { createWorker, type WorkerOptions } from './worker.js';
 import { sleep } from './connection.js';
 
-/** Runs a worker until no job of its queues is ready, due or running, then stops it. Gives up after `timeoutMs` (default 30 s) with an error. */
-export async function runUntilEmpty(options: WorkerOptions & { timeoutMs?: number }): Promise<void> {
+/** Runs a worker until no job of its queues is ready, due or running (with `delayed`, none
+ * delayed either: retries and scheduled jobs are waited for), then stops it. Gives up after
+ * `timeoutMs` (default 30 s) with an error. */
+export async function runUntilEmpty(options: WorkerOptions & { timeoutMs?: number; delayed?: boolean }): Promise<void> {
   const worker = createWorker({ pollMs: 200, ...options });
   const c = options.concurrency;
   const queues = options.queues?.length ? options.queues
@@ -21,7 +23,8 @@ export async function runUntilEmpty(options: WorkerOptions & { timeoutMs?: numbe
     for (;;) {
       const { rows } = await check.query<{ left: string }>(
         "select count(*) as left from jobs.jobs where queue = any($1) and (state = 'running' "
-        + "or state in ('ready', 'delayed', 'suspended') and run_at <= now())", [queues]);
+        + "or state in ('ready', 'delayed', 'suspended') and (run_at <= now() or $2 and state = 'delayed'))",
+        [queues, options.delayed ?? false]);
       if (Number(rows[0]?.left) === 0 && worker.running === 0) return;
       if (Date.now() > deadline) throw new Error(`runUntilEmpty: jobs still left after ${options.timeoutMs ?? 30_000} ms`);
       await sleep(50);

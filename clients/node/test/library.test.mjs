@@ -185,6 +185,25 @@ test('tags, meta and runTimeoutMs reach the job, the handler and getJob', async 
   await assert.rejects(enqueue(pool, 'labelled', {}, { tags: [''] }), (err) => err instanceof PgJobsError && err.code === '22023');
 });
 
+test('orderingKey: a key\'s jobs run one at a time, in enqueue order', async () => {
+  const ran = [];
+  let running = 0;
+  let most = 0;
+  const job = defineJob({
+    name: 'ordered', queue: 'ordered',
+    async handler(payload) {
+      running += 1;
+      most = Math.max(most, running);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      ran.push(payload.n);
+      running -= 1;
+    },
+  });
+  await enqueueMany(pool, [1, 2, 3, 4].map((n) => ({ job, payload: { n }, orderingKey: 'acct:1', priority: n })));
+  await runUntilEmpty({ pool, queues: ['ordered'], jobs: [job], concurrency: 4, logger: { info() {}, warn() {}, error() {} } });
+  assert.deepEqual([ran, most], [[1, 2, 3, 4], 1]);
+});
+
 test('useOpenTelemetry: an enqueue carries the active traceparent; the attempt span starts under it', async () => {
   // @opentelemetry/api's shape (context, propagation, ROOT_CONTEXT, trace), with a fixed active
   // trace: what an SDK with the W3C propagator does.

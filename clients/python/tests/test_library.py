@@ -215,6 +215,21 @@ def test_tags_meta_and_run_timeout_reach_the_job_the_handler_and_get_job(dsn: st
         assert status is not None and (status.tags, status.meta) == (["customer:42", "import"], {"source": "test"})
 
 
+def test_an_ordering_keys_jobs_run_one_at_a_time_in_enqueue_order(dsn: str) -> None:
+    ran: list[int] = []
+
+    @pg_jobs.job("ordered", queue="ordered")
+    async def ordered(payload: Any, ctx: pg_jobs.AsyncContext) -> None:
+        await asyncio.sleep(0.02)
+        ran.append(payload["n"])
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pg_jobs.enqueue_many(conn, [{"job": ordered, "payload": {"n": n}, "ordering_key": "acct:1", "priority": n}
+                                    for n in (1, 2, 3, 4)])
+    drain(pg_jobs.Worker(dsn, queues=["ordered"], jobs=[ordered], concurrency=4))
+    assert ran == [1, 2, 3, 4]
+
+
 def test_a_trace_goes_from_the_enqueue_to_the_attempts_span(dsn: str) -> None:
     """With OpenTelemetry loaded, an enqueue inside a span carries its traceparent in the job's
     meta, and the attempt's span is a child of that trace; a meta with a traceparent of its own

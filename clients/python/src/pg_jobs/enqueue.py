@@ -19,7 +19,7 @@ from .jobs import JobDefinition
 _SQL = "select id, run_id, deduped, action from jobs.enqueue_batch(%s::jsonb) order by ordinal"
 _OPTIONS = {"queue", "run_at", "delay", "priority", "max_attempts", "idempotency_key", "tenant_id",
             "concurrency_key", "on_conflict", "id", "run_id", "parent_id", "timeout", "debounce",
-            "debounce_max", "run_timeout", "tags", "meta"}
+            "debounce_max", "run_timeout", "tags", "meta", "ordering_key"}
 
 
 @dataclass(frozen=True)
