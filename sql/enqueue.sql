@@ -323,10 +323,7 @@ begin
       select s.ordering_key is not null
              and (row_number() over (partition by s.queue, coalesce(s.tenant_id, ''), s.ordering_key
                                      order by s.ordinality) > 1
-                  or exists (select from jobs_data.jobs as j
-                             where j.queue = s.queue and j.ordering_key = s.ordering_key
-                               and coalesce(j.tenant_id, '') = coalesce(s.tenant_id, '')
-                               and j.state in ('ready', 'delayed', 'running', 'suspended')))
+                  or jobs._ordering_live(s.queue, coalesce(s.tenant_id, ''), s.ordering_key))
       from unnest(p_specs) with ordinality as s
       order by s.ordinality);
   end if;

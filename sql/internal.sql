@@ -100,3 +100,6 @@ create table jobs_data.ordering_pending (
 );
 comment on table jobs_data.ordering_pending is
   'Ordering keys whose next job a sweep must make sure of (their row was locked when their job ended)';
+-- Their rows go with a dump, as the jobs' do (sql/backup.sql).
+select pg_catalog.pg_extension_config_dump('jobs_data.ordering_keys', '');
+select pg_catalog.pg_extension_config_dump('jobs_data.ordering_pending', '');

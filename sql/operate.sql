@@ -118,10 +118,7 @@ begin
   from jobs_data.jobs as j where j.id = requeue.id and j.ordering_key is not null;
   if v_key.key is not null then
     perform jobs._ordering_lock(array[v_key.queue], array[v_key.tenant], array[v_key.key]);
-    v_wait := exists (select from jobs_data.jobs as j
-                      where j.queue = v_key.queue and j.ordering_key = v_key.key
-                        and coalesce(j.tenant_id, '') = v_key.tenant
-                        and j.state in ('ready', 'delayed', 'running', 'suspended'));
+    v_wait := jobs._ordering_live(v_key.queue, v_key.tenant, v_key.key);
   end if;
 
   begin

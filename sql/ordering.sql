@@ -29,6 +29,16 @@ begin atomic
                 case when p_tenant <> '' then format(' (tenant %L)', p_tenant) else '' end);
 end;
 
+-- Whether the key has a live job (current or waiting): the first entry of jobs_ordering_idx.
+create function jobs._ordering_live(p_queue text, p_tenant text, p_key text)
+returns boolean
+language sql stable
+begin atomic
+  select exists (select from jobs_data.jobs as j
+                 where j.queue = p_queue and j.ordering_key = p_key and coalesce(j.tenant_id, '') = p_tenant
+                   and j.state in ('ready', 'delayed', 'running', 'suspended'));
+end;
+
 -- Locks the rows of these keys (queue, tenant, key), made if new, in one order, waiting for
 -- an enqueue of the same key that is still open. A row the sweep deletes meanwhile (its key
 -- had no live job) is made again.
@@ -68,14 +78,16 @@ declare
   v_now timestamptz := jobs.clock();
   v_id  uuid;
 begin
+  -- (run_at = 'infinity' as jobs_ordering_idx has it, so that both are index conditions; IS
+  -- FALSE, as the planner turns NOT (a = b) into a <> b, which the index does not have)
   if exists (select from jobs_data.jobs as j
              where j.queue = p_queue and j.ordering_key = p_key and coalesce(j.tenant_id, '') = p_tenant
-               and j.state in ('ready', 'delayed', 'running', 'suspended') and j.run_at <> 'infinity') then
+               and j.state in ('ready', 'delayed', 'running', 'suspended') and (j.run_at = 'infinity') is false) then
     return true;
   end if;
   select j.id into v_id from jobs_data.jobs as j
   where j.queue = p_queue and j.ordering_key = p_key and coalesce(j.tenant_id, '') = p_tenant
-    and j.state in ('ready', 'delayed', 'running', 'suspended')
+    and j.state in ('ready', 'delayed', 'running', 'suspended') and (j.run_at = 'infinity')
   order by j.enqueued_at, j.id
   limit 1;
   if v_id is null then
@@ -156,6 +168,10 @@ begin
                              for update skip locked))
     returning p.queue, p.tenant, p.key
   loop
+    -- (A key's row is missing only if it was deleted by hand: made again. The insert waits only
+    -- on an enqueue making the same row, whose commit then starts the key's next job.)
+    insert into jobs_data.ordering_keys (queue, tenant, key) values (v_key.queue, v_key.tenant, v_key.key)
+    on conflict do nothing;
     perform from jobs_data.ordering_keys as o
     where o.queue = v_key.queue and o.tenant = v_key.tenant and o.key = v_key.key
     for no key update skip locked;
@@ -173,10 +189,7 @@ begin
     limit p_max
     for no key update skip locked
   loop
-    if not exists (select from jobs_data.jobs as j
-                   where j.queue = v_key.queue and j.ordering_key = v_key.key
-                     and coalesce(j.tenant_id, '') = v_key.tenant
-                     and j.state in ('ready', 'delayed', 'running', 'suspended')) then
+    if not jobs._ordering_live(v_key.queue, v_key.tenant, v_key.key) then
       delete from jobs_data.ordering_keys as o where o.ctid = v_key.ctid;
     else
       if not jobs._ordering_next(v_key.queue, v_key.tenant, v_key.key) then

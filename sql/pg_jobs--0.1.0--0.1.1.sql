@@ -628,6 +628,10 @@ create table jobs_data.ordering_pending (
 
 comment on table jobs_data.ordering_pending is
   'Ordering keys whose next job a sweep must make sure of (their row was locked when their job ended)';
+
+select pg_catalog.pg_extension_config_dump('jobs_data.ordering_keys', '');
+
+select pg_catalog.pg_extension_config_dump('jobs_data.ordering_pending', '');
 alter table jobs_data.events drop constraint events_key_check,
   add constraint events_key_check check (octet_length(key) <= 512);
 
@@ -692,12 +696,12 @@ create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
 -- 27. Ordering keys (their tables are in sql/internal.sql, above).
 alter table jobs_data.jobs add column ordering_key text;
 alter type jobs.job_spec add attribute ordering_key text;
-create index jobs_ordering_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')), enqueued_at, id)
+-- The waiting ones (run_at infinity) after the current one, so whether a key has a current job
+-- and which job is next are each one entry, however many wait. (One index, not two: each index
+-- of the table costs every insert and update of a job a little.)
+create index jobs_ordering_idx on jobs_data.jobs
+  (queue, ordering_key, (coalesce(tenant_id, '')), (run_at = 'infinity'), enqueued_at, id)
   where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
--- and each key's current job (not waiting behind another): whether a key has one is one entry,
--- however many jobs wait behind it.
-create index jobs_ordering_current_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')))
-  where ordering_key is not null and run_at <> 'infinity' and state in ('ready', 'delayed', 'running', 'suspended');
 
 -- Every function and view of the install files as it is now, and the privileges.
 
@@ -1205,10 +1209,7 @@ begin
       select s.ordering_key is not null
              and (row_number() over (partition by s.queue, coalesce(s.tenant_id, ''), s.ordering_key
                                      order by s.ordinality) > 1
-                  or exists (select from jobs_data.jobs as j
-                             where j.queue = s.queue and j.ordering_key = s.ordering_key
-                               and coalesce(j.tenant_id, '') = coalesce(s.tenant_id, '')
-                               and j.state in ('ready', 'delayed', 'running', 'suspended')))
+                  or jobs._ordering_live(s.queue, coalesce(s.tenant_id, ''), s.ordering_key))
       from unnest(p_specs) with ordinality as s
       order by s.ordinality);
   end if;
@@ -2877,10 +2878,7 @@ begin
   from jobs_data.jobs as j where j.id = requeue.id and j.ordering_key is not null;
   if v_key.key is not null then
     perform jobs._ordering_lock(array[v_key.queue], array[v_key.tenant], array[v_key.key]);
-    v_wait := exists (select from jobs_data.jobs as j
-                      where j.queue = v_key.queue and j.ordering_key = v_key.key
-                        and coalesce(j.tenant_id, '') = v_key.tenant
-                        and j.state in ('ready', 'delayed', 'running', 'suspended'));
+    v_wait := jobs._ordering_live(v_key.queue, v_key.tenant, v_key.key);
   end if;
 
   begin
@@ -3338,6 +3336,15 @@ begin atomic
                 case when p_tenant <> '' then format(' (tenant %L)', p_tenant) else '' end);
 end;
 
+create or replace function jobs._ordering_live(p_queue text, p_tenant text, p_key text)
+returns boolean
+language sql stable
+begin atomic
+  select exists (select from jobs_data.jobs as j
+                 where j.queue = p_queue and j.ordering_key = p_key and coalesce(j.tenant_id, '') = p_tenant
+                   and j.state in ('ready', 'delayed', 'running', 'suspended'));
+end;
+
 create or replace function jobs._ordering_lock(p_queues text[], p_tenants text[], p_keys text[])
 returns void
 language plpgsql volatile
@@ -3371,14 +3378,16 @@ declare
   v_now timestamptz := jobs.clock();
   v_id  uuid;
 begin
+  -- (run_at = 'infinity' as jobs_ordering_idx has it, so that both are index conditions; IS
+  -- FALSE, as the planner turns NOT (a = b) into a <> b, which the index does not have)
   if exists (select from jobs_data.jobs as j
              where j.queue = p_queue and j.ordering_key = p_key and coalesce(j.tenant_id, '') = p_tenant
-               and j.state in ('ready', 'delayed', 'running', 'suspended') and j.run_at <> 'infinity') then
+               and j.state in ('ready', 'delayed', 'running', 'suspended') and (j.run_at = 'infinity') is false) then
     return true;
   end if;
   select j.id into v_id from jobs_data.jobs as j
   where j.queue = p_queue and j.ordering_key = p_key and coalesce(j.tenant_id, '') = p_tenant
-    and j.state in ('ready', 'delayed', 'running', 'suspended')
+    and j.state in ('ready', 'delayed', 'running', 'suspended') and (j.run_at = 'infinity')
   order by j.enqueued_at, j.id
   limit 1;
   if v_id is null then
@@ -3450,6 +3459,10 @@ begin
                              for update skip locked))
     returning p.queue, p.tenant, p.key
   loop
+    -- (A key's row is missing only if it was deleted by hand: made again. The insert waits only
+    -- on an enqueue making the same row, whose commit then starts the key's next job.)
+    insert into jobs_data.ordering_keys (queue, tenant, key) values (v_key.queue, v_key.tenant, v_key.key)
+    on conflict do nothing;
     perform from jobs_data.ordering_keys as o
     where o.queue = v_key.queue and o.tenant = v_key.tenant and o.key = v_key.key
     for no key update skip locked;
@@ -3467,10 +3480,7 @@ begin
     limit p_max
     for no key update skip locked
   loop
-    if not exists (select from jobs_data.jobs as j
-                   where j.queue = v_key.queue and j.ordering_key = v_key.key
-                     and coalesce(j.tenant_id, '') = v_key.tenant
-                     and j.state in ('ready', 'delayed', 'running', 'suspended')) then
+    if not jobs._ordering_live(v_key.queue, v_key.tenant, v_key.key) then
       delete from jobs_data.ordering_keys as o where o.ctid = v_key.ctid;
     else
       if not jobs._ordering_next(v_key.queue, v_key.tenant, v_key.key) then

@@ -190,12 +190,12 @@ create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
   where run_deadline is not null and state in ('ready', 'delayed', 'suspended');
 
 -- Ordering keys: a key's live jobs in enqueue order (sql/ordering.sql). Only keyed jobs are in it.
-create index jobs_ordering_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')), enqueued_at, id)
+-- The waiting ones (run_at infinity) after the current one, so whether a key has a current job
+-- and which job is next are each one entry, however many wait. (One index, not two: each index
+-- of the table costs every insert and update of a job a little.)
+create index jobs_ordering_idx on jobs_data.jobs
+  (queue, ordering_key, (coalesce(tenant_id, '')), (run_at = 'infinity'), enqueued_at, id)
   where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
--- and each key's current job (not waiting behind another): whether a key has one is one entry,
--- however many jobs wait behind it.
-create index jobs_ordering_current_idx on jobs_data.jobs (queue, ordering_key, (coalesce(tenant_id, '')))
-  where ordering_key is not null and run_at <> 'infinity' and state in ('ready', 'delayed', 'running', 'suspended');
 
 -- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
 create unique index jobs_idempotency_live_idx

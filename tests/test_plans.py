@@ -193,9 +193,9 @@ def read_rows(conn):
 def test_a_keys_backlog_of_waiting_jobs_costs_claims_and_enqueues_nothing(dsn):
     """A million jobs waiting behind one ordering key (delayed, run_at infinity) are read by
     neither a claim (its due scan stops at now), nor an enqueue of the key, nor the end of the
-    key's current job, which starts the next (jobs_ordering_current_idx and jobs_ordering_idx
-    answer from an entry or two). Checked to fail without jobs_ordering_current_idx: the end
-    read every waiting job."""
+    key's current job, which starts the next (jobs_ordering_idx answers from an entry or two).
+    Checked to fail with an index without its (run_at = 'infinity') column: the end read every
+    waiting job."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         head = conn.execute("select id from jobs.enqueue('head', ordering_key => 'big')").fetchone()[0]
         conn.execute(
