@@ -174,6 +174,22 @@ def test_read_only_shows_no_action_and_refuses_every_one(filled):
         assert snapshot(dsn) == before
 
 
+def test_the_jobs_page_filters_by_tag_and_a_job_shows_its_tags_and_key(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tagged = conn.execute("select id::text from jobs.enqueue('imp', tags => array['customer:42', 'import'], "
+                              "ordering_key => 'acct:42', meta => '{\"k\": 1}')").fetchone()[0]
+        other = conn.execute("select id::text from jobs.enqueue('imp', tags => array['import'])").fetchone()[0]
+    with ui(dsn) as base:
+        _, _, one_tag = request(base, "GET", "/jobs?tag=import")
+        assert tagged in one_tag and other in one_tag
+        _, _, both = request(base, "GET", "/jobs?tag=import&tag=customer%3A42")
+        assert tagged in both and other not in both
+        # The second tag is kept for the next filter (a hidden field).
+        assert 'type="hidden" name="tag" value="customer:42"' in both
+        _, _, page = request(base, "GET", f"/jobs/{tagged}")
+        assert "customer:42" in page and "acct:42" in page
+
+
 def test_hostile_payloads_errors_and_names_are_escaped_everywhere(filled):
     dsn = filled["dsn"]
     with psycopg.connect(dsn) as conn:
