@@ -354,7 +354,9 @@ begin
     if exists (select from unnest(p_specs) as s where s.parent_id is not null) then
       perform jobs._attach_children(p_specs, null, p_caller);
     end if;
-    if v_parked is not null then
+    -- (Nothing here was deduped, so each key's first spec is its current job or waits behind a
+    -- live one: only a snapshot older than the key's lock needs the sweep's check.)
+    if v_parked is not null and current_setting('transaction_isolation') <> 'read committed' then
       perform jobs._ordering_settled(p_specs);
     end if;
     perform jobs._register_and_wake(p_specs, null, v_now, v_ids);

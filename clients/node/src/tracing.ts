@@ -50,7 +50,11 @@ export function traceMeta(): Record<string, string> | undefined {
   if (otel === undefined) return undefined;
   const carrier: Record<string, string> = {};
   otel.propagation.inject(otel.context.active(), carrier);
-  return typeof carrier.traceparent === 'string' ? carrier : undefined;
+  if (typeof carrier.traceparent !== 'string') return undefined;
+  // The trace context only (a propagator may add baggage, which is not the job's to keep).
+  return typeof carrier.tracestate === 'string'
+    ? { traceparent: carrier.traceparent, tracestate: carrier.tracestate }
+    : { traceparent: carrier.traceparent };
 }
 
 /** The context a job's meta carries, for its attempt's span; undefined for none. */
