@@ -7,7 +7,8 @@
 #      row of any table changed (pg_test/upgrade/digest.sql);
 #   3. check the upgraded database defines exactly what a fresh install of the current
 #      version does, object for object (pg_test/upgrade/fingerprint.sql);
-#   4. pg_dump it and restore the dump into a new database: every row comes back;
+#   4. pg_dump it and restore the dump into a new database: every row comes back (and a fair
+#      queue's index is made again);
 #   5. use it: claims taken before the upgrade settle with their tokens, steps, claims,
 #      idempotency keys and event waits work (pg_test/upgrade/use.sql);
 #   6. a role granted jobs.grant_worker before the upgrade still enqueues and claims (and may
@@ -67,6 +68,18 @@ for script in sql/released/pg_jobs--*.sql; do
   sql "restored_$db" -f pg_test/upgrade/digest.sql >"$work/restored.txt"
   diff -u "$work/after.txt" "$work/restored.txt" || fail "pg_dump and pg_restore lost rows (above)"
   echo "  pg_dump and pg_restore carry every row"
+
+  # A fair queue's index is made by the trigger of its row, not by the install: a restore, which
+  # writes the row again, makes it again.
+  sql "restored_$db" -c "select jobs.set_fairness('fair_restored', 'tenant')
+                         from jobs.enqueue('j', queue => 'fair_restored', tenant_id => 't')" >/dev/null
+  "$PG_BIN/pg_dump" "$dsn dbname=restored_$db" -Fc -f "$work/dump_fair"
+  sql postgres -c "create database fair_$db"
+  "$PG_BIN/pg_restore" --exit-on-error -d "$dsn dbname=fair_$db" "$work/dump_fair"
+  [ "$(sql "fair_$db" -c "select count(*) from jobs.claim('w', array['fair_restored'])
+                          where to_regclass('jobs_data.jobs_fair_idx') is not null")" = 1 ] ||
+    fail "a restore of a fair queue did not make jobs_fair_idx again, or its job was not claimed"
+  echo "  a restored fair queue has its index again, and its job is claimed"
 
   sql "$db" -f pg_test/upgrade/use.sql | sed 's/^/  /'
 

@@ -6,7 +6,8 @@
 --   jobs_due_idx    delayed and suspended jobs whose run_at has passed, oldest first
 --   jobs_lease_idx  running jobs whose lease lapsed, oldest lapse first
 -- merged by priority desc, run_at. Neither backlog nor finished history is read, so the cost of
--- a claim does not grow with them.
+-- a claim does not grow with them. A fair queue's ready and due jobs come instead from
+-- jobs._fair_ready, which takes them in turns among the queue's groups (sql/fairness.sql).
 --
 -- A worker bound to tenants (jobs.grant_worker(role, tenant)) is handed only their jobs.
 --
@@ -271,6 +272,8 @@ declare
   v_buried  uuid[];           -- the candidates buried (or timed out), which take no slot
   v_limited boolean;
   v_lapsed  boolean;          -- a candidate is a lapsed lease: its attempt goes to jobs.attempts
+  v_fair_queues text[];       -- the fair queues among queues, and their fairness
+  v_fair_modes  text[];
   v_policy_names text[];    -- each name among the candidates once, with its policy:
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
@@ -387,15 +390,22 @@ begin
   -- held back, look past them (no head-of-line blocking), up to 1,000 candidates in all.
   <<look>>
   loop
-    -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
-    -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
-    -- built on every call (measured: docs/BENCHMARKS.md).
-    select array_agg(c.id), array_agg(c.name), array_agg(c.bury),
-           coalesce(bool_or(c.concurrency_key is not null), false), bool_or(c.lapsed)
-      into v_ids, v_names, v_bury, v_limited, v_lapsed
+    -- One sort, then plain aggregates over the sorted rows. The queue's row (paused, fairness)
+    -- is looked up per queue by primary key: a tiny table that, joined as a table, got a hash
+    -- join over a sequential scan built on every call (measured: docs/BENCHMARKS.md). A fair
+    -- queue's ready and due scans are skipped (their one-time conditions), and it answers one
+    -- row without an id instead, which sends the claim to its turns below.
+    select array_agg(c.id) filter (where c.id is not null),
+           array_agg(c.name) filter (where c.id is not null),
+           array_agg(c.bury) filter (where c.id is not null),
+           coalesce(bool_or(c.concurrency_key is not null), false), bool_or(c.lapsed),
+           array_agg(c.queue) filter (where c.id is null), array_agg(c.name) filter (where c.id is null)
+      into v_ids, v_names, v_bury, v_limited, v_lapsed, v_fair_queues, v_fair_modes
     from (
-      select c.id, c.name, c.bury, c.concurrency_key, c.lapsed
+      select c.id, c.name, c.bury, c.concurrency_key, c.lapsed, q.queue
       from unnest(queues) with ordinality as q(queue, ord)
+      left join lateral (select p.paused, p.fairness, p.fairness = 'none' as plain from jobs_data.queues as p
+                         where p.queue = q.queue) as p on true
       cross join lateral (
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
@@ -403,6 +413,7 @@ begin
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'ready'
             and (v_tenants is null or j.tenant_id = any(v_tenants))
+            and p.plain is not false
           order by j.priority desc, j.run_at
           limit coalesce(v_limit, max_jobs) for update skip locked) as ready
         union all
@@ -412,6 +423,7 @@ begin
           from jobs_data.jobs j
           where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
             and (v_tenants is null or j.tenant_id = any(v_tenants))
+            and p.plain is not false
           order by j.run_at
           limit coalesce(v_limit, max_jobs) for update skip locked) as due
         union all
@@ -426,11 +438,35 @@ begin
             and (v_tenants is null or j.tenant_id = any(v_tenants))
           order by j.lease_scan_at
           limit coalesce(v_limit, max_jobs) for update skip locked) as lapsed
+        union all
+        select null, p.fairness, null, null, null, null, null where p.plain is false
       ) as c
       where q.ord = array_position(queues, q.queue)  -- each queue once
-        and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true
+        and p.paused is not true
       order by c.priority desc, c.run_at
     ) as c;
+    if v_fair_queues is not null then
+      -- Fair queues: their turns (jobs._fair_ready, sql/fairness.sql), the first turn of each
+      -- beside the other candidates in claim order, then the later turns. (A candidate found
+      -- above that is still running is a lapsed lease, as below.)
+      select array_agg(x.id order by x.turn, x.priority desc, x.run_at),
+             array_agg(x.name order by x.turn, x.priority desc, x.run_at),
+             array_agg(x.bury order by x.turn, x.priority desc, x.run_at),
+             coalesce(bool_or(x.concurrency_key is not null), false), bool_or(x.lapsed)
+        into v_ids, v_names, v_bury, v_limited, v_lapsed
+      from (
+        select j.id, j.name, u.bury, j.concurrency_key, j.priority, j.run_at, 1::bigint as turn,
+               j.state = 'running' as lapsed
+        from unnest(v_ids, v_bury) as u(id, bury)
+        join jobs_data.jobs as j on j.id = u.id
+        where j.id = any(v_ids)
+        union all
+        select f.id, f.name, f.bury, f.concurrency_key, f.priority, f.run_at, f.turn, false
+        from unnest(v_fair_queues, v_fair_modes) as q(queue, fairness)
+        cross join lateral jobs._fair_ready(q.queue, q.fairness, v_tenants, coalesce(v_limit, max_jobs), v_now) as f
+      ) as x;
+      v_fair_queues := null;
+    end if;
     if v_skip is not null then
       -- A later look: its scan ran past the candidates of the earlier ones (which it locked,
       -- so they came back), and goes on from there. Nothing more: the batch is what was kept.

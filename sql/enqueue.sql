@@ -198,7 +198,7 @@ begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                              tags, meta, run_timeout, run_deadline, ordering_key)
+                              tags, meta, run_timeout, run_deadline, ordering_key, fair_group)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now or p_parked[s.ordinality] then 'delayed' else 'ready' end::jobs.job_state,
          s.priority,
@@ -207,9 +207,11 @@ begin
          s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout,
          s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
          nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
-         p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key
+         p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
+         jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key)
   from unnest(p_specs) with ordinality as s
-  cross join lateral jobs._policy(s.name) as p;
+  cross join lateral jobs._policy(s.name) as p
+  left join jobs_data.queues as fq on fq.queue = s.queue;  -- (fair queues: sql/fairness.sql)
 end
 $$;
 
@@ -378,7 +380,7 @@ begin
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                                  tags, meta, run_timeout, run_deadline, ordering_key)
+                                  tags, meta, run_timeout, run_deadline, ordering_key, fair_group)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now or v_parked[o.i] then 'delayed' else 'ready' end::jobs.job_state,
              s.priority,
@@ -388,10 +390,12 @@ begin
              v_now, v_now, v_now, s.timeout,
              s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
              nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
-             v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key
+             v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
+             jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key)
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
+      left join jobs_data.queues as fq on fq.queue = s.queue
       order by s.name, s.tenant_id, s.idempotency_key, o.i
       on conflict do nothing
       returning j.id, j.run_id

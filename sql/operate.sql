@@ -130,7 +130,9 @@ begin
         run_at = case when v_wait then 'infinity' else v_now end,
         lease_expires_at = null, result = null, finished_at = null,
         wait_event = null, wait_key = null, wait_until = null, updated_at = v_now,
-        run_deadline = v_now + j.run_timeout  -- a new run gets its run_timeout again
+        run_deadline = v_now + j.run_timeout,  -- a new run gets its run_timeout again
+        fair_group = jobs._fair_group((select q.fairness from jobs_data.queues as q where q.queue = j.queue),
+                                      j.tenant_id, j.concurrency_key)  -- (its queue's now)
       where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
       returning j.run_id, j.queue
     ), dropped as (

@@ -50,6 +50,8 @@
 --     run_timeouts task).
 -- 27. Ordering keys: jobs.enqueue's ordering_key (sql/ordering.sql), their tables, triggers and
 --     the sweep's ordering_turns task.
+-- 28. Fair queues: jobs_data.queues.fairness, jobs.set_fairness, the jobs' fair_group and
+--     jobs_fair_idx (sql/fairness.sql), and the trigger that checks and applies a change.
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
@@ -702,6 +704,12 @@ alter type jobs.job_spec add attribute ordering_key text;
 create index jobs_ordering_idx on jobs_data.jobs
   (queue, ordering_key, (coalesce(tenant_id, '')), (run_at = 'infinity'), enqueued_at, id)
   where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+-- 28. Fair queues.
+alter table jobs_data.queues add column fairness text not null default 'none'
+  check (fairness in ('none', 'tenant', 'concurrency_key'));
+comment on table jobs_data.queues is
+  'Every queue ever used (enqueue adds it), whether it is paused and how claims share it';
+alter table jobs_data.jobs add column fair_group text;
 
 -- Every function and view of the install files as it is now, and the privileges.
 
@@ -1089,7 +1097,7 @@ begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                              tags, meta, run_timeout, run_deadline, ordering_key)
+                              tags, meta, run_timeout, run_deadline, ordering_key, fair_group)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now or p_parked[s.ordinality] then 'delayed' else 'ready' end::jobs.job_state,
          s.priority,
@@ -1098,9 +1106,11 @@ begin
          s.tenant_id, null, s.concurrency_key, s.payload, p_now, p_now, p_now, s.timeout,
          s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
          nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
-         p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key
+         p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
+         jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key)
   from unnest(p_specs) with ordinality as s
-  cross join lateral jobs._policy(s.name) as p;
+  cross join lateral jobs._policy(s.name) as p
+  left join jobs_data.queues as fq on fq.queue = s.queue;  -- (fair queues: sql/fairness.sql)
 end
 $$;
 
@@ -1264,7 +1274,7 @@ begin
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                                  tags, meta, run_timeout, run_deadline, ordering_key)
+                                  tags, meta, run_timeout, run_deadline, ordering_key, fair_group)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now or v_parked[o.i] then 'delayed' else 'ready' end::jobs.job_state,
              s.priority,
@@ -1274,10 +1284,12 @@ begin
              v_now, v_now, v_now, s.timeout,
              s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
              nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
-             v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key
+             v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
+             jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key)
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
+      left join jobs_data.queues as fq on fq.queue = s.queue
       order by s.name, s.tenant_id, s.idempotency_key, o.i
       on conflict do nothing
       returning j.id, j.run_id
@@ -1719,6 +1731,8 @@ declare
   v_buried  uuid[];           -- the candidates buried (or timed out), which take no slot
   v_limited boolean;
   v_lapsed  boolean;          -- a candidate is a lapsed lease: its attempt goes to jobs.attempts
+  v_fair_queues text[];       -- the fair queues among queues, and their fairness
+  v_fair_modes  text[];
   v_policy_names text[];    -- each name among the candidates once, with its policy:
   v_leases       interval[];  -- the lease a claim of it gets
   v_dead_letter  boolean[];   -- where a burial of it ends
@@ -1835,15 +1849,22 @@ begin
   -- held back, look past them (no head-of-line blocking), up to 1,000 candidates in all.
   <<look>>
   loop
-    -- One sort, then plain aggregates over the sorted rows. The paused flag is looked up per
-    -- queue by primary key: a tiny table that, joined, got a hash join over a sequential scan
-    -- built on every call (measured: docs/BENCHMARKS.md).
-    select array_agg(c.id), array_agg(c.name), array_agg(c.bury),
-           coalesce(bool_or(c.concurrency_key is not null), false), bool_or(c.lapsed)
-      into v_ids, v_names, v_bury, v_limited, v_lapsed
+    -- One sort, then plain aggregates over the sorted rows. The queue's row (paused, fairness)
+    -- is looked up per queue by primary key: a tiny table that, joined as a table, got a hash
+    -- join over a sequential scan built on every call (measured: docs/BENCHMARKS.md). A fair
+    -- queue's ready and due scans are skipped (their one-time conditions), and it answers one
+    -- row without an id instead, which sends the claim to its turns below.
+    select array_agg(c.id) filter (where c.id is not null),
+           array_agg(c.name) filter (where c.id is not null),
+           array_agg(c.bury) filter (where c.id is not null),
+           coalesce(bool_or(c.concurrency_key is not null), false), bool_or(c.lapsed),
+           array_agg(c.queue) filter (where c.id is null), array_agg(c.name) filter (where c.id is null)
+      into v_ids, v_names, v_bury, v_limited, v_lapsed, v_fair_queues, v_fair_modes
     from (
-      select c.id, c.name, c.bury, c.concurrency_key, c.lapsed
+      select c.id, c.name, c.bury, c.concurrency_key, c.lapsed, q.queue
       from unnest(queues) with ordinality as q(queue, ord)
+      left join lateral (select p.paused, p.fairness, p.fairness = 'none' as plain from jobs_data.queues as p
+                         where p.queue = q.queue) as p on true
       cross join lateral (
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
@@ -1851,6 +1872,7 @@ begin
           from jobs_data.jobs j
           where j.queue = q.queue and j.state = 'ready'
             and (v_tenants is null or j.tenant_id = any(v_tenants))
+            and p.plain is not false
           order by j.priority desc, j.run_at
           limit coalesce(v_limit, max_jobs) for update skip locked) as ready
         union all
@@ -1860,6 +1882,7 @@ begin
           from jobs_data.jobs j
           where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
             and (v_tenants is null or j.tenant_id = any(v_tenants))
+            and p.plain is not false
           order by j.run_at
           limit coalesce(v_limit, max_jobs) for update skip locked) as due
         union all
@@ -1874,11 +1897,35 @@ begin
             and (v_tenants is null or j.tenant_id = any(v_tenants))
           order by j.lease_scan_at
           limit coalesce(v_limit, max_jobs) for update skip locked) as lapsed
+        union all
+        select null, p.fairness, null, null, null, null, null where p.plain is false
       ) as c
       where q.ord = array_position(queues, q.queue)  -- each queue once
-        and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true
+        and p.paused is not true
       order by c.priority desc, c.run_at
     ) as c;
+    if v_fair_queues is not null then
+      -- Fair queues: their turns (jobs._fair_ready, sql/fairness.sql), the first turn of each
+      -- beside the other candidates in claim order, then the later turns. (A candidate found
+      -- above that is still running is a lapsed lease, as below.)
+      select array_agg(x.id order by x.turn, x.priority desc, x.run_at),
+             array_agg(x.name order by x.turn, x.priority desc, x.run_at),
+             array_agg(x.bury order by x.turn, x.priority desc, x.run_at),
+             coalesce(bool_or(x.concurrency_key is not null), false), bool_or(x.lapsed)
+        into v_ids, v_names, v_bury, v_limited, v_lapsed
+      from (
+        select j.id, j.name, u.bury, j.concurrency_key, j.priority, j.run_at, 1::bigint as turn,
+               j.state = 'running' as lapsed
+        from unnest(v_ids, v_bury) as u(id, bury)
+        join jobs_data.jobs as j on j.id = u.id
+        where j.id = any(v_ids)
+        union all
+        select f.id, f.name, f.bury, f.concurrency_key, f.priority, f.run_at, f.turn, false
+        from unnest(v_fair_queues, v_fair_modes) as q(queue, fairness)
+        cross join lateral jobs._fair_ready(q.queue, q.fairness, v_tenants, coalesce(v_limit, max_jobs), v_now) as f
+      ) as x;
+      v_fair_queues := null;
+    end if;
     if v_skip is not null then
       -- A later look: its scan ran past the candidates of the earlier ones (which it locked,
       -- so they came back), and goes on from there. Nothing more: the batch is what was kept.
@@ -2892,7 +2939,9 @@ begin
         run_at = case when v_wait then 'infinity' else v_now end,
         lease_expires_at = null, result = null, finished_at = null,
         wait_event = null, wait_key = null, wait_until = null, updated_at = v_now,
-        run_deadline = v_now + j.run_timeout  -- a new run gets its run_timeout again
+        run_deadline = v_now + j.run_timeout,  -- a new run gets its run_timeout again
+        fair_group = jobs._fair_group((select q.fairness from jobs_data.queues as q where q.queue = j.queue),
+                                      j.tenant_id, j.concurrency_key)  -- (its queue's now)
       where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
       returning j.run_id, j.queue
     ), dropped as (
@@ -3492,6 +3541,182 @@ begin
     end if;
   end loop;
   return v_started;
+end
+$$;
+
+create or replace function jobs._fair_group(p_fairness text, p_tenant text, p_key text)
+returns text
+language sql immutable
+begin atomic
+  select case p_fairness when 'tenant' then coalesce(p_tenant, '')
+                         when 'concurrency_key' then coalesce(p_key, '') end;
+end;
+
+create or replace function jobs._queue_fairness_set()
+returns trigger
+language plpgsql volatile
+as $$
+begin
+  if new.fairness is null or new.fairness not in ('none', 'tenant', 'concurrency_key') then
+    perform jobs._raise(case when new.fairness is null then '22004' else '22023' end,
+      format('fairness of queue %L must be ''none'', ''tenant'' or ''concurrency_key'', got %s',
+             new.queue, coalesce(quote_literal(new.fairness), 'NULL')),
+      '''tenant'' and ''concurrency_key'' make claims take turns among those groups; ''none'' '
+      'claims in priority order');
+  end if;
+  if new.fairness <> 'none' and to_regclass('jobs_data.jobs_fair_idx') is null then
+    -- Building it holds off writes of jobs until this transaction ends (a scan of the table,
+    -- once: no job has a group yet).
+    create index jobs_fair_idx on jobs_data.jobs (queue, fair_group, priority desc, run_at)
+      where state = 'ready' and fair_group is not null;
+  end if;
+  if (tg_op = 'INSERT' and new.fairness <> 'none') or (tg_op = 'UPDATE' and old.fairness <> new.fairness) then
+    -- The live jobs already there (a running one may come back by a retry). One statement,
+    -- under the rows' locks: it waits for a claim or settle that holds one.
+    update jobs_data.jobs as j set fair_group = jobs._fair_group(new.fairness, j.tenant_id, j.concurrency_key)
+    where j.queue = new.queue and j.state in ('ready', 'delayed', 'running', 'suspended')
+      and j.fair_group is distinct from jobs._fair_group(new.fairness, j.tenant_id, j.concurrency_key);
+  end if;
+  return new;
+end
+$$;
+
+create or replace function jobs.set_fairness(queue text, fairness text)
+returns text
+language plpgsql volatile
+as $$
+begin
+  if set_fairness.queue is null then
+    perform jobs._raise('22004', 'jobs.set_fairness: queue must not be NULL', 'name the queue, e.g. ''default''');
+  elsif length(set_fairness.queue) not between 1 and 128 then
+    perform jobs._raise('22023', 'jobs.set_fairness: queue must be 1 to 128 characters, got '
+      || length(set_fairness.queue), 'name the queue, e.g. ''default''');
+  end if;
+  -- (the trigger checks fairness and regroups the queue's live jobs)
+  insert into jobs_data.queues as q (queue, fairness) values (set_fairness.queue, set_fairness.fairness)
+  on conflict on constraint queues_pkey do update set fairness = excluded.fairness;
+  return format('queue %L: %s', set_fairness.queue,
+                case set_fairness.fairness when 'none' then 'claims take jobs in priority order'
+                     else format('claims take turns among its %ss', set_fairness.fairness) end);
+end
+$$;
+
+comment on function jobs.set_fairness(text, text) is
+  'How claims share a queue: ''none'' (priority order), ''tenant'' or ''concurrency_key'' (those '
+  'groups take turns, so no group''s backlog starves another)';
+
+create or replace function jobs._fair_groups(p_queue text, p_first text, p_upto text, p_max int)
+returns text[]
+language sql stable
+begin atomic
+  with recursive g(grp, n) as (
+    select p_first, 1
+    union all
+    select (select j.fair_group from jobs_data.jobs as j
+            where j.queue = p_queue and j.state = 'ready' and j.fair_group is not null
+              and j.fair_group > g.grp
+            order by j.fair_group limit 1), g.n + 1
+    from g where g.grp is not null and g.n < p_max
+  )
+  select coalesce(array_agg(g.grp order by g.n), '{}') from g
+  where g.grp is not null and (p_upto is null or g.grp <= p_upto);
+end;
+
+create or replace function jobs._fair_ready(p_queue text, p_fairness text, p_tenants text[], p_max int,
+                                 p_now timestamptz)
+returns table (id uuid, name text, priority int, run_at timestamptz, concurrency_key text,
+               bury boolean, turn bigint)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  -- Where this connection's last claim of the queue stopped among its groups: a setting of
+  -- the connection, so claimers never write a shared row to take turns. (A role that sets it
+  -- itself moves its own start, nothing else.)
+  v_cursor text := 'pg_jobs_fair.q' || (hashtext(p_queue) & 2147483647);
+  v_after  text := nullif(current_setting(v_cursor, true), '');
+  v_first  text;
+  v_groups text[];
+  v_ids    uuid[];
+  v_turns  bigint[];
+  v_k      int;
+begin
+  -- 1. Due jobs wait for their turn too (each is made ready once).
+  update jobs_data.jobs as j set state = 'ready', updated_at = p_now
+  where j.ctid = any(array(
+      select d.ctid from jobs_data.jobs as d
+      where d.queue = p_queue and d.state in ('delayed', 'suspended') and d.run_at <= p_now
+        and (p_tenants is null or d.tenant_id = any(p_tenants))
+      order by d.run_at limit greatest(p_max, 100) for update skip locked))
+    and j.state in ('delayed', 'suspended');
+
+  -- 2. The groups whose turn it is.
+  if p_fairness = 'tenant' and p_tenants is not null then
+    -- A bound worker's groups are its tenants (those with nothing ready take no job).
+    v_groups := array(select t.tenant from unnest(p_tenants) as t(tenant)
+                      order by t.tenant <= coalesce(v_after, ''), t.tenant limit p_max);
+  else
+    if v_after is null then
+      select j.fair_group into v_first from jobs_data.jobs as j
+      where j.queue = p_queue and j.state = 'ready' and j.fair_group is not null
+      order by j.fair_group limit 1;
+    else
+      select j.fair_group into v_first from jobs_data.jobs as j
+      where j.queue = p_queue and j.state = 'ready' and j.fair_group is not null
+        and j.fair_group > v_after
+      order by j.fair_group limit 1;
+    end if;
+    v_groups := case when v_first is not null then jobs._fair_groups(p_queue, v_first, null, p_max)
+                     else '{}' end;
+    if cardinality(v_groups) < p_max and v_after is not null then
+      -- Round again from the first group, up to where this round started.
+      select j.fair_group into v_first from jobs_data.jobs as j
+      where j.queue = p_queue and j.state = 'ready' and j.fair_group is not null
+      order by j.fair_group limit 1;
+      if v_first is not null and v_first <= v_after then
+        v_groups := v_groups || jobs._fair_groups(p_queue, v_first, v_after, p_max - cardinality(v_groups));
+      end if;
+    end if;
+  end if;
+
+  -- 3. Turns: up to v_k jobs of each group, the first of every group before any second.
+  if cardinality(v_groups) > 0 then
+    perform set_config(v_cursor, v_groups[cardinality(v_groups)], false);
+    v_k := ceil(p_max::numeric / cardinality(v_groups));
+    select array_agg(x.id order by x.turn, x.pos), array_agg(x.turn order by x.turn, x.pos)
+      into v_ids, v_turns
+    from (
+      select c.id, c.pos, row_number() over (partition by c.pos order by c.priority desc, c.run_at) as turn
+      from unnest(v_groups) with ordinality as g(grp, pos)
+      cross join lateral (
+        select j.id, j.priority, j.run_at, g.pos
+        from jobs_data.jobs as j
+        where j.queue = p_queue and j.state = 'ready' and j.fair_group = g.grp
+          and (p_tenants is null or j.tenant_id = any(p_tenants))
+        order by j.priority desc, j.run_at
+        limit v_k for update skip locked) as c
+    ) as x;
+    v_ids := v_ids[1:p_max];
+  end if;
+
+  -- 4. The rest of the batch in claim order (past the jobs taken above, which this claim holds).
+  return query
+  select j.id, j.name, j.priority, j.run_at, j.concurrency_key, jobs._run_over(j.run_deadline, p_now),
+         u.turn
+  from unnest(v_ids, v_turns[1:p_max]) as u(id, turn)
+  join jobs_data.jobs as j on j.id = u.id;
+  if coalesce(cardinality(v_ids), 0) < p_max then
+    return query
+    select f.id, f.name, f.priority, f.run_at, f.concurrency_key, jobs._run_over(f.run_deadline, p_now),
+           coalesce(v_k, 0)::bigint + 1
+    from (select j.id, j.name, j.priority, j.run_at, j.concurrency_key, j.run_deadline
+          from jobs_data.jobs as j
+          where j.queue = p_queue and j.state = 'ready'
+            and (p_tenants is null or j.tenant_id = any(p_tenants))
+            and (v_ids is null or j.id <> all(v_ids))
+          order by j.priority desc, j.run_at
+          limit p_max - coalesce(cardinality(v_ids), 0) for update skip locked) as f;
+  end if;
 end
 $$;
 
@@ -4370,7 +4595,8 @@ begin
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
-                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats')
+                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
+                        '_queue_fairness_set')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '
@@ -4532,6 +4758,10 @@ for each row
 when (old.ordering_key is not null and old.run_at <> 'infinity'
       and old.state in ('ready', 'delayed', 'running', 'suspended'))
 execute function jobs._ordering_ended();
+create trigger queues_fairness_set
+before insert or update of fairness on jobs_data.queues
+for each row
+execute function jobs._queue_fairness_set();
 -- 12., 18., 22. and 24. The roles that may call a function of 0.1.0 may call the new ones beside
 -- it: who may complete a batch may complete it and claim the next in one call; the workers
 -- (who may save a step) may spawn and await children, and sleep; the producers and workers (who may

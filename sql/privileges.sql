@@ -243,7 +243,8 @@ begin
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
-                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats')
+                        'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
+                        '_queue_fairness_set')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '

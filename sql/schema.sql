@@ -87,10 +87,14 @@ comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
 
 create table jobs_data.queues (
-  queue  text primary key check (length(queue) between 1 and 128),
-  paused boolean not null default false
+  queue    text primary key check (length(queue) between 1 and 128),
+  paused   boolean not null default false,
+  -- How a claim shares this queue among groups of jobs (sql/fairness.sql): 'none' (claim
+  -- order), 'tenant' or 'concurrency_key' (the groups take turns).
+  fairness text not null default 'none' check (fairness in ('none', 'tenant', 'concurrency_key'))
 );
-comment on table jobs_data.queues is 'Every queue ever used (enqueue adds it) and whether it is paused';
+comment on table jobs_data.queues is
+  'Every queue ever used (enqueue adds it), whether it is paused and how claims share it';
 insert into jobs_data.queues (queue) values ('default');
 
 create table jobs_data.jobs (
@@ -131,7 +135,8 @@ create table jobs_data.jobs (
   meta             jsonb,         -- what the producer carries to every attempt (a traceparent, ...)
   run_timeout      interval,      -- the most the whole run may take; NULL: no limit
   run_deadline     timestamptz,   -- enqueue (or requeue) + run_timeout: past it the job is buried
-  ordering_key     text           -- jobs of a queue, tenant and key run one at a time, in order
+  ordering_key     text,          -- jobs of a queue, tenant and key run one at a time, in order
+  fair_group       text           -- in a fair queue, the group whose turn it waits for (sql/fairness.sql)
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -196,6 +201,9 @@ create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
 create index jobs_ordering_idx on jobs_data.jobs
   (queue, ordering_key, (coalesce(tenant_id, '')), (run_at = 'infinity'), enqueued_at, id)
   where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+
+-- (Fair queues have an index of their own, jobs_fair_idx, made when the first queue is made
+-- fair: sql/fairness.sql.)
 
 -- Idempotency: one live job per (name, tenant, key). NULL tenants are one tenant.
 create unique index jobs_idempotency_live_idx

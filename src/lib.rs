@@ -97,10 +97,20 @@ extension_sql_file!(
     requires = ["ordering"]
 );
 extension_sql_file!(
+    "../sql/fairness.sql",
+    name = "fairness",
+    requires = ["ordering_triggers"]
+);
+extension_sql_file!(
+    "../sql/fairness_triggers.sql",
+    name = "fairness_triggers",
+    requires = ["fairness"]
+);
+extension_sql_file!(
     "../sql/schedules.sql",
     name = "schedules",
     requires = [
-        "ordering_triggers",
+        "fairness_triggers",
         cron::cron_problem,
         cron::cron_next,
         cron::cron_slots,

@@ -218,6 +218,13 @@ def test_pause_resume_and_schedules(jobs_db):
     code, _, err = pgjobs(jobs_db, "pause", "no_such_queue")
     assert code == 2 and "unknown queue" in err and "[22023]" in err
     assert snapshot(jobs_db) == before
+    code, out, _ = pgjobs(jobs_db, "fairness", "mail", "tenant")
+    assert code == 0 and "turns among its tenants" in out
+    assert one(jobs_db, "select fairness from jobs.queues where queue = 'mail'") == "tenant"
+    before = snapshot(jobs_db)
+    code, _, err = pgjobs(jobs_db, "fairness", "mail", "tenants")
+    assert code == 2 and "invalid value 'tenants'" in err
+    assert snapshot(jobs_db) == before
     one(jobs_db, "select jobs.schedule('nightly', '0 3 * * *', '{\"name\": \"report\"}')")
     rows = pgjobs_json(jobs_db, "schedules")
     assert [(s["name"], s["cron"], s["enabled"]) for s in rows] == [("nightly", "0 3 * * *", True)]

@@ -52,8 +52,9 @@ def body_from(dsn, fn, commit, path):
     sql(dsn, ddl[:ddl.index("AS $function$") + len("AS $function$")] + body + "$function$")
 
 
-def pgbench(dsn, script, seconds=5, **defines):
-    cmd = [PGBENCH, "-n", "-c", "4", "-j", "2", "-T", str(seconds), "-f", os.path.join(BENCH, script)]
+def pgbench(dsn, script, seconds=5, clients=4, **defines):
+    cmd = [PGBENCH, "-n", "-c", str(clients), "-j", str(min(clients, 2)), "-T", str(seconds),
+           "-f", os.path.join(BENCH, script)]
     for key, value in defines.items():
         cmd += ["-D", f"{key}={value}"]
     out = subprocess.run(cmd + [dsn], capture_output=True, text=True, env=ENV, check=True).stdout
@@ -69,9 +70,10 @@ def hold(dsn):
                 from jobs.claim('beat', array['bench'], 1000, '1 hour')""")
 
 
-def run_ab(base, make_old, reps=4):
-    """Single enqueues, heartbeats and a drain at B = 10 in ab_new (this build) and ab_old
-    (this build changed by make_old(dsn)), the order alternating; prints the medians."""
+def run_ab(base, make_old, reps=4, batches=(10,), clients=4):
+    """Single enqueues, heartbeats and a drain at each batch size (B = 10) in ab_new (this
+    build) and ab_old (this build changed by make_old(dsn)), the order alternating; prints the
+    medians."""
     dbs = {"new": base + " dbname=ab_new", "old": base + " dbname=ab_old"}
     for label, dsn in dbs.items():
         sql(base, f"drop database if exists ab_{label}")
@@ -83,14 +85,17 @@ def run_ab(base, make_old, reps=4):
         for label in ("new", "old") if rep % 2 == 0 else ("old", "new"):
             dsn = dbs[label]
             sql(dsn, "truncate jobs_data.jobs")
-            results.setdefault(("single enqueues/s", label), []).append(pgbench(dsn, "pgjobs_enqueue.sql"))
+            results.setdefault(("single enqueues/s", label), []).append(
+                pgbench(dsn, "pgjobs_enqueue.sql", clients=clients))
             hold(dsn)
-            results.setdefault(("heartbeats/s", label), []).append(pgbench(dsn, "pgjobs_heartbeat.sql", held=1000))
-            sql(dsn, "truncate jobs_data.jobs")
-            for _ in range(2):
-                sql(dsn, BATCH, ("b", 10000))
-            drained = 10 * pgbench(dsn, "pgjobs_drain.sql", seconds=4, batch=10)
-            results.setdefault(("drain B=10, jobs/s", label), []).append(drained)
+            results.setdefault(("heartbeats/s", label), []).append(
+                pgbench(dsn, "pgjobs_heartbeat.sql", clients=clients, held=1000))
+            for b in batches:
+                sql(dsn, "truncate jobs_data.jobs")
+                for _ in range(2):
+                    sql(dsn, BATCH, ("b", 10000))
+                drained = b * pgbench(dsn, "pgjobs_drain.sql", seconds=4, clients=clients, batch=b)
+                results.setdefault((f"drain B={b}, jobs/s", label), []).append(drained)
     for (what, label), values in sorted(results.items()):
         print(f"{what:20} {label}: {[round(v) for v in values]} median {statistics.median(values):,.0f}")
 

@@ -97,6 +97,13 @@ enum Command {
     Pause { queue: String },
     /// Resume a paused queue
     Resume { queue: String },
+    /// How claims share a queue: in priority order (none), or in turns among its tenants or
+    /// concurrency keys, so no group's backlog starves another
+    Fairness {
+        queue: String,
+        #[arg(value_parser = ["none", "tenant", "concurrency_key"])]
+        mode: String,
+    },
     /// The recurring schedules, with their last and next slot
     Schedules,
     /// The web dashboard: queues live, jobs by filter, a job's attempts, steps and children,
@@ -184,6 +191,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Command::Resume { queue } => {
             return queues::set_paused(&client, queue, false)
+                .await
+                .map(|_| true)
+        }
+        Command::Fairness { queue, mode } => {
+            return queues::set_fairness(&client, queue, mode)
                 .await
                 .map(|_| true)
         }

@@ -1,4 +1,4 @@
-//! `pgjobs pause`, `resume` and `schedules`.
+//! `pgjobs pause`, `resume`, `fairness` and `schedules`.
 
 use crate::output;
 use anyhow::Result;
@@ -18,6 +18,16 @@ pub async fn set_paused(client: &Client, queue: &str, paused: bool) -> Result<()
         "{} queue {queue}",
         if paused { "paused" } else { "resumed" }
     );
+    Ok(())
+}
+
+/// `jobs.set_fairness`, printing its answer.
+pub async fn set_fairness(client: &Client, queue: &str, mode: &str) -> Result<()> {
+    let row = client
+        .query_one("select jobs.set_fairness($1, $2)", &[&queue, &mode])
+        .await
+        .map_err(|e| anyhow::anyhow!(output::describe(&e)))?;
+    println!("{}", row.get::<_, String>(0));
     Ok(())
 }
 

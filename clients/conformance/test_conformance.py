@@ -201,6 +201,24 @@ def test_tags_and_meta_reach_the_handler(db, start_worker):
         "tags": ["customer:42", "import"], "meta": {"traceparent": "00-ab", "k": 1}}
 
 
+def test_a_fair_queue_runs_a_small_tenants_job_among_a_big_ones_backlog(db, start_worker):
+    """17. In a queue shared fairly by tenant (jobs.set_fairness), 200 jobs of tenant big
+    enqueued first, then one of tenant small: the worker's claims take turns, so small's job
+    finishes before more than a handful of big's (in claim order it would be the 201st). A
+    library that claimed ahead of its free slots, or reordered what it claimed, fails this.
+    Checked to fail with the queue's fairness left 'none': 199 of big's finished before it."""
+    db.execute("select jobs.set_fairness('default', 'tenant')")
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object("
+               "'name', 'sleep', 'tenant_id', 'big', 'payload', jsonb_build_object('ms', 50))) "
+               "from generate_series(1, 200)))")
+    small = db.enqueue("noop", tenant_id="small")
+    start_worker(db, concurrency=2)
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(small,), timeout=60)
+    before = db.one("select count(*) from jobs.jobs where tenant_id = 'big' and state = 'completed' "
+                    "and finished_at <= (select finished_at from jobs.jobs where id = %s)", (small,))[0]
+    assert before <= 4, f"{before} of big's jobs finished before small's"
+
+
 def test_a_worker_started_before_the_server_accepts_connections_keeps_trying(db, start_worker):
     """A database error never ends the worker: with connections refused for its role at first
     (CONNECTION LIMIT 0), it retries with backoff and works once they are allowed."""

@@ -4,7 +4,7 @@
 -- an upgrade carries over (the last line checks the jobs').
 select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'deadline', 'claimed_at', 'parent_id', 'close_policy', 'children_live',
-                                      'tags', 'meta', 'run_timeout', 'run_deadline', 'ordering_key'])::text as r from jobs.jobs t) as t;
+                                      'tags', 'meta', 'run_timeout', 'run_deadline', 'ordering_key', 'fair_group'])::text as r from jobs.jobs t) as t;
 select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.steps t;
 select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - 'tenant_id')::text as r from jobs.events t) as t;
@@ -12,8 +12,9 @@ select 'job_types ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order b
 from (select (to_jsonb(t) - array['timeout', 'rate_limit', 'rate_period', 'rate_limit_per_key',
                                   'run_timeout'])::text as r
       from jobs.job_types t) as t;
-select 'queues ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.queues t
-  where queue <> 'default';
+select 'queues ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
+from (select (t.queue, t.paused)::text as r from jobs.queues t
+  where queue <> 'default') as t;
 -- (the sequence moved from jobs to jobs_data in 0.1.1)
 select 'step sequence ' || coalesce(pg_sequence_last_value(c.oid)::text, 'unused')
   from pg_class as c join pg_namespace as n on n.oid = c.relnamespace

@@ -48,6 +48,8 @@
 --     run_timeouts task).
 -- 27. Ordering keys: jobs.enqueue's ordering_key (sql/ordering.sql), their tables, triggers and
 --     the sweep's ordering_turns task.
+-- 28. Fair queues: jobs_data.queues.fairness, jobs.set_fairness, the jobs' fair_group and
+--     jobs_fair_idx (sql/fairness.sql), and the trigger that checks and applies a change.
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 
@@ -341,6 +343,12 @@ alter type jobs.job_spec add attribute ordering_key text;
 create index jobs_ordering_idx on jobs_data.jobs
   (queue, ordering_key, (coalesce(tenant_id, '')), (run_at = 'infinity'), enqueued_at, id)
   where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+-- 28. Fair queues.
+alter table jobs_data.queues add column fairness text not null default 'none'
+  check (fairness in ('none', 'tenant', 'concurrency_key'));
+comment on table jobs_data.queues is
+  'Every queue ever used (enqueue adds it), whether it is paused and how claims share it';
+alter table jobs_data.jobs add column fair_group text;
 -- @after
 -- 20. ... and may call the new publish.
 do $$
@@ -417,6 +425,7 @@ $$;
 -- 18. The children's triggers (their function is above).
 -- @include sql/children_triggers.sql
 -- @include sql/ordering_triggers.sql
+-- @include sql/fairness_triggers.sql
 -- 12., 18., 22. and 24. The roles that may call a function of 0.1.0 may call the new ones beside
 -- it: who may complete a batch may complete it and claim the next in one call; the workers
 -- (who may save a step) may spawn and await children, and sleep; the producers and workers (who may
