@@ -92,23 +92,27 @@ comment on function jobs.set_fairness(text, text) is
 
 -- Up to p_max groups of the queue that have ready jobs, in order, from p_first (a group that
 -- has them) on, none past p_upto (NULL: no bound). A loose index scan of jobs_fair_idx: one
--- descent per group, whatever its backlog.
+-- descent per group, whatever its backlog. (PL/pgSQL, so its plan is kept per connection: a
+-- SQL function's is made again on every call.)
 create function jobs._fair_groups(p_queue text, p_first text, p_upto text, p_max int)
 returns text[]
-language sql stable
-begin atomic
-  with recursive g(grp, n) as (
-    select p_first, 1
-    union all
-    select (select j.fair_group from jobs_data.jobs as j
-            where j.queue = p_queue and j.state = 'ready' and j.fair_group is not null
-              and j.fair_group > g.grp
-            order by j.fair_group limit 1), g.n + 1
-    from g where g.grp is not null and g.n < p_max
-  )
-  select coalesce(array_agg(g.grp order by g.n), '{}') from g
-  where g.grp is not null and (p_upto is null or g.grp <= p_upto);
-end;
+language plpgsql stable
+as $$
+begin
+  return (
+    with recursive g(grp, n) as (
+      select p_first, 1
+      union all
+      select (select j.fair_group from jobs_data.jobs as j
+              where j.queue = p_queue and j.state = 'ready' and j.fair_group is not null
+                and j.fair_group > g.grp
+              order by j.fair_group limit 1), g.n + 1
+      from g where g.grp is not null and g.n < p_max and (p_upto is null or g.grp < p_upto)
+    )
+    select coalesce(array_agg(g.grp order by g.n), '{}') from g
+    where g.grp is not null and (p_upto is null or g.grp <= p_upto));
+end
+$$;
 
 -- The candidates of a claim of up to p_max jobs from a fair queue (see the header), locked
 -- (FOR UPDATE SKIP LOCKED) as jobs.claim's scans lock theirs, with each one's turn: the

@@ -3607,20 +3607,23 @@ comment on function jobs.set_fairness(text, text) is
 
 create or replace function jobs._fair_groups(p_queue text, p_first text, p_upto text, p_max int)
 returns text[]
-language sql stable
-begin atomic
-  with recursive g(grp, n) as (
-    select p_first, 1
-    union all
-    select (select j.fair_group from jobs_data.jobs as j
-            where j.queue = p_queue and j.state = 'ready' and j.fair_group is not null
-              and j.fair_group > g.grp
-            order by j.fair_group limit 1), g.n + 1
-    from g where g.grp is not null and g.n < p_max
-  )
-  select coalesce(array_agg(g.grp order by g.n), '{}') from g
-  where g.grp is not null and (p_upto is null or g.grp <= p_upto);
-end;
+language plpgsql stable
+as $$
+begin
+  return (
+    with recursive g(grp, n) as (
+      select p_first, 1
+      union all
+      select (select j.fair_group from jobs_data.jobs as j
+              where j.queue = p_queue and j.state = 'ready' and j.fair_group is not null
+                and j.fair_group > g.grp
+              order by j.fair_group limit 1), g.n + 1
+      from g where g.grp is not null and g.n < p_max and (p_upto is null or g.grp < p_upto)
+    )
+    select coalesce(array_agg(g.grp order by g.n), '{}') from g
+    where g.grp is not null and (p_upto is null or g.grp <= p_upto));
+end
+$$;
 
 create or replace function jobs._fair_ready(p_queue text, p_fairness text, p_tenants text[], p_max int,
                                  p_now timestamptz)

@@ -69,6 +69,35 @@ def test_a_tenants_running_jobs_and_open_claim_hold_back_no_other_tenant(dsn, ro
         acme.rollback()
 
 
+@pytest.mark.parametrize("fairness", ["tenant", "concurrency_key"])
+def test_a_bound_worker_in_a_fair_queue_takes_turns_among_its_own_tenants_only(dsn, roles, fairness):
+    """A fair queue shared by acme and globex: acme's bound worker takes acme's jobs, its due
+    one included (in turns among its keys, with concurrency_key), never globex's, and never
+    waits on the rows globex's open claim holds; globex's worker then takes the rest, globex's.
+    Checked to fail with the tenant condition taken out of the turns scan of
+    jobs._fair_ready: acme's worker was handed globex's jobs."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("select jobs.set_fairness('shared', %s)", (fairness,))
+        for tenant in ("globex", "acme"):
+            for n in range(3):
+                admin.execute("select jobs.enqueue('f', queue => 'shared', tenant_id => %s, concurrency_key => %s)",
+                              (tenant, f"k{n}"))
+            admin.execute("select jobs.enqueue('due', queue => 'shared', tenant_id => %s, run_at => jobs.clock() + '1 second')",
+                          (tenant,))
+        admin.execute("update jobs_data.jobs set run_at = jobs.clock() - interval '1 second' where name = 'due'")
+    with psycopg.connect(roles[("globex", "worker")]) as globex_open:
+        assert globex_open.execute("select count(*) from jobs.claim('g-0', array['shared'], 1)").fetchone()[0] == 1
+        with impatient(roles[("acme", "worker")]) as acme:
+            got = acme.execute("select tenant_id, name from jobs.claim('a-1', array['shared'], 10)").fetchall()
+            assert sorted(got) == [("acme", "due"), ("acme", "f"), ("acme", "f"), ("acme", "f")]
+        globex_open.commit()
+    with impatient(roles[("globex", "worker")]) as globex:
+        got = globex.execute("select tenant_id from jobs.claim('g-1', array['shared'], 10)").fetchall()
+        assert got and {t for (t,) in got} == {"globex"}
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        assert admin.execute("select count(*) from jobs.jobs where state <> 'running'").fetchone()[0] == 0
+
+
 def test_a_tenants_open_transaction_on_an_event_stalls_no_other_tenant(dsn, roles):
     """acme's worker suspends its job on an event (name, key) and leaves its transaction open;
     acme's producer publishes another in an open transaction. globex's producer publishes the
