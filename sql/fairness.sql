@@ -19,9 +19,15 @@
 --      and round again from the first (so every group gets its turn, however many there are);
 --   3. takes turns: each group's first job, then each group's second, ... up to N jobs;
 --   4. fills what is left of N in claim order, when the groups found have too few jobs.
--- Within a group, priority and run_at order the jobs as they do a queue. A claim of a queue
--- without fairness reads none of this: its statement skips the fair scan by the queue's row,
--- which it reads anyway (paused), and enqueue writes fair_group NULL, which no index holds.
+-- Within a group, priority and run_at order the jobs as they do a queue.
+--
+-- A change of a queue's fairness regroups its live jobs in the changing transaction; an
+-- enqueue open meanwhile gives its job the grouping it read, and the sweep regroups such a job
+-- once every transaction open at the change has ended (jobs._fair_sweep).
+--
+-- A claim of a queue without fairness reads none of this: its statement skips the fair scan
+-- by the queue's row, which it reads anyway (paused), and enqueue writes fair_group NULL,
+-- which no index holds.
 
 -- The group of a job of a tenant and concurrency key in a queue of this fairness; NULL without
 -- fairness. A plain expression, so the planner inlines it (a subquery in it would stop that,
@@ -62,6 +68,9 @@ begin
     update jobs_data.jobs as j set fair_group = jobs._fair_group(new.fairness, j.tenant_id, j.concurrency_key)
     where j.queue = new.queue and j.state in ('ready', 'delayed', 'running', 'suspended')
       and j.fair_group is distinct from jobs._fair_group(new.fairness, j.tenant_id, j.concurrency_key);
+    -- An enqueue open now gives its job the old grouping: the sweep regroups after it ends.
+    insert into jobs_data.fair_pending as p (queue) values (new.queue)
+    on conflict on constraint fair_pending_pkey do update set waiting_for = null;
   end if;
   return new;
 end
@@ -213,5 +222,68 @@ begin
           order by j.priority desc, j.run_at
           limit p_max - coalesce(cardinality(v_ids), 0) for update skip locked) as f;
   end if;
+end
+$$;
+
+-- The sweep's task fair_groups (see jobs_data.fair_pending): for each queue whose fairness
+-- changed, the first pass that sees it notes the transactions open then; a later pass, once
+-- none of them is, gives the queue's live jobs that are out of step their group (up to p_max
+-- rows, skipping rows a claim holds) and, when none is left, forgets the queue. Answers the
+-- jobs regrouped.
+create function jobs._fair_sweep(p_max int)
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_queue    record;
+  v_fairness text;
+  v_n        bigint := 0;
+  v_rows     bigint;
+begin
+  for v_queue in select p.queue, p.waiting_for from jobs_data.fair_pending as p for update skip locked loop
+    if v_queue.waiting_for is null then
+      update jobs_data.fair_pending as p
+      set waiting_for = array(select l.virtualxid from pg_catalog.pg_locks as l
+                              where l.locktype = 'virtualxid' and l.granted and l.pid <> pg_backend_pid())
+      where p.queue = v_queue.queue;
+    elsif not exists (select from pg_catalog.pg_locks as l
+                      where l.locktype = 'virtualxid' and l.virtualxid = any(v_queue.waiting_for)) then
+      select q.fairness into v_fairness from jobs_data.queues as q where q.queue = v_queue.queue;
+      -- (Each live state through its own index: ready, due and running jobs of the queue.)
+      with regrouped as (
+        update jobs_data.jobs as j set fair_group = jobs._fair_group(v_fairness, j.tenant_id, j.concurrency_key)
+        where j.ctid = any(array(
+            select * from (select x.ctid from jobs_data.jobs as x
+                           where x.queue = v_queue.queue and x.state = 'ready'
+                             and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key)
+                           limit p_max for update skip locked) as r
+            union all
+            select * from (select x.ctid from jobs_data.jobs as x
+                           where x.queue = v_queue.queue and x.state in ('delayed', 'suspended')
+                             and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key)
+                           limit p_max for update skip locked) as d
+            union all
+            select * from (select x.ctid from jobs_data.jobs as x
+                           where x.queue = v_queue.queue and x.state = 'running' and x.lease_scan_at is not null
+                             and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key)
+                           limit p_max for update skip locked) as l))
+        returning 1
+      )
+      select count(*) into v_rows from regrouped;
+      v_n := v_n + v_rows;
+      if not exists (select from jobs_data.jobs as x
+                     where x.queue = v_queue.queue and x.state = 'ready'
+                       and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key))
+         and not exists (select from jobs_data.jobs as x
+                         where x.queue = v_queue.queue and x.state in ('delayed', 'suspended')
+                           and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key))
+         and not exists (select from jobs_data.jobs as x
+                         where x.queue = v_queue.queue and x.state = 'running' and x.lease_scan_at is not null
+                           and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key)) then
+        delete from jobs_data.fair_pending as p where p.queue = v_queue.queue;
+      end if;
+    end if;
+  end loop;
+  return v_n;
 end
 $$;

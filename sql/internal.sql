@@ -103,3 +103,15 @@ comment on table jobs_data.ordering_pending is
 -- Their rows go with a dump, as the jobs' do (sql/backup.sql).
 select pg_catalog.pg_extension_config_dump('jobs_data.ordering_keys', '');
 select pg_catalog.pg_extension_config_dump('jobs_data.ordering_pending', '');
+
+-- Queues whose fairness changed (sql/fairness.sql). An enqueue whose statement began before
+-- the change committed gave its job the grouping it read; the sweep waits out every
+-- transaction that was open when it first saw the change (waiting_for: their virtual
+-- transaction ids, from pg_locks), then gives the queue's live jobs their group once more.
+create table jobs_data.fair_pending (
+  queue       text primary key,
+  waiting_for text[]  -- NULL until a sweep has seen the change
+);
+comment on table jobs_data.fair_pending is
+  'Queues whose fairness changed: a sweep regroups their live jobs once the transactions open at the change have ended';
+select pg_catalog.pg_extension_config_dump('jobs_data.fair_pending', '');

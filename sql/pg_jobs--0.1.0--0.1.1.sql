@@ -634,6 +634,16 @@ comment on table jobs_data.ordering_pending is
 select pg_catalog.pg_extension_config_dump('jobs_data.ordering_keys', '');
 
 select pg_catalog.pg_extension_config_dump('jobs_data.ordering_pending', '');
+
+create table jobs_data.fair_pending (
+  queue       text primary key,
+  waiting_for text[]  -- NULL until a sweep has seen the change
+);
+
+comment on table jobs_data.fair_pending is
+  'Queues whose fairness changed: a sweep regroups their live jobs once the transactions open at the change have ended';
+
+select pg_catalog.pg_extension_config_dump('jobs_data.fair_pending', '');
 alter table jobs_data.events drop constraint events_key_check,
   add constraint events_key_check check (octet_length(key) <= 512);
 
@@ -3576,6 +3586,9 @@ begin
     update jobs_data.jobs as j set fair_group = jobs._fair_group(new.fairness, j.tenant_id, j.concurrency_key)
     where j.queue = new.queue and j.state in ('ready', 'delayed', 'running', 'suspended')
       and j.fair_group is distinct from jobs._fair_group(new.fairness, j.tenant_id, j.concurrency_key);
+    -- An enqueue open now gives its job the old grouping: the sweep regroups after it ends.
+    insert into jobs_data.fair_pending as p (queue) values (new.queue)
+    on conflict on constraint fair_pending_pkey do update set waiting_for = null;
   end if;
   return new;
 end
@@ -3720,6 +3733,64 @@ begin
           order by j.priority desc, j.run_at
           limit p_max - coalesce(cardinality(v_ids), 0) for update skip locked) as f;
   end if;
+end
+$$;
+
+create or replace function jobs._fair_sweep(p_max int)
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_queue    record;
+  v_fairness text;
+  v_n        bigint := 0;
+  v_rows     bigint;
+begin
+  for v_queue in select p.queue, p.waiting_for from jobs_data.fair_pending as p for update skip locked loop
+    if v_queue.waiting_for is null then
+      update jobs_data.fair_pending as p
+      set waiting_for = array(select l.virtualxid from pg_catalog.pg_locks as l
+                              where l.locktype = 'virtualxid' and l.granted and l.pid <> pg_backend_pid())
+      where p.queue = v_queue.queue;
+    elsif not exists (select from pg_catalog.pg_locks as l
+                      where l.locktype = 'virtualxid' and l.virtualxid = any(v_queue.waiting_for)) then
+      select q.fairness into v_fairness from jobs_data.queues as q where q.queue = v_queue.queue;
+      -- (Each live state through its own index: ready, due and running jobs of the queue.)
+      with regrouped as (
+        update jobs_data.jobs as j set fair_group = jobs._fair_group(v_fairness, j.tenant_id, j.concurrency_key)
+        where j.ctid = any(array(
+            select * from (select x.ctid from jobs_data.jobs as x
+                           where x.queue = v_queue.queue and x.state = 'ready'
+                             and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key)
+                           limit p_max for update skip locked) as r
+            union all
+            select * from (select x.ctid from jobs_data.jobs as x
+                           where x.queue = v_queue.queue and x.state in ('delayed', 'suspended')
+                             and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key)
+                           limit p_max for update skip locked) as d
+            union all
+            select * from (select x.ctid from jobs_data.jobs as x
+                           where x.queue = v_queue.queue and x.state = 'running' and x.lease_scan_at is not null
+                             and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key)
+                           limit p_max for update skip locked) as l))
+        returning 1
+      )
+      select count(*) into v_rows from regrouped;
+      v_n := v_n + v_rows;
+      if not exists (select from jobs_data.jobs as x
+                     where x.queue = v_queue.queue and x.state = 'ready'
+                       and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key))
+         and not exists (select from jobs_data.jobs as x
+                         where x.queue = v_queue.queue and x.state in ('delayed', 'suspended')
+                           and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key))
+         and not exists (select from jobs_data.jobs as x
+                         where x.queue = v_queue.queue and x.state = 'running' and x.lease_scan_at is not null
+                           and x.fair_group is distinct from jobs._fair_group(v_fairness, x.tenant_id, x.concurrency_key)) then
+        delete from jobs_data.fair_pending as p where p.queue = v_queue.queue;
+      end if;
+    end if;
+  end loop;
+  return v_n;
 end
 $$;
 
@@ -4111,6 +4182,9 @@ begin
   -- Ordering keys whose current job ended while an enqueue of the key held it (sql/ordering.sql).
   task := 'ordering_turns'; affected := jobs._ordering_sweep(max_rows); return next;
 
+  -- Queues whose fairness changed: their stragglers regrouped (sql/fairness.sql).
+  task := 'fair_groups'; affected := jobs._fair_sweep(max_rows); return next;
+
   delete from jobs_data.events as e
   where e.ctid = any(array(
       select x.ctid from jobs_data.events as x where x.expires_at <= v_now
@@ -4145,8 +4219,8 @@ begin
   task := 'steps_deleted'; affected := v_steps; return next;
 
   -- The queue registry: at most once an hour (the first sweep to find the hour passed takes
-  -- the row, skipping it if another holds it), queues with no job at all, not paused and not
-  -- 'default', are deleted; enqueue registers a queue again when it is next used. Finding the
+  -- the row, skipping it if another holds it), queues with no job at all, not paused, not fair
+  -- and not 'default', are deleted; enqueue registers a queue again when it is next used. Finding the
   -- queues that have jobs reads the whole table once, so sequentially (this function turns
   -- sequential scans off for its index walks, and back off after).
   update jobs_data.maintenance as m set queues_pruned_at = v_now
@@ -4160,7 +4234,7 @@ begin
     delete from jobs_data.queues as q
     where q.ctid = any(array(
         select x.ctid from jobs_data.queues as x
-        where not x.paused and x.queue <> 'default'
+        where not x.paused and x.fairness = 'none' and x.queue <> 'default'
           and x.queue not in (select j.queue from jobs_data.jobs as j)
         limit max_rows for update skip locked));
     get diagnostics v_n = row_count;

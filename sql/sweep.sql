@@ -12,12 +12,15 @@
 --   run_timeouts     waiting jobs whose run is over (run_timeout): buried
 --   ordering_turns   ordering keys whose current job ended while an enqueue held the key: the
 --                    next job starts (and each key is checked at most hourly)
+--   fair_groups      queues whose fairness changed: once the transactions open at the change
+--                    have ended, their live jobs out of step get their group
 --   expired_events   events past expires_at deleted (they were invisible already)
 --   completed_deleted, dead_deleted
 --                    finished jobs past pg_jobs.completed_retention (completed, cancelled) or
 --                    pg_jobs.dead_retention (failed, dead) deleted
 --   steps_deleted    the steps of runs that no longer have any job
---   queues_deleted   at most hourly: jobs.queues rows of queues with no job, not paused
+--   queues_deleted   at most hourly: jobs.queues rows of queues with no job, not paused, not
+--                    fair (the row holds the setting)
 -- Correctness never waits for a sweep: an expired event is invisible before it is deleted, and
 -- a lapsed lease or a due waiter is claimable before it is swept.
 
@@ -215,6 +218,9 @@ begin
   -- Ordering keys whose current job ended while an enqueue of the key held it (sql/ordering.sql).
   task := 'ordering_turns'; affected := jobs._ordering_sweep(max_rows); return next;
 
+  -- Queues whose fairness changed: their stragglers regrouped (sql/fairness.sql).
+  task := 'fair_groups'; affected := jobs._fair_sweep(max_rows); return next;
+
   delete from jobs_data.events as e
   where e.ctid = any(array(
       select x.ctid from jobs_data.events as x where x.expires_at <= v_now
@@ -249,8 +255,8 @@ begin
   task := 'steps_deleted'; affected := v_steps; return next;
 
   -- The queue registry: at most once an hour (the first sweep to find the hour passed takes
-  -- the row, skipping it if another holds it), queues with no job at all, not paused and not
-  -- 'default', are deleted; enqueue registers a queue again when it is next used. Finding the
+  -- the row, skipping it if another holds it), queues with no job at all, not paused, not fair
+  -- and not 'default', are deleted; enqueue registers a queue again when it is next used. Finding the
   -- queues that have jobs reads the whole table once, so sequentially (this function turns
   -- sequential scans off for its index walks, and back off after).
   update jobs_data.maintenance as m set queues_pruned_at = v_now
@@ -264,7 +270,7 @@ begin
     delete from jobs_data.queues as q
     where q.ctid = any(array(
         select x.ctid from jobs_data.queues as x
-        where not x.paused and x.queue <> 'default'
+        where not x.paused and x.fairness = 'none' and x.queue <> 'default'
           and x.queue not in (select j.queue from jobs_data.jobs as j)
         limit max_rows for update skip locked));
     get diagnostics v_n = row_count;

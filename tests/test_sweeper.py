@@ -230,10 +230,13 @@ def test_a_sigterm_ends_a_vacuum_in_progress(swept):
     a backend's command, instead of waiting for the vacuum to finish. The vacuum is slowed to
     minutes here (vacuum_cost_delay, which VACUUM obeys; 10k dead rows): with the worker's
     own SIGTERM handler, which only sets a flag the worker reads between passes, the process
-    stayed until the vacuum ended."""
+    stayed until the vacuum ended. Autovacuum is held off meanwhile (a long naptime): the
+    table's own autovacuum runs at full speed, and once, in a full run on a loaded machine, it
+    took the dead rows before the worker did, which then had none to vacuum."""
     with psycopg.connect(swept, autocommit=True) as conn:
         conn.execute("alter system set vacuum_cost_delay = '100ms'")
         conn.execute("alter system set vacuum_cost_limit = 1")
+        conn.execute("alter system set autovacuum_naptime = '1h'")
         conn.execute("alter system set pg_jobs.vacuum_interval = '100ms'")
         conn.execute("select pg_reload_conf()")
     try:
@@ -254,6 +257,7 @@ def test_a_sigterm_ends_a_vacuum_in_progress(swept):
         with psycopg.connect(swept, autocommit=True) as conn:
             conn.execute("alter system reset vacuum_cost_delay")
             conn.execute("alter system reset vacuum_cost_limit")
+            conn.execute("alter system reset autovacuum_naptime")
             conn.execute("select pg_reload_conf()")
     # The postmaster starts a new worker, which sweeps.
     abandon_final_attempt(swept)

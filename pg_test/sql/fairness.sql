@@ -69,3 +69,9 @@ select jobs.enqueue('t', '{"n": 27}') is not null as in_default,
 select queue, tenant_id, payload->>'n' as n from jobs.claim('w', array['default', 'fair'], 3)
 order by queue, (payload->>'n')::int;
 select count(*) as left_ready from jobs.jobs where state = 'ready';
+
+-- The sweep's hourly prune of queues with no job keeps a fair one (its row holds the setting).
+select jobs.set_fairness('fair_and_empty', 'tenant');
+update jobs_data.maintenance set queues_pruned_at = null;
+select affected from jobs.sweep() where task = 'queues_deleted';
+select queue, fairness from jobs.queues where queue = 'fair_and_empty';
