@@ -1741,6 +1741,7 @@ declare
   v_buried  uuid[];           -- the candidates buried (or timed out), which take no slot
   v_limited boolean;
   v_lapsed  boolean;          -- a candidate is a lapsed lease: its attempt goes to jobs.attempts
+  v_ended   bigint;           -- the lapsed leases whose attempts were ended
   v_fair_queues text[];       -- the fair queues among queues, and their fairness
   v_fair_modes  text[];
   v_policy_names text[];    -- each name among the candidates once, with its policy:
@@ -1788,7 +1789,9 @@ begin
         'pass a batch size from 1 to 1000');
     end if;
   end if;
-  if claim.lease is not null then
+  -- (The check's PERFORM is a statement of its own: a good lease, which every worker library
+  -- passes, is told by an expression first.)
+  if claim.lease <= interval '0' or claim.lease > interval '7 days' then
     perform jobs._check_interval('jobs.claim: lease', claim.lease, interval '7 days',
       'pass a lease longer than the time between heartbeats, or NULL for the job type''s policy; '
       'heartbeat to run longer');
@@ -2048,19 +2051,24 @@ begin
     from ended as e join settled as s on s.id = e.id;
   end if;
 
+  if v_lapsed then
+    -- A lapsed lease claimed again ends its attempt: its row in jobs.attempts, from the row as
+    -- it is (locked since statement 1). A statement of its own, run only when a candidate was
+    -- one: an INSERT set up in every claim opened jobs.attempts and its indexes each time.
+    with lapsed as (
+      insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+      select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now, 'lease_lapsed',
+             jobs._lapse_error(j.attempt, j.max_attempts)
+      from jobs_data.jobs as j
+      where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
+      returning jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
+    )
+    select count(*) into v_ended from lapsed;
+  end if;
+
   return query
-  -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline. A lapsed
-  -- lease claimed again ends its attempt: its row in jobs.attempts, from the row as it was
-  -- (read only when the candidates had one: v_lapsed gates the scan).
-  with lapsed as (
-    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now, 'lease_lapsed',
-           jobs._lapse_error(j.attempt, j.max_attempts)
-    from jobs_data.jobs as j
-    where v_lapsed and j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
-    returning jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
-  ),
-  moved as (
+  -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline.
+  with moved as (
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],

@@ -1,0 +1,75 @@
+"""The backend CPU of one call of the claim's hot paths, A/B: two databases of one cluster,
+ab_new (this build) and ab_old (this build with the body of jobs.claim at COMMIT). One
+connection each, CPU-bound (synchronous_commit = off); the CPU the backend spent over N
+calls, from /proc (so the cluster must run on this machine), divided by N; repetitions
+alternating, medians. The calls are what a worker library makes, a lease given:
+
+- claim:   jobs.claim('w', array['bench'], 1, '30 s'), over a queue filled before each run;
+- chained: jobs.complete_and_claim(the job held, its claim, 'w', array['bench'], 1, '30 s').
+
+    python bench/ab/claim_cpu_cost.py "host=127.0.0.1 port=PORT user=postgres" COMMIT [N] [REPS]
+
+against a cluster of scripts/cluster.sh (pg_jobs preloaded, every database swept).
+"""
+
+import os
+import statistics
+import sys
+
+import psycopg
+from claim_check_cost import BATCH, body_from, sql
+
+CLAIM = "select id, claim from jobs.claim('w', array['bench'], 1, '30 s')"
+CHAINED = "select id, claim from jobs.complete_and_claim(%s, %s, 'w', array['bench'], 1, '30 s')"
+
+
+def backend_cpu(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def per_call(dsn, what, n):
+    """µs of backend CPU per call, after 200 calls that warm the connection's plans."""
+    sql(dsn, "truncate jobs_data.jobs, jobs_data.attempts")
+    sql(dsn, BATCH, ("bench", n + 500))
+    sql(dsn, "vacuum analyze jobs_data.jobs")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("set synchronous_commit = off")
+        pid = conn.info.backend_pid
+        held = conn.execute(CLAIM).fetchone()
+
+        def call():
+            nonlocal held
+            if what == "chained":
+                held = conn.execute(CHAINED, ([held[0]], [held[1]])).fetchone()
+            else:
+                held = conn.execute(CLAIM).fetchone()
+
+        for _ in range(200):
+            call()
+        before = backend_cpu(pid)
+        for _ in range(n):
+            call()
+        return (backend_cpu(pid) - before) / n * 1e6
+
+
+def main(base, commit, n=3000, reps=6):
+    dbs = {"new": base + " dbname=ab_new", "old": base + " dbname=ab_old"}
+    for label, dsn in dbs.items():
+        sql(base, f"drop database if exists ab_{label}")
+        sql(base, f"create database ab_{label}")
+        sql(dsn, "create extension pg_jobs")
+    body_from(dbs["old"], "jobs.claim(text, text[], int, interval, interval)", commit, "sql/claim.sql")
+    for what in ("claim", "chained"):
+        results = {"new": [], "old": []}
+        for rep in range(reps):
+            for label in ("new", "old") if rep % 2 == 0 else ("old", "new"):
+                results[label].append(per_call(dbs[label], what, n))
+        for label, values in results.items():
+            print(f"{what} ({label}): µs of backend CPU per call {', '.join(f'{v:.0f}' for v in values)}; "
+                  f"median {statistics.median(values):.0f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], *(int(a) for a in sys.argv[3:5]))
