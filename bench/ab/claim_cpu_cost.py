@@ -29,29 +29,39 @@ def backend_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-def per_call(dsn, what, n):
-    """µs of backend CPU per call, after 200 calls that warm the connection's plans."""
+def fill_queue(dsn, n):
+    """The queue `bench` emptied and filled with n ready jobs, the table vacuumed."""
     sql(dsn, "truncate jobs_data.jobs, jobs_data.attempts")
-    sql(dsn, BATCH, ("bench", n + 500))
+    sql(dsn, BATCH, ("bench", n))
     sql(dsn, "vacuum analyze jobs_data.jobs")
+
+
+def cpu_per_call(conn, call, n, warm=200):
+    """µs of the connection's backend CPU per call of call(i), i counting from 0 over warm + n
+    calls; the first `warm`, which make the connection's plans, are not counted."""
+    pid = conn.info.backend_pid
+    for i in range(warm):
+        call(i)
+    before = backend_cpu(pid)
+    for i in range(warm, warm + n):
+        call(i)
+    return (backend_cpu(pid) - before) / n * 1e6
+
+
+def per_call(dsn, what, n):
+    fill_queue(dsn, n + 500)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("set synchronous_commit = off")
-        pid = conn.info.backend_pid
         held = conn.execute(CLAIM).fetchone()
 
-        def call():
+        def call(_):
             nonlocal held
             if what == "chained":
                 held = conn.execute(CHAINED, ([held[0]], [held[1]])).fetchone()
             else:
                 held = conn.execute(CLAIM).fetchone()
 
-        for _ in range(200):
-            call()
-        before = backend_cpu(pid)
-        for _ in range(n):
-            call()
-        return (backend_cpu(pid) - before) / n * 1e6
+        return cpu_per_call(conn, call, n)
 
 
 def main(base, commit, n=3000, reps=6):

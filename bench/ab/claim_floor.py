@@ -19,8 +19,8 @@ import statistics
 import sys
 
 import psycopg
-from claim_check_cost import BATCH, sql
-from claim_cpu_cost import backend_cpu
+from claim_check_cost import sql
+from claim_cpu_cost import cpu_per_call, fill_queue
 
 FEATURE_INDEXES = ("jobs_waiting_idx", "jobs_wait_until_idx", "jobs_children_idx", "jobs_finished_idx",
                    "jobs_attached_idx", "jobs_tags_idx", "jobs_run_deadline_idx", "jobs_ordering_idx",
@@ -40,29 +40,17 @@ BARE = """update jobs_data.jobs as j
 CLAIM = "select id, claim from jobs.claim('w', array['bench'], 1, '30 s')"
 
 
-def fill(dsn, what, n):
+def per_call(dsn, what, query, n):
     if what == "plain":
         sql(dsn, "truncate plain.jobs")
         sql(dsn, "insert into plain.jobs (payload) select jsonb_build_object('n', g) from generate_series(1, %s::int) g",
-            (n,))
+            (n + 500,))
         sql(dsn, "vacuum analyze plain.jobs")
     else:
-        sql(dsn, "truncate jobs_data.jobs, jobs_data.attempts")
-        sql(dsn, BATCH, ("bench", n))
-        sql(dsn, "vacuum analyze jobs_data.jobs")
-
-
-def per_call(dsn, what, query, n):
-    fill(dsn, what, n + 500)
+        fill_queue(dsn, n + 500)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("set synchronous_commit = off")
-        pid = conn.info.backend_pid
-        for _ in range(200):
-            conn.execute(query)
-        before = backend_cpu(pid)
-        for _ in range(n):
-            conn.execute(query)
-        return (backend_cpu(pid) - before) / n * 1e6
+        return cpu_per_call(conn, lambda _: conn.execute(query), n)
 
 
 def main(base, n=3000, reps=4):

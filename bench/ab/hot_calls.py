@@ -13,8 +13,8 @@ import statistics
 import sys
 
 import psycopg
-from claim_check_cost import BATCH, sql
-from claim_cpu_cost import backend_cpu
+from claim_check_cost import sql
+from claim_cpu_cost import cpu_per_call, fill_queue
 
 # Each: (what, the statement, whether it needs held jobs: %s, %s are a job's id and claim).
 CALLS = (
@@ -30,16 +30,14 @@ CALLS = (
 
 
 def per_call(dsn, statement, held, n):
-    sql(dsn, "truncate jobs_data.jobs, jobs_data.attempts")
-    sql(dsn, BATCH, ("bench", n + 500))
+    fill_queue(dsn, n + 500)
     jobs = []
     if held is True:
         while len(jobs) < n + 200:
             jobs += sql(dsn, "select id, claim from jobs.claim('w', array['bench'], 1000, '1 hour')")
-    sql(dsn, "vacuum analyze jobs_data.jobs")
+        sql(dsn, "vacuum analyze jobs_data.jobs")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("set synchronous_commit = off")
-        pid = conn.info.backend_pid
         last = conn.execute(CALLS[0][1]).fetchone()
 
         def call(i):
@@ -51,12 +49,7 @@ def per_call(dsn, statement, held, n):
             else:
                 conn.execute(statement)
 
-        for i in range(200):
-            call(i)
-        before = backend_cpu(pid)
-        for i in range(200, 200 + n):
-            call(i)
-        return (backend_cpu(pid) - before) / n * 1e6
+        return cpu_per_call(conn, call, n)
 
 
 def main(base, n=3000, reps=3):
