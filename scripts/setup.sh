@@ -37,6 +37,7 @@ if [ $demo = 0 ]; then
              libssl-dev  # pgjobs (cli/): TLS through OpenSSL
              golang-go golang-github-lib-pq-dev  # the Go example worker, from Debian
              pgbouncer  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
+             postgresql-15-cron  # sql-only/tests/test_pg_cron.py: the SQL-only edition swept by pg_cron
              # tests/test_languages.py: docs/LANGUAGES.md's Java, Go, Ruby and Perl programs
              default-jdk-headless libpostgresql-jdbc-java golang-github-jackc-pgx-v4-dev ruby-pg libdbd-pg-perl
              chromium chromium-driver  # tests/test_ui.py: the dashboard in a headless browser (Selenium)

@@ -3,9 +3,9 @@
 # test), the pg_regress golden files, the isolation specs, the packaged tarball installed and
 # tested, the upgrade from every earlier release, and the tests from outside the server
 # (pytest against throwaway clusters, on that install), all on PostgreSQL 15, and the
-# libraries' tests and conformance runs; beside those, the in-server tests, the golden files,
-# the isolation specs, the package, the upgrades and the tests that can differ by release on
-# 16, 17 and 18 (scripts/test-releases.sh).
+# libraries' tests and conformance runs; the SQL-only edition (scripts/test-sql-only.sh);
+# beside those, the in-server tests, the golden files, the isolation specs, the package, the
+# upgrades and the tests that can differ by release on 16, 17 and 18 (scripts/test-releases.sh).
 #   scripts/test.sh --quick   a first check in a few minutes once built: the golden files and
 #                             isolation specs, and a drain of 10,000 jobs by 8 workers
 # Installs what is missing first.
@@ -35,7 +35,7 @@ if [ "${1:-}" = --quick ]; then
 fi
 
 echo "== cargo fmt, clippy (the extension, pgjobs and the Rust example), pgjobs built for its tests; gofmt, go vet (the Go example); ruff (the Python), mypy (its library); eslint, tsc and typedoc (the Node.js)"
-.venv/bin/python -m ruff check tests examples bench scripts clients
+.venv/bin/python -m ruff check tests examples bench scripts clients sql-only
 (cd examples/node && npx --no-install eslint .)
 (cd clients/node && npx --no-install eslint . && npx --no-install tsc --noEmit -p tsconfig.test.json)
 # The generated API reference (clients/node/docs/api) is current: typedoc writes what is committed.
@@ -73,9 +73,14 @@ dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)
 echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh), in the background: its log follows the libraries'"
 releases_log=$(mktemp /tmp/pg_jobs-releases.XXXXXX)
 setsid nice -n 10 bash scripts/test-releases.sh >"$releases_log" 2>&1 & releases_run=$!
+# The SQL-only edition (scripts/test-sql-only.sh: its file current, on a PostgreSQL 16 without
+# pg_jobs and a 15 with pg_cron, mostly waiting for pg_cron's minute) beside them too.
+echo "== the SQL-only edition (scripts/test-sql-only.sh), in the background: its log follows the libraries'"
+sql_only_log=$(mktemp /tmp/pg_jobs-sql-only.XXXXXX)
+setsid bash scripts/test-sql-only.sh >"$sql_only_log" 2>&1 & sql_only_run=$!
 # (A command that fails in an EXIT trap under set -e becomes the script's exit status: the
 # kill of a run that has already ended must not.)
-trap 'kill -- "-$releases_run" 2>/dev/null || true; bash scripts/cluster.sh stop "$dir"; rm -rf "$dir" "$releases_log"' EXIT
+trap 'kill -- "-$releases_run" "-$sql_only_run" 2>/dev/null || true; bash scripts/cluster.sh stop "$dir"; rm -rf "$dir" "$releases_log" "$sql_only_log"' EXIT
 
 echo "== tests from outside the server (pytest)"
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
@@ -101,6 +106,12 @@ for run in node:$node_run python-async:$async_run python-sync:$sync_run; do
 done
 if [ $failed = 1 ]; then cat "$dir"/conformance-*.log; exit 1; fi
 bash scripts/cluster.sh stop "$dir"
+
+echo "== the SQL-only edition (scripts/test-sql-only.sh): waiting for it to end"
+sql_only_rc=0
+wait "$sql_only_run" || sql_only_rc=$?
+cat "$sql_only_log"
+if [ $sql_only_rc != 0 ]; then echo "scripts/test-sql-only.sh failed (exit $sql_only_rc)" >&2; exit 1; fi
 
 echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh): waiting for it to end"
 releases_rc=0

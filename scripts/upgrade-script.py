@@ -28,7 +28,7 @@ def install_files():
 
 def statements(text):
     """Splits SQL into statements (each with the comment lines just above it), minding quoted
-    strings, dollar quotes, comments, and BEGIN ATOMIC bodies (whose CASE ... END are counted)."""
+    strings, dollar quotes, comments (also /* ... */, unnested), and BEGIN ATOMIC bodies (whose CASE ... END are counted)."""
     out, start, i, n = [], 0, 0, len(text)
     atomic, cases = False, 0
     word = re.compile(r"[A-Za-z_]+")
@@ -37,6 +37,9 @@ def statements(text):
         if text.startswith("--", i):
             i = text.find("\n", i)
             i = n if i < 0 else i + 1
+        elif text.startswith("/*", i):
+            i = text.find("*/", i + 2)
+            i = n if i < 0 else i + 2
         elif c == "'":
             i += 1
             while i < n and (text[i] != "'" or text.startswith("''", i)):

@@ -1,4 +1,10 @@
-"""Fixtures for tests from outside the server: a fresh database with pg_jobs per test."""
+"""Fixtures for tests from outside the server: a fresh database with pg_jobs per test.
+
+With PG_JOBS_EDITION=sql (scripts/test-sql-only.sh) the database gets the SQL-only edition
+(sql-only/pg_jobs.sql) instead of the extension, and only the tests that run on such a
+database alone (the `dsn` fixture) run, but those marked `library` (they need the shared library:
+its background worker, shared memory, commit hooks); the others are skipped, and counted.
+"""
 
 import os
 
@@ -11,6 +17,34 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+SQL_ONLY = os.environ.get("PG_JOBS_EDITION") == "sql"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "library: needs the extension's shared library (not run on the SQL-only edition)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not SQL_ONLY:
+        return
+    for item in items:
+        if item.get_closest_marker("library"):
+            item.add_marker(pytest.mark.skip(reason="SQL-only edition: needs the shared library"))
+        elif "dsn" not in item.fixturenames:
+            item.add_marker(pytest.mark.skip(reason="SQL-only edition: needs a server of its own"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if SQL_ONLY:
+        skipped = terminalreporter.stats.get("skipped", [])
+        reasons = {}
+        for report in skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reasons[reason] = reasons.get(reason, 0) + 1
+        for reason, count in sorted(reasons.items()):
+            terminalreporter.write_line(f"skipped on the SQL-only edition: {count} ({reason})")
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,9 @@ BOUND = 30  # seconds: a waiter woken by its commit returns well within this; it
 
 def waiting_claims(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("select count(*) from pg_stat_activity where wait_event_type = 'Extension'"
+        # (asleep in the extension's wait, or in the SQL-only edition's poll: pg_sleep)
+        return conn.execute("select count(*) from pg_stat_activity"
+                            " where (wait_event_type = 'Extension' or wait_event = 'PgSleep')"
                             " and query like '%jobs.claim(%wait%'").fetchone()[0]
 
 

@@ -19,7 +19,9 @@ How a block is marked, in its info string (GitHub shows the first word as the la
                                test command, and the test command the demo: test_demo.py),
                                building for a release (scripts/test-releases.sh does),
                                and installing the .deb (scripts/package.sh --check does)
-    ```sh manual               run by hand, not by the tests: the benchmarks (an hour)
+    ```sh manual               run by hand, not by the tests: the benchmarks (an hour), the
+                               steps on managed services (docs/managed/); those of
+                               docs/EDITIONS.md are run by sql-only/tests/test_pg_cron.py
     ```python program asyncpg  a whole program of docs/LANGUAGES.md, run by
                                tests/test_languages.py (as are its other languages' blocks)
 

@@ -14,6 +14,9 @@ import uuid
 import psycopg
 import pytest
 
+# (held beside the extension's functions, in one database)
+pytestmark = pytest.mark.library
+
 SOURCE = pathlib.Path(__file__).resolve().parent.parent / "sql-only" / "src" / "ids.sql"
 LOW = 1 << 23
 

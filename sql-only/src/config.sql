@@ -1,0 +1,177 @@
+-- The SQL-only edition's settings and tenant bindings. The extension keeps them in settings
+-- of its library that only a superuser may set (src/gucs.rs, docs/SECURITY.md); without the
+-- library a setting is a placeholder any role may SET, so this edition keeps them in tables of
+-- a schema of their own, jobs_config, that the installing role owns and grants to nobody (not
+-- to admins either: jobs.grant_admin grants the tables of jobs and jobs_data). Only that role
+-- (or a superuser) moves the clock, changes a retention or a payload limit, or binds a role
+-- to a tenant by hand; the functions below read the tables as their owner.
+
+create schema jobs_config;
+comment on schema jobs_config is
+  'The settings and tenant bindings of pg_jobs''s SQL-only edition: its owner''s alone';
+revoke all on schema jobs_config from public;
+
+-- The extension's settings pg_jobs.clock_offset (seconds), pg_jobs.completed_retention and
+-- pg_jobs.dead_retention (seconds), pg_jobs.max_payload_size (kB), with their ranges; a
+-- setting without a row has its default (jobs_config.setting). No row is made here, so a dump
+-- of the pg_tle form restores the rows an owner wrote into a table the restore made empty.
+create table jobs_config.settings (
+  name  text primary key check (name in ('clock_offset', 'completed_retention', 'dead_retention',
+                                         'max_payload_size')),
+  value int not null,
+  check (case name when 'clock_offset' then value > -2147483647
+                   when 'max_payload_size' then value between 1 and 1048576
+                   else value >= 0 end)
+);
+comment on table jobs_config.settings is
+  'pg_jobs''s settings in the SQL-only edition (the extension''s pg_jobs.clock_offset, '
+  'completed_retention, dead_retention in seconds, max_payload_size in kB); no row: the default';
+
+-- When jobs.sweep() last ran (jobs._retention notes it): a claim warns, once per connection,
+-- when nothing has swept the database for ten minutes (jobs._async_if_alone).
+create table jobs_config.last_sweep (at timestamptz);
+insert into jobs_config.last_sweep (at) values (null);
+comment on table jobs_config.last_sweep is
+  'When jobs.sweep() last ran in this database (run it from pg_cron: docs/EDITIONS.md)';
+
+-- The extension's pg_jobs.tenants set for a role in a database (pg_db_role_setting).
+-- (regrole: a dump names the role, a restore finds it again, and a rename keeps the binding.)
+create table jobs_config.tenant_bindings (
+  role    regrole not null,
+  tenants jsonb not null,
+  primary key (role)
+);
+comment on table jobs_config.tenant_bindings is
+  'The tenants a role of this database is bound to (jobs.grant_producer(role, tenant), ...): '
+  'DELETE a row to unbind';
+
+-- Installed as an extension (pg_tle), its tables' rows are dumped by pg_dump only so: a restore
+-- without the bindings would leave bound roles unbound. (Not the last sweep's time: a restored
+-- database has not been swept.) (The file form's tables are dumped as
+-- any table is; scripts/sql-only.py leaves these calls out of it.)
+select pg_catalog.pg_extension_config_dump('jobs_config.settings', '');
+select pg_catalog.pg_extension_config_dump('jobs_config.tenant_bindings', '');
+
+-- A setting's value: the table's, unless the setting of the same name counts as the
+-- extension's would. pg_jobs.clock_offset and pg_jobs.max_payload_size may be set by a
+-- superuser only, so a session's value counts when the session's user is a superuser (a
+-- non-superuser's SET of the placeholder is ignored); pg_jobs.completed_retention and
+-- pg_jobs.dead_retention are server-wide, so their value counts when it comes from the
+-- server's configuration (ALTER SYSTEM, postgresql.conf). Seconds, or kB for max_payload_size.
+create function jobs_config.setting(p_name text)
+returns bigint
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_text  text := current_setting('pg_jobs.' || p_name, true);
+  v_parts text[];
+begin
+  if v_text is not null and v_text <> ''
+     and (case when p_name in ('clock_offset', 'max_payload_size')
+               then current_setting('is_superuser') = 'on'
+               else (select g.source = 'configuration file' from pg_catalog.pg_settings as g
+                     where g.name = 'pg_jobs.' || p_name) end) then
+    v_parts := regexp_match(v_text, '^\s*(-?[0-9]+)\s*([A-Za-z]*)\s*$');
+    if p_name = 'max_payload_size' then
+      return v_parts[1]::bigint * case v_parts[2] when '' then 1 when 'kB' then 1 when 'MB' then 1024
+                                                   when 'GB' then 1048576 end;
+    end if;
+    return extract(epoch from v_text::interval)::bigint;
+  end if;
+  return coalesce((select s.value from jobs_config.settings as s where s.name = p_name),
+                  case p_name when 'completed_retention' then 7 * 24 * 3600
+                              when 'dead_retention' then 30 * 24 * 3600
+                              when 'max_payload_size' then 1024
+                              else 0 end);
+end
+$$;
+revoke all on function jobs_config.setting(text) from public;
+
+-- `jobs.clock()`: clock_timestamp() plus the clock_offset setting (0 unless set; tests move
+-- time with it instead of sleeping).
+create function jobs.clock()
+returns timestamptz
+language sql volatile strict parallel safe security definer
+set search_path = pg_catalog, pg_temp
+as $$ select clock_timestamp() + make_interval(secs => jobs_config.setting('clock_offset')) $$;
+
+-- `jobs._retention(setting, default)`: how long finished jobs are kept (volatile here: it notes
+-- a sweep).
+create function jobs._retention(setting text, _default interval)
+returns interval
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if setting is null or setting not in ('pg_jobs.completed_retention', 'pg_jobs.dead_retention') then
+    raise exception 'jobs._retention: % is not a retention setting of pg_jobs', setting
+      using errcode = 'XX000';
+  end if;
+  -- jobs.sweep() reads dead_retention once per pass and nothing else reads it (sql/sweep.sql;
+  -- sql-only/tests/test_sql_only.py checks it): the pass is noted here, skipping a row another
+  -- sweep holds.
+  if setting = 'pg_jobs.dead_retention' then
+    update jobs_config.last_sweep set at = clock_timestamp()
+    where ctid = (select l.ctid from jobs_config.last_sweep as l for update skip locked);
+  end if;
+  return make_interval(secs => jobs_config.setting(substr(setting, length('pg_jobs.') + 1)));
+end
+$$;
+
+-- `jobs._max_payload_size()`: the max_payload_size setting in bytes.
+create function jobs._max_payload_size()
+returns bigint
+language sql stable strict parallel safe security definer
+set search_path = pg_catalog, pg_temp
+as $$ select jobs_config.setting('max_payload_size') * 1024 $$;
+
+-- `jobs._tenants()`: the tenants the session's login role is bound to, or NULL for a role that
+-- is not bound. A binding that is not a JSON array of strings binds the role to no tenant at
+-- all, so a mistyped binding refuses rather than allows. (No setting a session may SET counts.)
+create function jobs._tenants()
+returns text[]
+language sql stable strict parallel safe security definer
+set search_path = pg_catalog, pg_temp
+as $$
+  select case when jsonb_typeof(b.tenants) = 'array'
+                   and not jsonb_path_exists(b.tenants, '$[*] ? (@.type() != "string")')
+              then array(select jsonb_array_elements_text(b.tenants))
+              else '{}'::text[] end
+  from jobs_config.tenant_bindings as b
+  where b.role = session_user::regrole
+$$;
+
+-- Binding a role to a tenant: a row of jobs_config.tenant_bindings, which the role cannot
+-- change. A bound role enqueues (and dedupes) for its tenants only, is handed only their jobs
+-- by claim, and reads only their runs' steps (jobs._tenants). Each call adds one tenant; a role
+-- with no binding behaves as before. To unbind:
+--   delete from jobs_config.tenant_bindings where role = 'r'::regrole;
+create function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
+returns jsonb
+language plpgsql volatile
+as $$
+declare
+  v_tenants jsonb;
+begin
+  if p_tenant is null then
+    perform jobs._raise('22004', p_fn || ': tenant must not be NULL',
+      'pass the tenant_id the role may act for, or call ' || p_fn || '(role) for no binding');
+  elsif length(p_tenant) not between 1 and 200 then
+    perform jobs._raise('22023', p_fn || ': tenant must be 1 to 200 characters, got ' || length(p_tenant),
+      'pass a tenant_id as the jobs carry it');
+  elsif (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = p_role) then
+    perform jobs._raise('22023', format('%s: role %I is a superuser, which no binding holds', p_fn, p_role),
+      'a superuser may change any setting and read every table; bind a role of the tenant''s own, '
+      'without SUPERUSER');
+  end if;
+  insert into jobs_config.tenant_bindings as b (role, tenants)
+  values (quote_ident(p_role)::regrole, jsonb_build_array(p_tenant))
+  on conflict (role) do update
+    set tenants = (select coalesce(jsonb_agg(distinct t.tenant), '[]')
+                   from (select jsonb_array_elements_text(b.tenants) as tenant
+                         union select p_tenant) as t)
+  returning b.tenants into v_tenants;
+  return v_tenants;
+end
+$$;
