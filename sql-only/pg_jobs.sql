@@ -414,6 +414,12 @@ comment on table jobs_config.tenant_bindings is
   'The tenants a role of this database is bound to (jobs.grant_producer(role, tenant), ...): '
   'DELETE a row to unbind';
 
+create function jobs._last_sweep()
+returns timestamptz
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$ select l.at from jobs_config.last_sweep as l $$;
+
 create function jobs_config.setting(p_name text)
 returns bigint
 language plpgsql stable
@@ -423,11 +429,18 @@ declare
   v_text  text := current_setting('pg_jobs.' || p_name, true);
   v_parts text[];
 begin
-  if v_text is not null and v_text <> ''
-     and (case when p_name in ('clock_offset', 'max_payload_size')
-               then current_setting('is_superuser') = 'on'
-               else (select g.source = 'configuration file' from pg_catalog.pg_settings as g
-                     where g.name = 'pg_jobs.' || p_name) end) then
+  if v_text is null or v_text = '' then
+    v_text := null;
+  elsif p_name in ('clock_offset', 'max_payload_size') then
+    v_text := case when current_setting('is_superuser') = 'on' then v_text end;
+  elsif has_table_privilege('pg_catalog.pg_file_settings', 'select') then
+    select f.setting into v_text from pg_catalog.pg_file_settings as f
+    where f.name = 'pg_jobs.' || p_name and f.error is null
+    order by f.seqno desc limit 1;
+  else
+    v_text := null;
+  end if;
+  if v_text is not null then
     v_parts := regexp_match(v_text, '^\s*(-?[0-9]+)\s*([A-Za-z]*)\s*$');
     if p_name = 'max_payload_size' then
       return v_parts[1]::bigint * case v_parts[2] when '' then 1 when 'kB' then 1 when 'MB' then 1024

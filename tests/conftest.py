@@ -23,15 +23,18 @@ SQL_ONLY = os.environ.get("PG_JOBS_EDITION") == "sql"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "library: needs the extension's shared library (not run on the SQL-only edition)")
+    config.addinivalue_line("markers", "library(reason=...): tests what the SQL-only edition does otherwise by design "
+                                       "(docs/EDITIONS.md), or needs the extension's server; not run on the edition")
 
 
 def pytest_collection_modifyitems(config, items):
     if not SQL_ONLY:
         return
     for item in items:
-        if item.get_closest_marker("library"):
-            item.add_marker(pytest.mark.skip(reason="SQL-only edition: needs the shared library"))
+        marker = item.get_closest_marker("library")
+        if marker:
+            why = marker.kwargs.get("reason", "needs the shared library")
+            item.add_marker(pytest.mark.skip(reason=f"SQL-only edition: {why}"))
         elif "dsn" not in item.fixturenames:
             item.add_marker(pytest.mark.skip(reason="SQL-only edition: needs a server of its own"))
 

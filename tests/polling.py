@@ -4,6 +4,10 @@ import time
 
 import psycopg
 
+# A pg_stat_activity row asleep in a waiting claim (or jobs.wait_for_job): the extension's wait
+# (a wait event of type Extension), or the SQL-only edition's poll (pg_sleep, docs/EDITIONS.md).
+ASLEEP = "(wait_event_type = 'Extension' or wait_event = 'PgSleep')"
+
 
 def one(dsn, sql, args=None):
     """The first column of the first row; None when there is no row, or for a statement that

@@ -20,15 +20,14 @@ import psycopg
 import pytest
 
 from clusters import own_cluster
+from polling import ASLEEP
 
 BOUND = 30  # seconds: a waiter woken by its commit returns well within this; its deadline is 60
 
 
 def waiting_claims(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
-        # (asleep in the extension's wait, or in the SQL-only edition's poll: pg_sleep)
-        return conn.execute("select count(*) from pg_stat_activity"
-                            " where (wait_event_type = 'Extension' or wait_event = 'PgSleep')"
+        return conn.execute(f"select count(*) from pg_stat_activity where {ASLEEP}"
                             " and query like '%jobs.claim(%wait%'").fetchone()[0]
 
 
@@ -170,6 +169,7 @@ def vacuum_leaves_dead(conn, table):
     return int(line.split(" are dead but not yet removable")[0].rsplit(" ", 1)[1])
 
 
+@pytest.mark.library(reason="its waiting claim holds its statement's snapshot")
 def test_a_waiting_claim_does_not_hold_back_vacuum(dsn):
     """While `select ... from jobs.claim(..., wait => ...)` sleeps, its backend has no xmin,
     so rows that die meanwhile are removed by a vacuum; woken, the claim looks with a new

@@ -77,6 +77,7 @@ def jobs_db(dsn):
     return dsn
 
 
+@pytest.mark.library(reason='no outcome counters')
 def test_status_counts_each_queues_jobs_per_state(jobs_db):
     doc = pgjobs_json(jobs_db, "status")
     queues = {q["queue"]: q for q in doc["queues"]}
@@ -264,6 +265,7 @@ def test_it_connects_as_libpq_would(dsn):
     assert code == 2 and "cannot connect" in err and "DATABASE_URL" in err
 
 
+@pytest.mark.library(reason="doctor's preload and sweeper checks of the library (sql-only/tests checks the edition's)")
 def test_a_monitor_reads_and_is_told_which_grant_acting_needs(jobs_db):
     with psycopg.connect(jobs_db, autocommit=True) as conn:
         conn.execute("drop role if exists cli_monitor")
@@ -347,6 +349,7 @@ def test_doctor_finds_a_pending_upgrade(server_dsn):
         assert checks(db)[1]["upgrade"]["ok"] is True
 
 
+@pytest.mark.library(reason="doctor's preload and sweeper checks of the library (sql-only/tests checks the edition's)")
 def test_doctor_finds_a_long_transaction_and_no_sweeper_here(jobs_db):
     # The test cluster sweeps only the database named by pg_jobs.database_name (tests/cluster.conf).
     code, found = checks(jobs_db, "--ready-age", "1 day")

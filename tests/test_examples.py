@@ -16,6 +16,7 @@ import time
 
 import psycopg
 import pytest
+from polling import ASLEEP
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKERS = {
@@ -102,7 +103,7 @@ def test_a_sigterm_during_a_waiting_claim_ends_it(example_db, kind):
     try:
         # (one claim for the whole batch in the examples; one per slot in the Node.js library)
         wait_for(example_db, "select count(*) > 0 from pg_stat_activity"
-                             " where wait_event_type = 'Extension' and query like '%jobs.claim(%'", True)
+                             f" where {ASLEEP} and query like '%jobs.claim(%'", True)
         worker.send_signal(signal.SIGTERM)
         out, err = worker.communicate(timeout=DEADLINE)
         assert worker.returncode == 0, err

@@ -19,8 +19,10 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 from clusters import own_cluster
+from polling import ASLEEP
 from test_blocking_claim import BOUND, Waiter, until_waiting
 
 PORT = int(os.environ.get("PG_JOBS_NOPRELOAD_PORT", "54418"))
@@ -28,7 +30,7 @@ PORT = int(os.environ.get("PG_JOBS_NOPRELOAD_PORT", "54418"))
 
 def claims_asleep(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("select count(*) filter (where wait_event_type = 'Extension'),"
+        return conn.execute(f"select count(*) filter (where {ASLEEP}),"
                             " count(*) filter (where wait_event_type = 'Lock')"
                             " from pg_stat_activity where query like '%jobs.claim(%wait%'").fetchone()
 
@@ -50,6 +52,7 @@ def held_waiter(dsn, sql):
     return waiter
 
 
+@pytest.mark.library(reason='its waits poll')
 def test_a_waiting_claim_on_a_full_concurrency_limit_sleeps_until_the_slot_frees(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("insert into jobs.job_types (name, concurrency) values ('solo', 1)")

@@ -39,6 +39,7 @@ def claim(conn, lease="30 seconds", n=1):
                         (lease, n)).fetchall()
 
 
+@pytest.mark.library(reason='no outcome counters; a death signalled per job')
 def test_each_way_a_job_ends_is_counted_once_under_its_outcome(dsn):
     """Every statement that settles a job counts it: complete, complete_many, fail (retried,
     dead, failed), cancel, the claim's burial and lapse, the sweep's lapse and timeout.
@@ -103,6 +104,7 @@ def test_each_way_a_job_ends_is_counted_once_under_its_outcome(dsn):
         assert counts(dsn)["cancelled"] == 1
 
 
+@pytest.mark.library(reason='no outcome counters; a death signalled per job')
 def test_what_rolls_back_is_not_counted(dsn):
     """A settle in a transaction that rolls back, or under a savepoint rolled back, counts
     nothing; the rest of the transaction counts. Checked to fail without its guard: counted
@@ -124,6 +126,7 @@ def test_what_rolls_back_is_not_counted(dsn):
         assert counts(dsn) == only(completed=1)
 
 
+@pytest.mark.library(reason='no outcome counters; a death signalled per job')
 def test_concurrent_settles_are_all_counted_and_per_database(dsn, server_dsn):
     """Four connections complete 200 jobs each at once: 800 counted, none lost to a race
     (each commit adds with an atomic increment), and another database's counters are its own.
@@ -163,6 +166,7 @@ def test_concurrent_settles_are_all_counted_and_per_database(dsn, server_dsn):
             admin.execute(f"drop database {name} with (force)")
 
 
+@pytest.mark.library(reason='no outcome counters; a death signalled per job')
 def test_a_monitor_reads_the_counters_and_nothing_else(dsn):
     """jobs.grant_monitor lets a role read jobs.outcome_stats; it cannot count an outcome
     itself (jobs._outcome is not granted)."""
@@ -213,6 +217,7 @@ def test_cancelling_a_running_job_signals_its_holder_at_the_commit(dsn):
         assert [(c, p) for c, p, _ in notes(listen, 1)] == [("pg_jobs_cancel", str(running))]
 
 
+@pytest.mark.library(reason='no outcome counters; a death signalled per job')
 def test_jobs_that_die_are_signalled_once_per_queue_and_transaction(dsn):
     """pg_jobs_dead: a job failed on its final attempt names its queue and id; five buried by
     one claim come as one signal with their count (a signal per job would send five)."""
@@ -262,6 +267,7 @@ def test_signals_are_relayed_by_the_sweeper(make_db):  # noqa: F811
                                                    separators=(",", ":")), relay)]
 
 
+@pytest.mark.library(reason='no outcome counters; a death signalled per job')
 def test_a_database_takes_at_most_its_share_of_the_counters(dsn, server_dsn):
     """A database whose jobs end in 200 queues takes 128 counter slots, the rest of its queues
     counted in its own row whose queue is NULL; another database still gets a row per queue.

@@ -13,6 +13,7 @@ import time
 import psycopg
 import pytest
 from clusters import pgbouncer
+from polling import ASLEEP
 
 PORT = int(os.environ.get("PG_JOBS_PGBOUNCER_PORT", "54426"))
 DEADLINE = 60
@@ -26,10 +27,10 @@ def bouncer(dsn):
 
 
 def asleep_in_claims(dsn, n):
-    """Waits until n claims sleep in the server (wait event of type Extension)."""
+    """Waits until n claims sleep in the server (polling.ASLEEP)."""
     deadline = time.monotonic() + DEADLINE
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while conn.execute("select count(*) from pg_stat_activity where wait_event_type = 'Extension' "
+        while conn.execute(f"select count(*) from pg_stat_activity where {ASLEEP} "
                            "and query like '%jobs.claim%'").fetchone()[0] < n:
             assert time.monotonic() < deadline, f"{n} claims never slept"
             time.sleep(0.05)

@@ -112,6 +112,7 @@ def test_code_planted_by_a_role_never_runs_as_the_background_worker(mallory):
     assert one(mallory, "select rolsuper from pg_roles where rolname = 'mallory'") is False
 
 
+@pytest.mark.library(reason="the library's settings (sql-only/tests holds the edition's)")
 def test_a_role_cannot_set_the_clock_offset(dsn):
     """With the library preloaded, pg_jobs.clock_offset is a superuser-only setting: SET,
     set_config and ALTER ROLE ... SET are refused for another role, and the leases it claims
@@ -220,6 +221,7 @@ def test_an_open_transaction_on_a_new_queue_holds_up_no_other_enqueue(dsn):
         first.close()
 
 
+@pytest.mark.library(reason="the library's settings (sql-only/tests holds the edition's)")
 def test_a_role_bound_to_a_tenant_cannot_unbind_itself(dsn):
     """With the library preloaded, pg_jobs.tenants is a superuser-only setting: a bound role
     cannot SET, RESET or ALTER ROLE it away (RESET ALL leaves it), and stays bound. (Without preload, and what a

@@ -12,7 +12,7 @@ import uuid
 import psycopg
 import pytest
 
-from polling import eventually
+from polling import ASLEEP, eventually
 
 
 @pytest.fixture
@@ -44,9 +44,8 @@ def waiting(dsn, conninfo, job, wait="1 minute"):
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    # Asleep in the wait (an extension wait event; the SQL-only edition's pg_sleep), not merely started.
-    eventually(dsn, "select wait_event_type = 'Extension' or wait_event = 'PgSleep' from pg_stat_activity "
-                    f"where pid = {pid}", True, 30)
+    # Asleep in the wait, not merely started.
+    eventually(dsn, f"select {ASLEEP} from pg_stat_activity where pid = {pid}", True, 30)
     return thread, answer
 
 

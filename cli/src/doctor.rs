@@ -61,13 +61,55 @@ fn int(r: &Row, k: &str) -> i64 {
     r.get(k).and_then(Value::as_i64).unwrap_or(0)
 }
 
+/// The SQL-only edition's sweep: pg_cron (or another scheduler) runs jobs.sweep(), which notes
+/// when it ran (jobs._last_sweep()); ten minutes without one is a problem, as the claim's
+/// warning says.
+async fn sql_only_sweeper(client: &Client, db: &str, owner: &str) -> Result<Finding> {
+    let last = one(
+        client,
+        "select row_to_json(x) from (
+           select s.at::text as at, s.at > clock_timestamp() - interval '10 minutes' as recent
+           from jobs._last_sweep() as s(at)) as x",
+        &[],
+    )
+    .await;
+    let Ok(last) = last else {
+        return Ok(Finding::unknown(
+            "sweeper",
+            "this role may not call jobs._last_sweep(); an admin's may (jobs.grant_admin)".into(),
+        ));
+    };
+    let last = last.unwrap_or_default();
+    if last.get("recent").and_then(Value::as_bool) == Some(true) {
+        return Ok(Finding::ok("sweeper"));
+    }
+    let since = match last.get("at").and_then(Value::as_str) {
+        Some(at) => format!("since {at}"),
+        None => "yet".into(),
+    };
+    Ok(Finding::problem(
+        "sweeper",
+        format!(
+            "nothing has swept database {db} {since}: the SQL-only edition has no background worker, so \
+             timeouts, schedules, expired events and retention wait for jobs.sweep()"
+        ),
+        format!(
+            "schedule it with pg_cron, to run as the role that owns pg_jobs: in pg_cron's database, select \
+             cron.schedule_in_database('pg_jobs sweep', '* * * * *', 'select jobs.sweep()', '{db}', '{owner}'); \
+             (docs/EDITIONS.md)"
+        ),
+    ))
+}
+
 pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool> {
     let mut found = Vec::new();
     // One row whether or not the server has pg_jobs: this database's name, and the versions.
     let ext = one(
         client,
         "select row_to_json(x) from (
-           select current_database() as db, e.extversion as installed, a.default_version as available
+           select current_database() as db, e.extversion as installed, a.default_version as available,
+                  e.extname is null and to_regnamespace('jobs_config') is not null as sql_only,
+                  (select n.nspowner::regrole::text from pg_namespace as n where n.nspname = 'jobs') as owner
            from (select) as one
            left join pg_available_extensions as a on a.name = 'pg_jobs'
            left join pg_extension as e on e.extname = 'pg_jobs') as x",
@@ -76,8 +118,18 @@ pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool>
     .await?
     .unwrap_or_default();
     let db = text(&ext, "db");
-    let ext = Some(ext).filter(|e| !e.get("available").is_none_or(Value::is_null));
+    // The SQL-only edition (docs/EDITIONS.md): no library, so no preload, and pg_cron sweeps.
+    let sql_only = ext
+        .get("sql_only")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let owner = text(&ext, "owner");
+    let ext = Some(ext).filter(|e| sql_only || !e.get("available").is_none_or(Value::is_null));
     match &ext {
+        Some(_) if sql_only => {
+            found.push(Finding::ok("extension"));
+            found.push(Finding::ok("upgrade"));
+        }
         Some(e) if !e.get("installed").is_some_and(Value::is_null) => {
             found.push(Finding::ok("extension"));
             if text(e, "installed") != text(e, "available") {
@@ -135,7 +187,9 @@ pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool>
             text(&workers, "role")
         )
     };
-    if preloaded {
+    if sql_only {
+        found.push(sql_only_sweeper(client, &db, &owner).await?);
+    } else if preloaded {
         found.push(Finding::ok("preload"));
     } else {
         found.push(Finding::problem(
@@ -149,7 +203,7 @@ pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool>
                 .into(),
         ));
     }
-    if preloaded && installed {
+    if preloaded && installed && !sql_only {
         if int(&workers, "here") > 0 {
             found.push(Finding::ok("sweeper"));
         } else if !sees_all {

@@ -11,16 +11,21 @@ use std::sync::OnceLock;
 use tokio_postgres::Client;
 
 /// Learned at the first connection (one process connects as one role): the tenants the role
-/// is bound to (pg_jobs.tenants, a JSON array), or None for a role bound to none.
+/// is bound to (a JSON array), or None for a role bound to none.
 static TENANTS: OnceLock<Option<String>> = OnceLock::new();
 
 pub async fn learn(client: &Client) {
     if TENANTS.get().is_some() {
         return;
     }
+    // jobs._tenants() where the role may call it (every admin, bound or not; it reads the
+    // binding where each edition keeps it: docs/EDITIONS.md), else the session's setting.
     let found = client
         .query_one(
-            "select nullif(current_setting('pg_jobs.tenants', true), '')",
+            "select case when to_regprocedure('jobs._tenants()') is not null
+                          and has_function_privilege('jobs._tenants()', 'execute')
+                         then array_to_json(jobs._tenants())::text
+                         else nullif(current_setting('pg_jobs.tenants', true), '') end",
             &[],
         )
         .await;

@@ -39,7 +39,9 @@ def as_postgres(*args):
 def cluster():
     if not os.path.exists("/usr/lib/postgresql/15/lib/pg_cron.so"):
         pytest.fail("pg_cron is missing: run scripts/setup.sh (postgresql-15-cron)")
-    directory = tempfile.mkdtemp(prefix="pg_jobs-pg_cron.")
+    # (scripts/test-sql-only.sh names the directory, to stop the server if it stops this test)
+    directory = os.environ.get("PG_JOBS_PG_CRON_DIR") or tempfile.mkdtemp(prefix="pg_jobs-pg_cron.")
+    os.makedirs(directory, exist_ok=True)
     shutil.chown(directory, "postgres", "postgres")
     data = os.path.join(directory, "data")
     as_postgres(f"{BIN}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8")

@@ -17,6 +17,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+from test_cli import pgjobs_json  # noqa: E402
 from test_security import PLANTS  # noqa: E402
 
 ROLES = ["pgj_owner", "pgj_worker", "pgj_bound", "pgj_admin", "pgj_mallory"]
@@ -206,3 +207,20 @@ def test_a_claim_warns_once_per_connection_when_nothing_sweeps(db):
         conn.add_notice_handler(lambda d: warnings.append(d.message_primary))
         conn.execute("select count(*) from jobs.claim('w')")
     assert len(warnings) == 1
+
+
+def test_doctor_checks_the_sweep_of_the_edition(db):
+    """`pgjobs doctor` on the edition, as its owner: pg_jobs found, no check of the library's
+    preload, and the sweep judged by when jobs.sweep() last ran, with the line that schedules it
+    for this database and owner; fine once a sweep ran. Checked: it failed with the edition taken
+    for a database without pg_jobs (doctor's query of pg_extension alone)."""
+    owner = db["pgj_owner"]
+    one(owner, "update jobs_config.last_sweep set at = null returning 1")
+    found = {c["check"]: c for c in pgjobs_json(owner, "doctor")}
+    assert found["extension"]["ok"] is True and "preload" not in found
+    dbname = owner.rsplit("dbname=", 1)[1].split()[0]
+    assert found["sweeper"]["ok"] is False and "nothing has swept database" in found["sweeper"]["problem"]
+    assert f"'select jobs.sweep()', '{dbname}', 'pgj_owner')" in found["sweeper"]["fix"]
+    one(owner, "select count(*) from jobs.sweep()")
+    found = {c["check"]: c for c in pgjobs_json(owner, "doctor")}
+    assert found["sweeper"]["ok"] is True

@@ -153,7 +153,9 @@ export class Worker {
           "select current_setting('server_version') as version, "
           // NULL where the role may not read the setting (pg_read_all_settings)
           + "(select setting ~ 'pg_jobs' from pg_settings where name = 'shared_preload_libraries') as preloaded, "
-          + "exists (select from pg_extension where extname = 'pg_jobs') as installed");
+          // the extension (or its pg_tle form), or the SQL-only edition's file (docs/EDITIONS.md)
+          + "(exists (select from pg_extension where extname = 'pg_jobs')"
+          + " or to_regnamespace('jobs_config') is not null) as installed");
       } catch (err) {
         if (this.isStopping()) return;
         const wait = backoff.next();
@@ -162,7 +164,8 @@ export class Worker {
       }
     }
     if (!info.installed) {
-      throw new Error('pg-jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser) first');
+      throw new Error('pg-jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser), '
+        + 'or install the SQL-only edition (sql-only/pg_jobs.sql, docs/EDITIONS.md), first');
     }
     this.logger.info('pg-jobs worker started', {
       workerId: this.workerId, queues: this.groups.flatMap((g) => g.queues), concurrency: this.concurrency,

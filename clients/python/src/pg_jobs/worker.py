@@ -125,7 +125,9 @@ class Worker:
                 version, preloaded, installed = (await self._control.query(
                     "select current_setting('server_version'), "
                     "(select setting ~ 'pg_jobs' from pg_settings where name = 'shared_preload_libraries'), "
-                    "exists (select from pg_extension where extname = 'pg_jobs')"))[0]
+                    # the extension (or its pg_tle form), or the SQL-only edition's file
+                    "exists (select from pg_extension where extname = 'pg_jobs') "
+                    "or to_regnamespace('jobs_config') is not null"))[0]
                 break
             except Exception as err:  # noqa: BLE001 (any database error: try again)
                 if self._stopping:
@@ -134,7 +136,8 @@ class Worker:
                 self.log.warning("cannot reach the database; trying again in %.1f s: %s", wait, first_line(err))
                 await self._pause(wait)
         if not installed:
-            raise RuntimeError("pg_jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser) first")
+            raise RuntimeError("pg_jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser), "
+                               "or install the SQL-only edition (sql-only/pg_jobs.sql, docs/EDITIONS.md), first")
         if self.metrics_port is not None:
             from . import prometheus
             self.metrics = self.metrics or prometheus.PrometheusMetrics()
