@@ -22,6 +22,7 @@ def conn(dsn):
         conn.execute("create schema sqlonly")
         for name in ("errors.sql", "signals.sql", "config.sql"):
             text = (SOURCES / name).read_text().replace("create function jobs.", "create function sqlonly.")
+            text = text.replace("function jobs.clock()", "function sqlonly.clock()")  # (as jobs_config._make_clock makes it)
             # (an extension's script alone may call it: the pg_tle form keeps it, scripts/sql-only.py)
             text = "\n".join(line for line in text.splitlines() if "pg_extension_config_dump" not in line)
             conn.execute(text)

@@ -106,12 +106,42 @@ $$;
 revoke all on function jobs_config.setting(text) from public;
 
 -- `jobs.clock()`: clock_timestamp() plus the clock_offset setting (0 unless set; tests move
--- time with it instead of sleeping).
+-- time with it instead of sleeping). It is called several times by every claim and settle, so
+-- it is a SQL-standard body the planner inlines (no SECURITY DEFINER, no setting, no table
+-- read: each would stop that, and cost a call each time, measured in docs/BENCHMARKS.md): the
+-- table's offset is written into it as a constant, by jobs_config._make_clock, when the table
+-- changes; a superuser's session adds its own. Its names were resolved when it was made, with
+-- pg_catalog first.
 create function jobs.clock()
 returns timestamptz
-language sql volatile strict parallel safe security definer
+language sql volatile parallel safe
+begin atomic
+  select pg_catalog.clock_timestamp();  -- (made again below, with the offsets)
+end;
+
+create function jobs_config._make_clock()
+returns trigger
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
-as $$ select clock_timestamp() + make_interval(secs => jobs_config.setting('clock_offset')) $$;
+as $$
+begin
+  execute format(
+    'create or replace function jobs.clock() returns timestamptz language sql volatile parallel safe '
+    'begin atomic select clock_timestamp() + %L::interval + case when current_setting(''is_superuser'') = ''on'' '
+    'then coalesce(nullif(current_setting(''pg_jobs.clock_offset'', true), ''''), ''0'')::interval '
+    'else ''0''::interval end; end',
+    make_interval(secs => coalesce((select s.value from jobs_config.settings as s where s.name = 'clock_offset'), 0)));
+  return null;
+end
+$$;
+revoke all on function jobs_config._make_clock() from public;
+
+create trigger settings_make_clock
+after insert or update or delete or truncate on jobs_config.settings
+for each statement execute function jobs_config._make_clock();
+
+-- (the clock with the offsets: a statement on the table, which fires the trigger)
+delete from jobs_config.settings where false;
 
 -- `jobs._retention(setting, default)`: how long finished jobs are kept (volatile here: it notes
 -- a sweep).
