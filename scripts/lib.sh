@@ -38,6 +38,20 @@ pg_features() {
 # Runs a command as the postgres user: PostgreSQL refuses to run as root.
 as_pg() { runuser -u postgres -- "$@"; }
 
+# regress_or_show LABEL RESULTS OUT COMMAND...: runs a pg_regress or pg_isolation_regress
+# COMMAND whose output directory is OUT; on a difference prints regression.diffs, keeps the
+# actual outputs in pg_test/results/RESULTS, and exits 1.
+regress_or_show() {
+  local label=$1 results=$2 out=$3; shift 3
+  if ! "$@"; then
+    cat "$out/regression.diffs" 2>/dev/null || true
+    rm -rf "pg_test/results/$results" && mkdir -p pg_test/results
+    cp -r "$out/results" "pg_test/results/$results" 2>/dev/null || true
+    echo "$label differs; the actual outputs are in pg_test/results/$results" >&2
+    exit 1
+  fi
+}
+
 # Whether a TCP socket on this machine has port $1 as its local port (ss, from iproute2). ss
 # filters by itself: `ss | grep -q` under `set -o pipefail` fails when grep stops reading
 # before ss has written everything (SIGPIPE), which took a busy port for a free one.

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Writes sql-only/pg_jobs.sql, the SQL-only edition of the release in Cargo.toml, from the
-extension's install script (what `cargo pgrx install` put in PostgreSQL 15's extension
-directory: sql/ and the declarations of the functions written in Rust) and sql-only/src/
-(those functions in SQL and PL/pgSQL).
+SQL files of the extension (sql/, in the install order of src/lib.rs) and sql-only/src/ (the
+functions the extension writes in Rust, in SQL and PL/pgSQL). Which functions are written in
+Rust it reads from the extension's install script (what `cargo pgrx install` put in
+PostgreSQL 15's extension directory): each must have its replacement.
 
 Each statement of sql-only/src/*.sql that creates a function or a trigger replaces the
 extension's of the same name, where the extension has it; the statements after it that
 replace nothing (its comment, a second trigger) go with it. The statements of a file before its
-first replacement (schemas, tables, types, helpers) go before the first replaced function.
-The extension's function in C (Rust) that nothing replaces is an error, as is a replacement
-that replaces nothing. The script makes the schema jobs itself (where CREATE EXTENSION would),
+first replacement (schemas, tables, types, helpers) go right after sql/schema.sql, before
+the replacements of the functions in Rust.
+A function in Rust that nothing replaces is an error, as is a replacement that replaces
+nothing. The script makes the schema jobs itself (where CREATE EXTENSION would),
 and leaves out what only an extension's script may run (pg_extension_config_dump). The same
 script wrapped for pg_tle (pgtle.install_extension, the config dumps kept) is
 sql-only/pg_jobs.pg_tle.sql.
@@ -78,40 +80,58 @@ def replacements(originals):
     return prelude, groups
 
 
+def rust_functions(install):
+    """The names of the extension's functions written in Rust (LANGUAGE c), from its install
+    script: a set, so the order pgrx writes them in (which varies between builds) does not
+    matter."""
+    names = set()
+    for stmt in statements(install):
+        code = body(stmt)
+        if "module_pathname" in code.lower():
+            names.add(created(code)[1])
+    return names
+
+
 def build(install, extension=False):
-    originals = {}
-    stmts = statements(install)
-    for stmt in stmts:
-        key = created(body(stmt))
-        if key:
-            originals[key] = originals.get(key, 0) + 1
+    """The edition's statements: schema.sql, then the prelude and the replacements of the Rust
+    functions (where pgrx puts their declarations: before every other file, some of whose
+    SQL-standard bodies name them), then the other files of sql/ in install order (the order of
+    src/lib.rs, as scripts/upgrade-script.py reads it), each replaced function or trigger of
+    theirs in its place."""
+    rust = rust_functions(install)
+    files = [(path, statements(path.read_text())) for path in _upgrade.install_files()]
+    originals = {("function", name): 1 for name in rust}
+    for _, stmts in files:
+        for stmt in stmts:
+            key = created(body(stmt))
+            if key:
+                originals[key] = originals.get(key, 0) + 1
     prelude, groups = replacements(originals)
     for key in list(groups):
         if originals[key] > 1:
             sys.exit(f"sql-only: the extension has {originals[key]} {key[0]}s jobs.{key[1]}; "
                      "a replacement must name one")
+    missing = sorted(name for name in rust if ("function", name) not in groups)
+    if missing:
+        sys.exit("sql-only: nothing in sql-only/src replaces the extension's functions in Rust: " + ", ".join(missing))
+
     def kept(code):
         # (only an extension's script may call pg_extension_config_dump)
         return code if extension or "pg_extension_config_dump" not in code else ""
 
-    out, placed = [], False
-    for stmt in stmts:
-        code = body(stmt)
-        low = code.lower()
-        if "pg_extension_config_dump" in low and not extension:
-            continue  # (only an extension's script may call it)
-        if low.startswith("do ") and "the schema jobs exists and belongs to" in low:
-            continue  # (the script makes the schema itself)
-        key = created(code)
-        if key in groups:
-            if not placed:
-                out.extend(kept(body(s)) for s in prelude)
-                placed = True
-            out.extend(kept(s) for s in groups.pop(key))
-            continue
-        if "module_pathname" in low or re.search(r"language\s+c\b", low):
-            sys.exit(f"sql-only: nothing in sql-only/src replaces the extension's C function: {code[:120]}")
-        out.append(code)
+    out = []
+    for n, (_, stmts) in enumerate(files):
+        for stmt in stmts:
+            code = body(stmt)
+            low = code.lower()
+            if low.startswith("do ") and "the schema jobs exists and belongs to" in low:
+                continue  # (the script makes the schema itself)
+            key = created(code)
+            out.append(kept(code) if key not in groups else "\n\n".join(kept(s) for s in groups.pop(key)))
+        if n == 0:  # after schema.sql
+            out.extend(kept(body(s)) for s in prelude)
+            for name in sorted(rust, key=lambda name: list(groups).index(("function", name))):
+                out.extend(kept(s) for s in groups.pop(("function", name)))
     if groups:
         sys.exit("sql-only: replaced nothing: " + ", ".join(f"{k} jobs.{n}" for k, n in groups))
     settings = (

@@ -62,14 +62,9 @@ run() {  # run NAME TOOL INPUTDIR TESTS...
   psql "$dsn dbname=pg_jobs_regress" -v ON_ERROR_STOP=1 -q -f sql-only/pg_jobs.sql
   # (swept once, as pg_cron would: a claim otherwise warns that nothing sweeps the database)
   psql "$dsn dbname=pg_jobs_regress" -v ON_ERROR_STOP=1 -qAtc "select count(*) from jobs.sweep()" >/dev/null
-  if ! as_pg "$tool" --use-existing --host=127.0.0.1 --port="$port" --user=postgres --bindir="$bin" \
-      --inputdir="$input" --outputdir="$work/$name-out" --dbname=pg_jobs_regress "$@"; then
-    cat "$work/$name-out/regression.diffs" 2>/dev/null || true
-    rm -rf "pg_test/results/sql-only-$name" && mkdir -p pg_test/results
-    cp -r "$work/$name-out/results" "pg_test/results/sql-only-$name" 2>/dev/null || true
-    echo "test-sql-only: $name differs; the actual outputs are in pg_test/results/sql-only-$name" >&2
-    exit 1
-  fi
+  regress_or_show "test-sql-only: $name" "sql-only-$name" "$work/$name-out" \
+    as_pg "$tool" --use-existing --host=127.0.0.1 --port="$port" --user=postgres --bindir="$bin" \
+      --inputdir="$input" --outputdir="$work/$name-out" --dbname=pg_jobs_regress "$@"
 }
 what=${1:-all}
 if [ "$what" != pytest ]; then

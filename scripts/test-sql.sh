@@ -14,16 +14,11 @@ trap 'rm -rf "$work"' EXIT
 
 run() {  # run NAME TOOL INPUTDIR TESTS...
   local name=$1 tool=$2 input=$3; shift 3
-  if ! as_pg "$tool" --temp-instance="$work/$name-instance" \
+  regress_or_show "test-sql: $name" "$name" "$work/$name-out" \
+    as_pg "$tool" --temp-instance="$work/$name-instance" \
       --bindir="$PG_BIN" --port="${PG_JOBS_TEST_PORT:-54391}" \
       --inputdir="$input" --outputdir="$work/$name-out" --load-extension=pg_jobs \
-      --dbname=pg_jobs_regress "$@"; then
-    cat "$work/$name-out/regression.diffs" 2>/dev/null || true
-    rm -rf "pg_test/results/$name" && mkdir -p pg_test/results
-    cp -r "$work/$name-out/results" "pg_test/results/$name" 2>/dev/null || true
-    echo "test-sql: $name differs; the actual outputs are in pg_test/results/$name" >&2
-    exit 1
-  fi
+      --dbname=pg_jobs_regress "$@"
 }
 
 what=${1:-all}

@@ -254,132 +254,6 @@ begin
 end
 $$;
 
-create table jobs_data.maintenance (
-  one              boolean primary key default true check (one),
-  queues_pruned_at timestamptz
-);
-
-insert into jobs_data.maintenance default values;
-
-comment on table jobs_data.maintenance is 'When jobs.sweep last pruned jobs.queues (at most hourly)';
-
-create table jobs_data.lock_slots (
-  tenant text not null default '',
-  slot   int  not null,
-  primary key (tenant, slot)
-);
-
-insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
-
-comment on table jobs_data.lock_slots is
-  'Lock slots for concurrency limits (0-1023) and events (1024-2047), per tenant; rows never change';
-
-create function jobs._lock_slots(p_tenants text[], p_slots int[], p_how text)
-returns text[]
-language plpgsql volatile
-as $$
-begin
-  if exists (select from unnest(p_tenants, p_slots) as w(tenant, slot)
-             where w.tenant <> ''
-               and not exists (select from jobs_data.lock_slots as s
-                               where s.tenant = w.tenant and s.slot = w.slot)) then
-    insert into jobs_data.lock_slots (tenant, slot)
-    select distinct w.tenant, w.slot from unnest(p_tenants, p_slots) as w(tenant, slot)
-    where w.tenant <> ''
-    order by 1, 2
-    on conflict do nothing;
-  end if;
-  if p_how = 'skip' then
-    return array(select s.slot || ':' || s.tenant from jobs_data.lock_slots as s
-                 where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
-                 order by s.tenant, s.slot for no key update skip locked);
-  elsif p_how = 'share' then
-    perform from jobs_data.lock_slots as s
-    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
-    order by s.tenant, s.slot for share;
-  else
-    perform from jobs_data.lock_slots as s
-    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
-    order by s.tenant, s.slot for no key update;
-  end if;
-  return array(select w.slot || ':' || w.tenant from unnest(p_tenants, p_slots) as w(tenant, slot));
-end
-$$;
-
-create table jobs_data.family_pending (
-  parent_id uuid not null,
-  delta     int  not null
-);
-
-create index family_pending_parent_idx on jobs_data.family_pending (parent_id);
-
-comment on table jobs_data.family_pending is
-  'Moves of children_live the sweep could not apply without waiting; applied by a later sweep';
-
-create table jobs_data.ordering_keys (
-  queue      text not null,
-  tenant     text not null,  -- '' for jobs of no tenant
-  key        text not null,
-  checked_at timestamptz,    -- when the sweep last made sure its next job was not left waiting
-  primary key (queue, tenant, key)
-);
-
-create index ordering_keys_checked_idx on jobs_data.ordering_keys (checked_at nulls first);
-
-comment on table jobs_data.ordering_keys is
-  'Each ordering key (queue, tenant, key) that has had a job: locked by enqueues and ends of its jobs';
-
-create table jobs_data.ordering_pending (
-  queue  text not null,
-  tenant text not null,
-  key    text not null
-);
-
-comment on table jobs_data.ordering_pending is
-  'Ordering keys whose next job a sweep must make sure of (their row was locked when their job ended)';
-
-select pg_catalog.pg_extension_config_dump('jobs_data.ordering_keys', '');
-
-select pg_catalog.pg_extension_config_dump('jobs_data.ordering_pending', '');
-
-create table jobs_data.fair_pending (
-  queue       text primary key,
-  waiting_for text[]  -- NULL until a sweep has seen the change
-);
-
-comment on table jobs_data.fair_pending is
-  'Queues whose fairness changed: a sweep regroups their live jobs once the transactions open at the change have ended';
-
-select pg_catalog.pg_extension_config_dump('jobs_data.fair_pending', '');
-
-create table jobs_data.attempts (
-  job_id      uuid not null,
-  attempt     int not null,
-  worker      text,            -- claimed_by of the attempt
-  claimed_at  timestamptz,
-  finished_at timestamptz not null,
-  outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
-  error       text,
-  seq         bigint generated always as identity  -- the order they were written in
-);
-
-create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
-
-comment on table jobs_data.attempts is
-  'One row per attempt that did not complete: failed, timed out, lease lapsed or buried';
-
-create table jobs_data.rate_starts (
-  name       text not null,
-  key        text,              -- the concurrency_key, with rate_limit_per_key
-  started_at timestamptz not null,
-  tenant     text not null default ''  -- the job's tenant_id ('': none): each has its own limit
-);
-
-create index rate_starts_idx on jobs_data.rate_starts (name, started_at);
-
-comment on table jobs_data.rate_starts is
-  'Starts of rate-limited jobs within their job type''s rate_period (jobs_data.job_types.rate_limit)';
-
 create schema jobs_config;
 
 comment on schema jobs_config is
@@ -628,107 +502,89 @@ begin
 end
 $$;
 
--- `jobs._async_if_alone(function)`: called by every claim and heartbeat. The claim keeps the
--- caller's durability (no commit hook); once per connection, it warns when nothing has swept
--- this database for ten minutes: without the background worker, pg_cron runs jobs.sweep()
--- (docs/EDITIONS.md), and without it retention, timeouts, schedules and timed waits stand still.
-create function jobs._async_if_alone("function" text)
-returns void
-language plpgsql volatile strict
-as $$
-declare
-  v_at timestamptz;
-begin
-  if current_setting('pg_jobs_sweep.checked', true) = 'on' then
-    return;
-  end if;
-  perform set_config('pg_jobs_sweep.checked', 'on', false);
-  select l.at into v_at from jobs_config.last_sweep as l;
-  if v_at is null or v_at < clock_timestamp() - interval '10 minutes' then
-    -- (current_user: the owner, as whom the claim runs)
-    raise warning 'pg_jobs: nothing has swept this database %',
-      coalesce('since ' || v_at, 'yet')
-      using hint = format('schedule jobs.sweep() with pg_cron, to run as the role that owns pg_jobs: in '
-                          'pg_cron''s database, select cron.schedule_in_database(''pg_jobs sweep'', '
-                          '''* * * * *'', ''select jobs.sweep()'', %L, %L); docs/EDITIONS.md. Warned once '
-                          'per connection', current_database(), current_user);
-  end if;
-end
-$$;
-
--- `jobs._await_work(queues, seen, until)`: one step of the poll (100 ms, or what is left until
--- `until`), after which the claim looks again. Interrupted as any statement is.
-create function jobs._await_work(queues text[], seen bigint[], until timestamptz)
-returns void
-language plpgsql volatile strict
-as $$
-declare
-  v_step float8 := least(0.1, extract(epoch from until - clock_timestamp()));
-begin
-  if v_step > 0 then
-    perform pg_catalog.pg_sleep(v_step);
-  end if;
-end
-$$;
-
--- `jobs._cancelling(id, was_running, value)`: signals pg_jobs_cancel at this transaction's
--- commit when the job being cancelled was running; answers value.
-create function jobs._cancelling(id uuid, was_running boolean, value timestamptz)
+-- `jobs.clock()`: clock_timestamp() plus the clock_offset setting (0 unless set; tests move
+-- time with it instead of sleeping). It is called several times by every claim and settle, so
+-- it is a SQL-standard body the planner inlines (no SECURITY DEFINER, no setting, no table
+-- read: each would stop that, and cost a call each time, measured in docs/BENCHMARKS.md): the
+-- table's offset is written into it as a constant, by jobs_config._make_clock, when the table
+-- changes; a superuser's session adds its own. Its names were resolved when it was made, with
+-- pg_catalog first.
+create function jobs.clock()
 returns timestamptz
-language plpgsql volatile strict
+language sql volatile parallel safe
+begin atomic
+  select pg_catalog.clock_timestamp();  -- (made again below, with the offsets)
+end;
+
+create function jobs_config._make_clock()
+returns trigger
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if was_running then
-    perform pg_catalog.pg_notify('pg_jobs_cancel', id::text);
-  end if;
-  return value;
+  execute format(
+    'create or replace function jobs.clock() returns timestamptz language sql volatile parallel safe '
+    'begin atomic select clock_timestamp() + %L::interval + case when current_setting(''is_superuser'') = ''on'' '
+    'then coalesce(nullif(current_setting(''pg_jobs.clock_offset'', true), ''''), ''0'')::interval '
+    'else ''0''::interval end; end',
+    make_interval(secs => coalesce((select s.value from jobs_config.settings as s where s.name = 'clock_offset'), 0)));
+  return null;
 end
 $$;
 
--- The last slot in (after, until], looking back from until in windows that double.
-create function jobs._cron_latest(cron text, zone text, after timestamptz, until timestamptz)
-returns timestamptz
-language plpgsql stable strict parallel safe
+revoke all on function jobs_config._make_clock() from public;
+
+create trigger settings_make_clock
+after insert or update or delete or truncate on jobs_config.settings
+for each statement execute function jobs_config._make_clock();
+
+-- (the clock with the offsets: a statement on the table, which fires the trigger)
+delete from jobs_config.settings where false;
+
+-- `jobs._retention(setting, default)`: how long finished jobs are kept (volatile here: it notes
+-- a sweep).
+create function jobs._retention(setting text, _default interval)
+returns interval
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
 as $$
-declare
-  v_window bigint := 1;  -- minutes (an interval of the widest would not fit)
-  v_start  timestamptz;
-  v_latest timestamptz;
-  v_next   timestamptz;
 begin
-  if not isfinite(after) or not isfinite(until) then
-    return null;
+  if setting is null or setting not in ('pg_jobs.completed_retention', 'pg_jobs.dead_retention') then
+    raise exception 'jobs._retention: % is not a retention setting of pg_jobs', setting
+      using errcode = 'XX000';
   end if;
-  loop
-    v_start := case when until <= after or v_window >= extract(epoch from until - after) / 60 then after
-                    else until - make_interval(days => (v_window / 1440)::int, mins => (v_window % 1440)::int) end;
-    v_latest := (jobs._cron_find(cron, zone, v_start, until, 1))[1];
-    if v_latest is not null then
-      loop
-        v_next := (jobs._cron_find(cron, zone, v_latest, until, 1))[1];
-        exit when v_next is null;
-        v_latest := v_next;
-      end loop;
-      return v_latest;
-    end if;
-    if v_start = after then
-      return null;
-    end if;
-    v_window := v_window * 2;
-  end loop;
+  -- jobs.sweep() reads dead_retention once per pass and nothing else reads it (sql/sweep.sql;
+  -- sql-only/tests/test_sql_only.py checks it): the pass is noted here, skipping a row another
+  -- sweep holds.
+  if setting = 'pg_jobs.dead_retention' then
+    update jobs_config.last_sweep set at = clock_timestamp()
+    where ctid = (select l.ctid from jobs_config.last_sweep as l for update skip locked);
+  end if;
+  return make_interval(secs => jobs_config.setting(substr(setting, length('pg_jobs.') + 1)));
 end
 $$;
 
-create function jobs._cron_next(cron text, zone text, after timestamptz)
-returns timestamptz
-language plpgsql stable strict parallel safe
+-- `jobs._max_payload_size()`: the max_payload_size setting in bytes.
+create function jobs._max_payload_size()
+returns bigint
+language sql stable strict parallel safe security definer
+set search_path = pg_catalog, pg_temp
+as $$ select jobs_config.setting('max_payload_size') * 1024 $$;
+
+-- `jobs._tenants()`: the tenants the session's login role is bound to, or NULL for a role that
+-- is not bound. A binding that is not a JSON array of strings binds the role to no tenant at
+-- all, so a mistyped binding refuses rather than allows. (No setting a session may SET counts.)
+create function jobs._tenants()
+returns text[]
+language sql stable strict parallel safe security definer
+set search_path = pg_catalog, pg_temp
 as $$
-begin
-  if not isfinite(after) then
-    return null;
-  end if;
-  return (jobs._cron_find(cron, zone, after, null, 1))[1];
-end
+  select case when jsonb_typeof(b.tenants) = 'array'
+                   and not jsonb_path_exists(b.tenants, '$[*] ? (@.type() != "string")')
+              then array(select jsonb_array_elements_text(b.tenants))
+              else '{}'::text[] end
+  from jobs_config.tenant_bindings as b
+  where b.role = session_user::regrole
 $$;
 
 create function jobs._cron_problem(cron text)
@@ -822,6 +678,72 @@ begin
 end
 $$;
 
+create function jobs._cron_next(cron text, zone text, after timestamptz)
+returns timestamptz
+language plpgsql stable strict parallel safe
+as $$
+begin
+  if not isfinite(after) then
+    return null;
+  end if;
+  return (jobs._cron_find(cron, zone, after, null, 1))[1];
+end
+$$;
+
+-- The last slot in (after, until], looking back from until in windows that double.
+create function jobs._cron_latest(cron text, zone text, after timestamptz, until timestamptz)
+returns timestamptz
+language plpgsql stable strict parallel safe
+as $$
+declare
+  v_window bigint := 1;  -- minutes (an interval of the widest would not fit)
+  v_start  timestamptz;
+  v_latest timestamptz;
+  v_next   timestamptz;
+begin
+  if not isfinite(after) or not isfinite(until) then
+    return null;
+  end if;
+  loop
+    v_start := case when until <= after or v_window >= extract(epoch from until - after) / 60 then after
+                    else until - make_interval(days => (v_window / 1440)::int, mins => (v_window % 1440)::int) end;
+    v_latest := (jobs._cron_find(cron, zone, v_start, until, 1))[1];
+    if v_latest is not null then
+      loop
+        v_next := (jobs._cron_find(cron, zone, v_latest, until, 1))[1];
+        exit when v_next is null;
+        v_latest := v_next;
+      end loop;
+      return v_latest;
+    end if;
+    if v_start = after then
+      return null;
+    end if;
+    v_window := v_window * 2;
+  end loop;
+end
+$$;
+
+-- The SQL-only edition's list of documented errors: jobs.error_codes() of src/error.rs, whose
+-- rows tests/test_sql_only.py holds these to.
+create function jobs.error_codes()
+returns table (name text, sqlstate text, meaning text)
+language sql immutable strict parallel safe
+as $$
+  values
+    ('lease_lost', 'PJ001', 'the claim is no longer held (lease lapsed, re-claimed or cancelled): roll back'),
+    ('duplicate_job', 'PJ002', 'a live job of this name and tenant holds the idempotency key (on_conflict => ''error'', or requeue)'),
+    ('job_not_found', 'PJ003', 'no job has this id'),
+    ('not_requeueable', 'PJ004', 'only failed, dead, cancelled and completed jobs can be requeued'),
+    ('not_cancellable', 'PJ005', 'only live jobs (ready, delayed, running, suspended) can be cancelled'),
+    ('not_promotable', 'PJ006', 'only delayed jobs can be promoted'),
+    ('invalid_parameter_value', '22023', 'a bad argument: empty, out of range, oversized or unknown'),
+    ('null_value_not_allowed', '22004', 'NULL where a value is required'),
+    ('serialization_failure', '40001', 'an idempotency key was taken and freed twice during one enqueue: retry the call'),
+    ('tenant_not_allowed', 'PJ007', 'the role is bound to other tenants (jobs.grant_producer / grant_worker with a tenant)'),
+    ('wait_needs_read_committed', 'PJ008', 'claim with wait runs in READ COMMITTED: a REPEATABLE READ or SERIALIZABLE snapshot never sees new work')
+$$;
+
 -- The SQL-only edition's counts of live children (src/family.rs in the extension). The
 -- extension's row trigger notes each child's move in the backend's memory and a statement
 -- trigger applies them; without a library nothing outlives a call but what a role could also
@@ -850,12 +772,41 @@ as $$
                       where a.pid = pg_catalog.pg_backend_pid()), false)
 $$;
 
--- `jobs._max_payload_size()`: the max_payload_size setting in bytes.
-create function jobs._max_payload_size()
-returns bigint
-language sql stable strict parallel safe security definer
-set search_path = pg_catalog, pg_temp
-as $$ select jobs_config.setting('max_payload_size') * 1024 $$;
+-- The statement triggers on jobs_data.jobs (UPDATE; DELETE): each parent's count moves by the
+-- number of its children that became live less those that stopped being live.
+create function jobs._family_statement_end()
+returns trigger
+language plpgsql volatile
+as $$
+declare
+  v_parents uuid[];
+  v_deltas  int[];
+begin
+  if tg_op = 'UPDATE' then
+    select array_agg(m.parent_id order by m.parent_id), array_agg(m.delta order by m.parent_id)
+      into v_parents, v_deltas
+    from (select n.parent_id,
+                 sum(case when n.state in ('ready', 'delayed', 'running', 'suspended') then 1 else -1 end)::int as delta
+          from family_old as o join family_new as n on n.id = o.id
+          where n.parent_id is not null
+            and (o.state in ('ready', 'delayed', 'running', 'suspended'))
+                <> (n.state in ('ready', 'delayed', 'running', 'suspended'))
+          group by n.parent_id) as m
+    where m.delta <> 0;
+  else
+    select array_agg(m.parent_id order by m.parent_id), array_agg(m.delta order by m.parent_id)
+      into v_parents, v_deltas
+    from (select o.parent_id, -count(*)::int as delta
+          from family_old as o
+          where o.parent_id is not null and o.state in ('ready', 'delayed', 'running', 'suspended')
+          group by o.parent_id) as m;
+  end if;
+  if v_parents is not null then
+    perform jobs._family_apply(v_parents, v_deltas);
+  end if;
+  return null;
+end
+$$;
 
 -- The SQL-only edition's claim tokens and job ids: jobs._next_claim and jobs._uuid_v7 in
 -- PL/pgSQL, with the signatures and guarantees of src/tokens.rs and src/ids.rs (which the
@@ -881,114 +832,6 @@ begin
   -- (the first 8 hex digits of a version-4 UUID are random)
   return (v_high << 23) | (('x' || left(gen_random_uuid()::text, 8))::bit(32)::bigint & ((1 << 23) - 1));
 end
-$$;
-
--- The SQL-only edition's wake-ups, signals and counters: what the extension keeps in shared
--- memory or runs at a transaction's commit (src/wakeups.rs, src/relay.rs, src/outcomes.rs,
--- src/durability.rs, src/unknown_queues.rs, src/error_context.rs), as the extension does it
--- without shared_preload_libraries, where this edition has no library at all:
--- - a blocking claim polls: it looks again every 100 ms (jobs._await_work);
--- - NOTIFY is the transaction's own (no relay), and a death is signalled per job;
--- - no outcome counters: jobs.outcome_stats answers no rows;
--- - every claim and heartbeat waits for its commit's WAL flush, as synchronous_commit says;
--- - a refusal's CONTEXT keeps the lines of the helpers it went through.
-
--- `jobs._notify(queue)`: NOTIFY pg_jobs, queue, sent at this transaction's commit.
-create function jobs._notify(queue text)
-returns void
-language sql volatile strict
-as $$ select pg_catalog.pg_notify('pg_jobs', queue) $$;
-
--- `jobs._outcome(queue, outcome, id)`: refuses an outcome it does not know; a job that ends
--- dead is signalled on pg_jobs_dead at this transaction's commit, with the payload the
--- extension sends for one death. True, to sit in a RETURNING list.
-create function jobs._outcome(queue text, outcome text, id uuid default null)
-returns boolean
-language plpgsql volatile
-as $$
-begin
-  if outcome is null or outcome not in ('completed', 'retried', 'dead', 'failed', 'cancelled',
-                                        'timed_out', 'lease_lapsed') then
-    raise exception 'jobs._outcome: no outcome is called %', coalesce(to_json(outcome)::text, 'None')
-      using errcode = '22023';
-  end if;
-  if outcome = 'dead' and id is not null then
-    perform pg_catalog.pg_notify('pg_jobs_dead',
-      '{"count":1,"id":"' || id || '","queue":' || to_json(queue)::text || '}');
-  end if;
-  return true;
-end
-$$;
-
--- `jobs._outcome_stats()`: no counters in this edition (as the extension without preload).
-create function jobs._outcome_stats()
-returns table (queue text, completed bigint, retried bigint, dead bigint, failed bigint,
-               cancelled bigint, timed_out bigint, lease_lapsed bigint, since timestamptz)
-language sql volatile strict parallel safe
-as $$ select null::text, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
-             0::bigint, null::timestamptz where false $$;
-
--- `jobs._quiet_context()`: nothing to load.
-create function jobs._quiet_context()
-returns void
-language sql immutable strict parallel safe
-as $$ select $$;
-
--- `jobs._relays()`: no sweeper relays notifications in this edition.
-create function jobs._relays()
-returns boolean
-language sql volatile strict
-as $$ select false $$;
-
--- `jobs._retention(setting, default)`: how long finished jobs are kept (volatile here: it notes
--- a sweep).
-create function jobs._retention(setting text, _default interval)
-returns interval
-language plpgsql volatile security definer
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  if setting is null or setting not in ('pg_jobs.completed_retention', 'pg_jobs.dead_retention') then
-    raise exception 'jobs._retention: % is not a retention setting of pg_jobs', setting
-      using errcode = 'XX000';
-  end if;
-  -- jobs.sweep() reads dead_retention once per pass and nothing else reads it (sql/sweep.sql;
-  -- sql-only/tests/test_sql_only.py checks it): the pass is noted here, skipping a row another
-  -- sweep holds.
-  if setting = 'pg_jobs.dead_retention' then
-    update jobs_config.last_sweep set at = clock_timestamp()
-    where ctid = (select l.ctid from jobs_config.last_sweep as l for update skip locked);
-  end if;
-  return make_interval(secs => jobs_config.setting(substr(setting, length('pg_jobs.') + 1)));
-end
-$$;
-
--- `jobs._signal_work(queues)`, `jobs._slot_freed(name, key)`, `jobs._work_seen(queues)`: no
--- shared counters to move or read; a waiting claim looks again instead.
-create function jobs._signal_work(queues text[])
-returns void
-language sql volatile strict
-as $$ select $$;
-
-create function jobs._slot_freed(name text, concurrency_key text)
-returns boolean
-language sql volatile
-as $$ select true $$;
-
--- `jobs._tenants()`: the tenants the session's login role is bound to, or NULL for a role that
--- is not bound. A binding that is not a JSON array of strings binds the role to no tenant at
--- all, so a mistyped binding refuses rather than allows. (No setting a session may SET counts.)
-create function jobs._tenants()
-returns text[]
-language sql stable strict parallel safe security definer
-set search_path = pg_catalog, pg_temp
-as $$
-  select case when jsonb_typeof(b.tenants) = 'array'
-                   and not jsonb_path_exists(b.tenants, '$[*] ? (@.type() != "string")')
-              then array(select jsonb_array_elements_text(b.tenants))
-              else '{}'::text[] end
-  from jobs_config.tenant_bindings as b
-  where b.role = session_user::regrole
 $$;
 
 -- A new UUIDv7 (RFC 9562): the Unix time in milliseconds in the first 48 bits, then a 12-bit
@@ -1025,6 +868,137 @@ begin
 end
 $$;
 
+-- The SQL-only edition's wake-ups, signals and counters: what the extension keeps in shared
+-- memory or runs at a transaction's commit (src/wakeups.rs, src/relay.rs, src/outcomes.rs,
+-- src/durability.rs, src/unknown_queues.rs, src/error_context.rs), as the extension does it
+-- without shared_preload_libraries, where this edition has no library at all:
+-- - a blocking claim polls: it looks again every 100 ms (jobs._await_work);
+-- - NOTIFY is the transaction's own (no relay), and a death is signalled per job;
+-- - no outcome counters: jobs.outcome_stats answers no rows;
+-- - every claim and heartbeat waits for its commit's WAL flush, as synchronous_commit says;
+-- - a refusal's CONTEXT keeps the lines of the helpers it went through.
+
+-- `jobs._notify(queue)`: NOTIFY pg_jobs, queue, sent at this transaction's commit.
+create function jobs._notify(queue text)
+returns void
+language sql volatile strict
+as $$ select pg_catalog.pg_notify('pg_jobs', queue) $$;
+
+-- `jobs._relays()`: no sweeper relays notifications in this edition.
+create function jobs._relays()
+returns boolean
+language sql volatile strict
+as $$ select false $$;
+
+-- `jobs._cancelling(id, was_running, value)`: signals pg_jobs_cancel at this transaction's
+-- commit when the job being cancelled was running; answers value.
+create function jobs._cancelling(id uuid, was_running boolean, value timestamptz)
+returns timestamptz
+language plpgsql volatile strict
+as $$
+begin
+  if was_running then
+    perform pg_catalog.pg_notify('pg_jobs_cancel', id::text);
+  end if;
+  return value;
+end
+$$;
+
+-- `jobs._outcome(queue, outcome, id)`: refuses an outcome it does not know; a job that ends
+-- dead is signalled on pg_jobs_dead at this transaction's commit, with the payload the
+-- extension sends for one death. True, to sit in a RETURNING list.
+create function jobs._outcome(queue text, outcome text, id uuid default null)
+returns boolean
+language plpgsql volatile
+as $$
+begin
+  if outcome is null or outcome not in ('completed', 'retried', 'dead', 'failed', 'cancelled',
+                                        'timed_out', 'lease_lapsed') then
+    raise exception 'jobs._outcome: no outcome is called %', coalesce(to_json(outcome)::text, 'None')
+      using errcode = '22023';
+  end if;
+  if outcome = 'dead' and id is not null then
+    perform pg_catalog.pg_notify('pg_jobs_dead',
+      '{"count":1,"id":"' || id || '","queue":' || to_json(queue)::text || '}');
+  end if;
+  return true;
+end
+$$;
+
+-- `jobs._outcome_stats()`: no counters in this edition (as the extension without preload).
+create function jobs._outcome_stats()
+returns table (queue text, completed bigint, retried bigint, dead bigint, failed bigint,
+               cancelled bigint, timed_out bigint, lease_lapsed bigint, since timestamptz)
+language sql volatile strict parallel safe
+as $$ select null::text, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
+             0::bigint, null::timestamptz where false $$;
+
+-- `jobs._signal_work(queues)`, `jobs._slot_freed(name, key)`, `jobs._work_seen(queues)`: no
+-- shared counters to move or read; a waiting claim looks again instead.
+create function jobs._signal_work(queues text[])
+returns void
+language sql volatile strict
+as $$ select $$;
+
+create function jobs._slot_freed(name text, concurrency_key text)
+returns boolean
+language sql volatile
+as $$ select true $$;
+
+create function jobs._work_seen(queues text[])
+returns bigint[]
+language sql volatile strict
+as $$ select '{}'::bigint[] $$;
+
+-- `jobs._await_work(queues, seen, until)`: one step of the poll (100 ms, or what is left until
+-- `until`), after which the claim looks again. Interrupted as any statement is.
+create function jobs._await_work(queues text[], seen bigint[], until timestamptz)
+returns void
+language plpgsql volatile strict
+as $$
+declare
+  v_step float8 := least(0.1, extract(epoch from until - clock_timestamp()));
+begin
+  if v_step > 0 then
+    perform pg_catalog.pg_sleep(v_step);
+  end if;
+end
+$$;
+
+-- `jobs._async_if_alone(function)`: called by every claim and heartbeat. The claim keeps the
+-- caller's durability (no commit hook); once per connection, it warns when nothing has swept
+-- this database for ten minutes: without the background worker, pg_cron runs jobs.sweep()
+-- (docs/EDITIONS.md), and without it retention, timeouts, schedules and timed waits stand still.
+create function jobs._async_if_alone("function" text)
+returns void
+language plpgsql volatile strict
+as $$
+declare
+  v_at timestamptz;
+begin
+  if current_setting('pg_jobs_sweep.checked', true) = 'on' then
+    return;
+  end if;
+  perform set_config('pg_jobs_sweep.checked', 'on', false);
+  select l.at into v_at from jobs_config.last_sweep as l;
+  if v_at is null or v_at < clock_timestamp() - interval '10 minutes' then
+    -- (current_user: the owner, as whom the claim runs)
+    raise warning 'pg_jobs: nothing has swept this database %',
+      coalesce('since ' || v_at, 'yet')
+      using hint = format('schedule jobs.sweep() with pg_cron, to run as the role that owns pg_jobs: in '
+                          'pg_cron''s database, select cron.schedule_in_database(''pg_jobs sweep'', '
+                          '''* * * * *'', ''select jobs.sweep()'', %L, %L); docs/EDITIONS.md. Warned once '
+                          'per connection', current_database(), current_user);
+  end if;
+end
+$$;
+
+-- `jobs._quiet_context()`: nothing to load.
+create function jobs._quiet_context()
+returns void
+language sql immutable strict parallel safe
+as $$ select $$;
+
 -- `jobs._warn_unknown_queues(queues)`: a WARNING for each queue never used, once per connection
 -- (the queues warned about are kept in a setting of the connection's own).
 create function jobs._warn_unknown_queues(queues text[])
@@ -1047,49 +1021,131 @@ begin
 end
 $$;
 
-create function jobs._work_seen(queues text[])
-returns bigint[]
-language sql volatile strict
-as $$ select '{}'::bigint[] $$;
+create table jobs_data.maintenance (
+  one              boolean primary key default true check (one),
+  queues_pruned_at timestamptz
+);
 
--- `jobs.clock()`: clock_timestamp() plus the clock_offset setting (0 unless set; tests move
--- time with it instead of sleeping). It is called several times by every claim and settle, so
--- it is a SQL-standard body the planner inlines (no SECURITY DEFINER, no setting, no table
--- read: each would stop that, and cost a call each time, measured in docs/BENCHMARKS.md): the
--- table's offset is written into it as a constant, by jobs_config._make_clock, when the table
--- changes; a superuser's session adds its own. Its names were resolved when it was made, with
--- pg_catalog first.
-create function jobs.clock()
-returns timestamptz
-language sql volatile parallel safe
-begin atomic
-  select pg_catalog.clock_timestamp();  -- (made again below, with the offsets)
-end;
+insert into jobs_data.maintenance default values;
 
-create function jobs_config._make_clock()
-returns trigger
+comment on table jobs_data.maintenance is 'When jobs.sweep last pruned jobs.queues (at most hourly)';
+
+create table jobs_data.lock_slots (
+  tenant text not null default '',
+  slot   int  not null,
+  primary key (tenant, slot)
+);
+
+insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
+
+comment on table jobs_data.lock_slots is
+  'Lock slots for concurrency limits (0-1023) and events (1024-2047), per tenant; rows never change';
+
+create function jobs._lock_slots(p_tenants text[], p_slots int[], p_how text)
+returns text[]
 language plpgsql volatile
-set search_path = pg_catalog, pg_temp
 as $$
 begin
-  execute format(
-    'create or replace function jobs.clock() returns timestamptz language sql volatile parallel safe '
-    'begin atomic select clock_timestamp() + %L::interval + case when current_setting(''is_superuser'') = ''on'' '
-    'then coalesce(nullif(current_setting(''pg_jobs.clock_offset'', true), ''''), ''0'')::interval '
-    'else ''0''::interval end; end',
-    make_interval(secs => coalesce((select s.value from jobs_config.settings as s where s.name = 'clock_offset'), 0)));
-  return null;
+  if exists (select from unnest(p_tenants, p_slots) as w(tenant, slot)
+             where w.tenant <> ''
+               and not exists (select from jobs_data.lock_slots as s
+                               where s.tenant = w.tenant and s.slot = w.slot)) then
+    insert into jobs_data.lock_slots (tenant, slot)
+    select distinct w.tenant, w.slot from unnest(p_tenants, p_slots) as w(tenant, slot)
+    where w.tenant <> ''
+    order by 1, 2
+    on conflict do nothing;
+  end if;
+  if p_how = 'skip' then
+    return array(select s.slot || ':' || s.tenant from jobs_data.lock_slots as s
+                 where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+                 order by s.tenant, s.slot for no key update skip locked);
+  elsif p_how = 'share' then
+    perform from jobs_data.lock_slots as s
+    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+    order by s.tenant, s.slot for share;
+  else
+    perform from jobs_data.lock_slots as s
+    where (s.tenant, s.slot) in (select * from unnest(p_tenants, p_slots))
+    order by s.tenant, s.slot for no key update;
+  end if;
+  return array(select w.slot || ':' || w.tenant from unnest(p_tenants, p_slots) as w(tenant, slot));
 end
 $$;
 
-revoke all on function jobs_config._make_clock() from public;
+create table jobs_data.family_pending (
+  parent_id uuid not null,
+  delta     int  not null
+);
 
-create trigger settings_make_clock
-after insert or update or delete or truncate on jobs_config.settings
-for each statement execute function jobs_config._make_clock();
+create index family_pending_parent_idx on jobs_data.family_pending (parent_id);
 
--- (the clock with the offsets: a statement on the table, which fires the trigger)
-delete from jobs_config.settings where false;
+comment on table jobs_data.family_pending is
+  'Moves of children_live the sweep could not apply without waiting; applied by a later sweep';
+
+create table jobs_data.ordering_keys (
+  queue      text not null,
+  tenant     text not null,  -- '' for jobs of no tenant
+  key        text not null,
+  checked_at timestamptz,    -- when the sweep last made sure its next job was not left waiting
+  primary key (queue, tenant, key)
+);
+
+create index ordering_keys_checked_idx on jobs_data.ordering_keys (checked_at nulls first);
+
+comment on table jobs_data.ordering_keys is
+  'Each ordering key (queue, tenant, key) that has had a job: locked by enqueues and ends of its jobs';
+
+create table jobs_data.ordering_pending (
+  queue  text not null,
+  tenant text not null,
+  key    text not null
+);
+
+comment on table jobs_data.ordering_pending is
+  'Ordering keys whose next job a sweep must make sure of (their row was locked when their job ended)';
+
+select pg_catalog.pg_extension_config_dump('jobs_data.ordering_keys', '');
+
+select pg_catalog.pg_extension_config_dump('jobs_data.ordering_pending', '');
+
+create table jobs_data.fair_pending (
+  queue       text primary key,
+  waiting_for text[]  -- NULL until a sweep has seen the change
+);
+
+comment on table jobs_data.fair_pending is
+  'Queues whose fairness changed: a sweep regroups their live jobs once the transactions open at the change have ended';
+
+select pg_catalog.pg_extension_config_dump('jobs_data.fair_pending', '');
+
+create table jobs_data.attempts (
+  job_id      uuid not null,
+  attempt     int not null,
+  worker      text,            -- claimed_by of the attempt
+  claimed_at  timestamptz,
+  finished_at timestamptz not null,
+  outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
+  error       text,
+  seq         bigint generated always as identity  -- the order they were written in
+);
+
+create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
+
+comment on table jobs_data.attempts is
+  'One row per attempt that did not complete: failed, timed out, lease lapsed or buried';
+
+create table jobs_data.rate_starts (
+  name       text not null,
+  key        text,              -- the concurrency_key, with rate_limit_per_key
+  started_at timestamptz not null,
+  tenant     text not null default ''  -- the job's tenant_id ('': none): each has its own limit
+);
+
+create index rate_starts_idx on jobs_data.rate_starts (name, started_at);
+
+comment on table jobs_data.rate_starts is
+  'Starts of rate-limited jobs within their job type''s rate_period (jobs_data.job_types.rate_limit)';
 
 comment on function jobs.clock() is
   'The time pg_jobs decides by: clock_timestamp() plus pg_jobs.clock_offset (0; superuser only, for tests)';
@@ -1213,1058 +1269,6 @@ language sql stable
 begin atomic
   select jobs._tenants() is null or p_tenant = any(jobs._tenants());
 end;
-
-create function jobs._check_hold_args(p_fn text, p_id uuid, p_claim bigint)
-returns void
-language plpgsql immutable
-as $$
-begin
-  if p_id is null then
-    perform jobs._raise('22004', p_fn || ': id must not be NULL', 'pass the id jobs.claim returned');
-  elsif p_claim is null then
-    perform jobs._raise('22004', p_fn || ': claim must not be NULL',
-      'pass the claim token jobs.claim returned with the job');
-  end if;
-end
-$$;
-
-create function jobs._raise_lost(p_fn text, p_id uuid, p_claim bigint, p_first text,
-                                 p_again text default '')
-returns void
-language plpgsql stable
-as $$
-declare
-  v_job record;
-begin
-  select j.state, j.claim, j.lease_expires_at into v_job
-  from jobs_data.jobs as j
-  where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()));
-  perform jobs._raise('PJ001',
-    format('%sjob %s is no longer held by the claim given: %s', p_fn, p_id,
-           case
-             when v_job is null then 'no job has this id'
-             when v_job.state <> 'running' then format('the job is now %s', v_job.state)
-             when v_job.claim <> p_claim then 'the job was claimed again'
-             else format('its lease expired at %s', v_job.lease_expires_at)
-           end),
-    p_first || '; ' ||
-      case
-        when v_job is null then 'it no longer exists (finished jobs are deleted after their retention period)'
-        when v_job.state in ('running', 'ready', 'delayed') then 'it runs again under a new claim' || p_again
-        when v_job.state = 'suspended' then 'it runs again under a new claim when it wakes' || p_again
-        when v_job.state = 'completed' then 'it was completed: nothing is left to do'
-        else format('it ended %s and runs again only if jobs.requeue runs it', v_job.state)
-      end);
-end
-$$;
-
-create function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
-returns timestamptz
-language plpgsql volatile
-as $$
-declare
-  v_now     timestamptz := jobs.clock();
-  v_expires timestamptz;
-begin
-  -- The checks run only when an argument is missing or a lease given: each PERFORM is a
-  -- statement, and the two cost 8% of a heartbeat (docs/BENCHMARKS.md).
-  if heartbeat.id is null or heartbeat.claim is null then
-    perform jobs._check_hold_args('jobs.heartbeat', heartbeat.id, heartbeat.claim);
-  end if;
-  if heartbeat.lease is not null then
-    perform jobs._check_interval('jobs.heartbeat: lease', heartbeat.lease, interval '7 days',
-      'pass the lease to extend by, or NULL to extend by the lease of the claim');
-  end if;
-  -- On its own, it commits without waiting for its WAL flush (pg_jobs.async_claims): a lost
-  -- heartbeat only shortens the lease (src/durability.rs).
-  perform jobs._async_if_alone('heartbeat');
-  -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
-  -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
-  -- Never past the attempt's deadline (a timeout): the answer is the capped expiry.
-  update jobs_data.jobs as j set
-    lease = coalesce(heartbeat.lease, j.lease),
-    lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline),
-    lease_scan_at = case
-      when j.lease_scan_at > v_now and j.lease_scan_at <= v_now + coalesce(heartbeat.lease, j.lease)
-      then j.lease_scan_at else least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline) end
-  where j.id = heartbeat.id and j.claim = heartbeat.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.lease_expires_at into v_expires;
-  return v_expires;
-end
-$$;
-
-comment on function jobs.heartbeat(uuid, bigint, interval) is
-  'Extend the lease of a held job; answers the new expiry, or NULL when the claim is no longer held';
-
-create function jobs._settle_prune(p_now timestamptz, p_completed int)
-returns bigint
-language sql volatile
-as $$
-  select (jobs._prune('{completed,cancelled}',
-                      p_now - jobs._retention('pg_jobs.completed_retention', '7 days'),
-                      16 * p_completed)).jobs_deleted
-$$;
-
-create function jobs._keeps_no_completed()
-returns boolean
-language sql stable
-begin atomic
-  select jobs._retention('pg_jobs.completed_retention', '7 days') = interval '0';
-end;
-
-create function jobs.complete(id uuid, claim bigint, result jsonb default null)
-returns boolean
-language plpgsql volatile
-as $$
-declare
-  v_now   timestamptz := jobs.clock();
-  v_run   uuid;
-  v_tried boolean;
-  v_counted boolean;
-begin
-  perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
-  if complete.result is not null then
-    perform jobs._check_size('jobs.complete: result', complete.result);
-  end if;
-  if jobs._keeps_no_completed() then
-    delete from jobs_data.jobs as j
-    where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
-      and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      and (j.parent_id is null or not jobs._parent_live(j.parent_id))
-    returning j.run_id, j.last_error is not null,
-              jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
-      into v_run, v_tried, v_counted;
-    if found then
-      perform jobs._drop_orphan_steps(array[v_run]);
-      if v_tried then  -- only a job that failed an attempt has any
-        delete from jobs_data.attempts as a where a.job_id = complete.id;
-      end if;
-      return true;
-    end if;
-    -- Not deleted: a lost claim (the update below refuses it too), or a child of a live
-    -- parent, which is kept, completed, for the parent to find (jobs._parent_live).
-  end if;
-  update jobs_data.jobs as j set
-    state = 'completed', result = complete.result, lease_expires_at = null,
-    finished_at = v_now, updated_at = v_now
-  where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
-    into v_counted;
-  if not found then
-    return false;
-  end if;
-  if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
-    perform jobs._settle_prune(v_now, 1);
-  end if;
-  return true;
-end
-$$;
-
-comment on function jobs.complete(uuid, bigint, jsonb) is
-  'Settle a held job as completed; false (and nothing changed) when the claim is no longer held';
-
-create function jobs.complete_many(ids uuid[], claims bigint[], results jsonb[] default null)
-returns table (id uuid, landed boolean)
-language plpgsql volatile
-as $$
-#variable_conflict use_column
-declare
-  v_now    timestamptz := jobs.clock();
-  v_landed uuid[];
-  v_runs   uuid[];
-  v_tried  uuid[];   -- deleted jobs that failed an attempt: their rows in jobs.attempts go too
-  v_sorted uuid[];   -- ids sorted, and results in that order: see the update below
-  v_results jsonb[];
-  v_tenants text[] := jobs._tenants();  -- a bound role settles its tenants' jobs only
-begin
-  -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
-  -- chain inside names the cause.
-  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
-     or (results is not null and cardinality(results) <> cardinality(ids))
-     or cardinality(ids) > 10000 or array_position(ids, null) is not null
-     or array_position(claims, null) is not null then
-    if ids is null or claims is null then
-      perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
-        'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
-    elsif cardinality(ids) <> cardinality(claims)
-          or (results is not null and cardinality(results) <> cardinality(ids)) then
-      perform jobs._raise('22023', format('jobs.complete_many: ids, claims and results must be '
-        'equally long, got %s, %s and %s', cardinality(ids), cardinality(claims),
-        coalesce(cardinality(results)::text, 'NULL')), 'pass one claim (and result) per id');
-    elsif cardinality(ids) > 10000 then
-      perform jobs._raise('22023', 'jobs.complete_many: at most 10000 jobs per call, got '
-        || cardinality(ids), 'split the batch');
-    elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
-      perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
-        'pass the id and claim token of every job');
-    end if;
-  end if;
-  if results is not null then
-    perform jobs._check_size('jobs.complete_many: a result', r.result) from unnest(results) as r(result);
-  end if;
-
-  -- Each branch is one statement, fenced per row, and collects the ids that landed. A role
-  -- bound to tenants lands only its tenants' jobs: with up to 10,000 pairs a call, this is
-  -- where a guessed token would be tried fastest (docs/SECURITY.md). Neither
-  -- joins jobs_data.jobs to the arrays: a join's plan rests on the row estimates, and a plan
-  -- cached while the table looked empty read every job for every id given (5 minutes for
-  -- 10,000 ids with 200k jobs; docs/PLANS.md). So the one scan is the primary key with
-  -- id = any(ids); each job's own token is checked against a hash of the (id, claim) pairs
-  -- (a hashed SubPlan: "is true" keeps the planner from turning the IN into a join); and a
-  -- result is found by binary search (width_bucket) in the sorted ids.
-  if jobs._keeps_no_completed() then
-    with gone as (
-      delete from jobs_data.jobs as j
-      where j.id = any(ids)
-        and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
-        and j.state = 'running' and j.lease_expires_at > jobs.clock()
-        and (v_tenants is null or j.tenant_id = any(v_tenants))
-        and (j.parent_id is null or not jobs._parent_live(j.parent_id))
-      returning j.id, j.run_id, j.last_error is not null as tried,
-                jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
-    )
-    select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}'),
-           array_agg(g.id) filter (where g.tried)
-      into v_landed, v_runs, v_tried
-    from gone as g;
-    perform jobs._drop_orphan_steps(v_runs);
-    if v_tried is not null then  -- only jobs that failed an attempt have any
-      delete from jobs_data.attempts as a where a.job_id = any(v_tried);
-    end if;
-  end if;
-  -- Completed and kept: all of them, or (no completed kept) the children of live parents,
-  -- which are kept for their parents to find (jobs._parent_live), and lost claims, which this
-  -- refuses too.
-  if v_landed is null or cardinality(v_landed) < cardinality(ids) then
-    if results is not null then
-      -- An id given twice gets the result given with its highest claim: the only one that
-      -- can be the job's current claim unless a claim never handed out is given.
-      select array_agg(i.id order by i.id, i.claim), array_agg(i.result order by i.id, i.claim)
-        into v_sorted, v_results
-      from unnest(ids, claims, results) as i(id, claim, result);
-    end if;
-    with landed as (
-      update jobs_data.jobs as j set
-        state = 'completed', result = v_results[width_bucket(j.id, v_sorted)],  -- no results: NULL
-        lease_expires_at = null, finished_at = v_now, updated_at = v_now
-      where j.id = any(ids)
-        and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
-        and j.state = 'running' and j.lease_expires_at > jobs.clock()
-        and (v_tenants is null or j.tenant_id = any(v_tenants))
-      returning j.id,
-                jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
-    )
-    select coalesce(v_landed, '{}') || coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
-    if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
-      perform jobs._settle_prune(v_now, cardinality(v_landed));
-    end if;
-  end if;
-
-  -- Usually every job landed, and the answer is the input as it came. Otherwise (a lost
-  -- claim, or an id given twice: a statement changes each row once) join the landed ids back.
-  if cardinality(v_landed) = cardinality(ids) then
-    return query select u.id, true from unnest(ids) as u(id);
-  else
-    return query
-    select u.id, l.id is not null
-    from unnest(ids) with ordinality as u(id, ord)
-    left join unnest(v_landed) as l(id) on l.id = u.id
-    order by u.ord;
-  end if;
-end
-$$;
-
-comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
-  'Complete a claimed batch in one statement, each job fenced on its own token; '
-  'answers (id, landed) in the order given';
-
-create function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id text,
-                                        queues text[] default array['default'],
-                                        max_jobs int default 1, lease interval default null,
-                                        results jsonb[] default null)
-returns setof jobs.claimed_job
-language plpgsql volatile
-as $$
-declare
-  v_lost bigint;
-begin
-  select count(*) filter (where not c.landed) into v_lost
-  from jobs.complete_many(ids, claims, results) as c;
-  if v_lost > 0 then
-    perform jobs._raise('PJ001', format('jobs.complete_and_claim: %s of the %s claims given are '
-      'no longer held (lease lapsed, claimed again, cancelled or settled)', v_lost, cardinality(ids)),
-      'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
-      'jobs.complete_many, then claim');
-  end if;
-  return query select * from jobs.claim(worker_id, queues, max_jobs, lease);
-end
-$$;
-
-comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[]) is
-  'Complete a claimed batch and claim the next in one transaction; lease_lost and nothing '
-  'changed when a claim is no longer held';
-
-create function jobs.fail(id uuid, claim bigint, error text,
-                          retry_at timestamptz default null, retryable boolean default true)
-returns text
-language plpgsql volatile
-as $$
-declare
-  v_now   timestamptz := jobs.clock();
-  v_state jobs.job_state;
-  v_queue text;
-begin
-  perform jobs._check_hold_args('jobs.fail', fail.id, fail.claim);
-  if fail.error is null then
-    perform jobs._raise('22004', 'jobs.fail: error must not be NULL',
-      'pass the error text the job failed with; it is kept in last_error');
-  elsif fail.retryable is null then
-    perform jobs._raise('22004', 'jobs.fail: retryable must not be NULL',
-      'pass false to dead-letter now, or true to retry while attempts are left');
-  end if;
-  perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
-    'pass when to retry, or NULL for the job type''s backoff');
-
-  -- The failed attempt's row in jobs.attempts, in the same statement.
-  with settled as (
-  update jobs_data.jobs as j set
-    state = case when r.retry then 'delayed' else jobs._final_state(p.dead_letter) end,
-    run_at = case when r.retry
-      then coalesce(fail.retry_at,
-                    v_now + jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt))
-      else j.run_at end,
-    last_error = left(fail.error, 10000),
-    lease_expires_at = null,
-    finished_at = case when r.retry then null else v_now end,
-    updated_at = v_now
-  from (select h.name, h.attempt < h.max_attempts and fail.retryable as retry
-        from jobs_data.jobs h where h.id = fail.id) as r
-  cross join lateral jobs._policy(r.name) as p
-  where j.id = fail.id and j.claim = fail.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue,
-            jobs._outcome(j.queue, case when j.state = 'delayed' then 'retried' else j.state::text end,
-                          j.id) and jobs._slot_freed(j.name, j.concurrency_key) as counted
-  ),
-  noted as (
-    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now, 'failed', left(fail.error, 10000)
-    from settled as s
-  )
-  select s.state, s.queue into v_state, v_queue from settled as s;
-
-  if v_state = 'delayed' then
-    perform jobs._signal_work(array[v_queue]);  -- its retry comes due: the blocking claims
-    return 'retried';
-  end if;
-  return v_state::text;
-end
-$$;
-
-comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean) is
-  'Record a failed attempt: ''retried'' (delayed until retry_at or the backoff), ''dead'' or '
-  '''failed''; NULL when the claim is no longer held';
-
-create function jobs.snooze(id uuid, claim bigint, run_at timestamptz)
-returns boolean
-language plpgsql volatile
-as $$
-declare
-  v_queue text;
-begin
-  perform jobs._check_hold_args('jobs.snooze', snooze.id, snooze.claim);
-  if snooze.run_at is null then
-    perform jobs._raise('22004', 'jobs.snooze: run_at must not be NULL',
-      'pass when the job should run again, e.g. now() + interval ''5 minutes''');
-  end if;
-  perform jobs._check_finite('jobs.snooze: run_at', snooze.run_at,
-    'pass when the job should run again, e.g. now() + interval ''5 minutes''');
-  -- Parking is control flow, not a failure: the attempt the claim counted is given back.
-  update jobs_data.jobs as j set
-    state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
-    lease_expires_at = null, updated_at = jobs.clock()
-  where j.id = snooze.id and j.claim = snooze.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
-  if v_queue is null then
-    return false;
-  end if;
-  perform jobs._signal_work(array[v_queue]);  -- it comes due at run_at: the blocking claims
-  return true;
-end
-$$;
-
-comment on function jobs.snooze(uuid, bigint, timestamptz) is
-  'Park a held job until run_at without using an attempt; false when the claim is no longer held';
-
-create function jobs.assert_claim(id uuid, claim bigint)
-returns void
-language plpgsql volatile
-as $$
-begin
-  perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
-  perform from jobs_data.jobs as j
-  where j.id = assert_claim.id and j.claim = assert_claim.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for share;
-  if not found then
-    perform jobs._raise_lost('', assert_claim.id, assert_claim.claim,
-      'roll back this transaction so its side effects are not committed');
-  end if;
-end
-$$;
-
-comment on function jobs.assert_claim(uuid, bigint) is
-  'Raise lease_lost unless the claim is held; locks the job row FOR SHARE until the transaction '
-  'ends, so call it in the transaction that writes the job''s side effects';
-
-create table jobs_data.steps (
-  run_id   uuid not null,
-  step     text not null check (length(step) between 1 and 200),
-  output   jsonb,
-  saved_at timestamptz not null,
-  attempt  int not null,
-  seq      bigint generated always as identity,
-  primary key (run_id, step)
-);
-
-create index steps_run_seq_idx on jobs_data.steps (run_id, seq);
-
-comment on table jobs_data.steps is 'Memoised steps of durable runs, in the order they were saved (seq)';
-
-create function jobs._drop_orphan_steps(p_runs uuid[])
-returns bigint
-language plpgsql volatile
-as $$
-declare
-  v_n bigint;
-begin
-  perform from jobs_data.steps as s
-  where s.run_id = any(p_runs)
-  order by s.run_id, s.seq
-  for update;
-  if not found then
-    return 0;
-  end if;
-  delete from jobs_data.steps as s
-  where s.run_id = any(p_runs)
-    and not exists (select from jobs_data.jobs as j where j.id = s.run_id)
-    and not exists (select from jobs_data.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
-  get diagnostics v_n = row_count;
-  return v_n;
-end
-$$;
-
-create function jobs._check_step(p_fn text, p_step text)
-returns void
-language plpgsql immutable
-as $$
-begin
-  if p_step is null then
-    perform jobs._raise('22004', p_fn || ': step must not be NULL',
-      'name the step, e.g. ''charge_card''; the name is its memo key within the run');
-  elsif length(p_step) not between 1 and 200 then
-    perform jobs._raise('22023', p_fn || ': step must be 1 to 200 characters, got ' || length(p_step),
-      'use a short, stable step name');
-  end if;
-end
-$$;
-
-create function jobs.save_step(id uuid, claim bigint, step text, output jsonb default null)
-returns void
-language plpgsql volatile
-as $$
-declare
-  v_run     uuid;
-  v_attempt int;
-begin
-  perform jobs._check_hold_args('jobs.save_step', save_step.id, save_step.claim);
-  perform jobs._check_step('jobs.save_step', save_step.step);
-  perform jobs._check_size('jobs.save_step: output', save_step.output);
-  -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
-  -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = save_step.id and j.claim = save_step.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for share;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.save_step: ', save_step.id, save_step.claim,
-      'stop working on this job and roll back',
-      ', which sees the steps saved so far');
-  end if;
-  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
-  values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
-  on conflict on constraint steps_pkey do nothing;
-end
-$$;
-
-comment on function jobs.save_step(uuid, bigint, text, jsonb) is
-  'Memoise a finished step of a held job''s run; raises lease_lost (and saves nothing) when the '
-  'claim is no longer held. A step saved before keeps its first output.';
-
-create function jobs.sleep(id uuid, claim bigint, step text, until timestamptz)
-returns boolean
-language plpgsql volatile
-as $$
-declare
-  v_now     timestamptz := jobs.clock();
-  v_run     uuid;
-  v_attempt int;
-begin
-  perform jobs._check_hold_args('jobs.sleep', sleep.id, sleep.claim);
-  perform jobs._check_step('jobs.sleep', sleep.step);
-  if sleep.until is null then
-    perform jobs._raise('22004', 'jobs.sleep: until must not be NULL',
-      'pass when the job should go on, e.g. now() + interval ''1 day''');
-  end if;
-  perform jobs._check_finite('jobs.sleep: until', sleep.until,
-    'pass when the job should go on, e.g. now() + interval ''1 day''');
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = sleep.id and j.claim = sleep.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > v_now
-  for update;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.sleep: ', sleep.id, sleep.claim,
-      'stop working on this job and roll back',
-      ', which sees the steps saved so far');
-  end if;
-  if exists (select from jobs_data.steps as s where s.run_id = v_run and s.step = sleep.step) then
-    return true;  -- slept already
-  end if;
-  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
-  values (v_run, sleep.step, jsonb_build_object('until', sleep.until), v_now, v_attempt);
-  if sleep.until <= v_now then
-    return true;
-  end if;
-  perform jobs.snooze(sleep.id, sleep.claim, sleep.until);  -- (held: the row is locked above)
-  return false;
-end
-$$;
-
-comment on function jobs.sleep(uuid, bigint, text, timestamptz) is
-  'A durable sleep step: the first call suspends the held job until then (no attempt used) and '
-  'answers false; once it runs again the call answers true at once';
-
-create function jobs.get_step(run_id uuid, step text)
-returns table (done boolean, output jsonb)
-language plpgsql stable
-as $$
-#variable_conflict use_column
-begin
-  if get_step.run_id is null or get_step.step is null then
-    perform jobs._raise('22004', 'jobs.get_step: run_id and step must not be NULL',
-      'pass the run_id jobs.claim returned and the step name');
-  end if;
-  -- A role bound to tenants reads the steps of its tenants' runs only.
-  -- (By the primary key, then jobs_attached_idx: one index each.)
-  if jobs._tenants() is not null
-     and not exists (select from jobs_data.jobs as j
-                     where j.id = get_step.run_id and j.tenant_id = any(jobs._tenants()))
-     and not exists (select from jobs_data.jobs as j
-                     where j.run_id = get_step.run_id and j.run_id <> j.id
-                       and j.tenant_id = any(jobs._tenants())) then
-    perform jobs._raise('PJ007', format('jobs.get_step: run %s is not a run of this role''s tenants (%s)',
-      get_step.run_id, array_to_string(jobs._tenants(), ', ')),
-      'read the steps of runs your claims returned');
-  end if;
-  return query
-  select s.step is not null, s.output
-  from (select) as d
-  left join jobs_data.steps as s on s.run_id = get_step.run_id and s.step = get_step.step;
-end
-$$;
-
-comment on function jobs.get_step(uuid, text) is
-  'Whether a step of a run was saved, and its output: replay it instead of redoing it';
-
-create function jobs._check_tenant_job(p_fn text, p_id uuid)
-returns void
-language plpgsql stable
-as $$
-declare
-  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
-begin
-  if v_tenants is not null
-     and not exists (select from jobs_data.jobs as j where j.id = p_id and j.tenant_id = any(v_tenants)) then
-    perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
-      'check the id; finished jobs are deleted after their retention period');
-  end if;
-end
-$$;
-
-create function jobs._refuse(p_fn text, p_id uuid, p_code text, p_rule text, p_hint text)
-returns void
-language plpgsql stable
-as $$
-declare
-  v_state jobs.job_state;
-begin
-  select j.state into v_state from jobs_data.jobs as j where j.id = p_id;
-  if not found then
-    perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
-      'check the id; finished jobs are deleted after their retention period');
-  end if;
-  -- The fix depends on the state the job is in; p_hint where one fix fits every state.
-  perform jobs._raise(p_code, format('%s: job %s is %s; %s', p_fn, p_id, v_state, p_rule),
-    case
-      when p_fn = 'jobs.promote' and v_state = 'ready' then 'a ready job is claimable already'
-      when p_fn = 'jobs.promote' and v_state = 'running' then 'it is running already'
-      when p_fn = 'jobs.promote' and v_state = 'suspended' then
-        'it waits for an event or for its children: publish the event, or cancel the job'
-      when p_fn = 'jobs.promote' then 'it has finished; jobs.requeue runs it again'
-      when p_fn = 'jobs.requeue' and v_state = 'ready' then 'it waits to be claimed already'
-      when p_fn = 'jobs.requeue' and v_state = 'delayed' then
-        'it waits for its run_at; jobs.promote makes it ready now'
-      when p_fn = 'jobs.requeue' then 'it is live; cancel it first to requeue it'
-      else p_hint
-    end);
-end
-$$;
-
-create function jobs.cancel(id uuid)
-returns boolean
-language plpgsql volatile
-as $$
-declare
-  v_now     timestamptz := jobs.clock();
-  v_counted boolean;
-begin
-  if cancel.id is null then
-    perform jobs._raise('22004', 'jobs.cancel: id must not be NULL', 'pass the id of the job to cancel');
-  end if;
-  perform jobs._check_tenant_job('jobs.cancel', cancel.id);
-  update jobs_data.jobs as j set
-    state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
-    wait_event = null, wait_key = null, wait_until = null,
-    finished_at = v_now,
-    -- A running job's holder is told on pg_jobs_cancel (src/outcomes.rs), from the row as
-    -- this update takes it.
-    updated_at = jobs._cancelling(j.id, j.state = 'running', v_now)
-  where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended')
-  returning jobs._outcome(j.queue, 'cancelled') and jobs._slot_freed(j.name, j.concurrency_key) into v_counted;
-  if not found then
-    perform jobs._refuse('jobs.cancel', cancel.id, 'PJ005',
-      'only live jobs (ready, delayed, running, suspended) can be cancelled',
-      'a finished job stays as it ended; use jobs.requeue to run it again');
-  end if;
-  return true;
-end
-$$;
-
-comment on function jobs.cancel(uuid) is
-  'Cancel a live job; a running holder loses its claim. Raises not_cancellable for finished jobs';
-
-create function jobs.requeue(id uuid, from_step text default null)
-returns boolean
-language plpgsql volatile
-as $$
-declare
-  v_now   timestamptz := jobs.clock();
-  v_seq   bigint;
-  v_queue text;
-  v_key   record;
-  v_wait  boolean := false;  -- it waits behind a live job of its ordering key
-begin
-  if requeue.id is null then
-    perform jobs._raise('22004', 'jobs.requeue: id must not be NULL', 'pass the id of the job to requeue');
-  end if;
-  perform jobs._check_tenant_job('jobs.requeue', requeue.id);
-  if requeue.from_step is not null then
-    select s.seq into v_seq
-    from jobs_data.jobs as j join jobs_data.steps as s on s.run_id = j.run_id and s.step = requeue.from_step
-    where j.id = requeue.id;
-    if v_seq is null and exists (select from jobs_data.jobs as j where j.id = requeue.id
-                                 and j.state in ('failed', 'dead', 'cancelled', 'completed')) then
-      perform jobs._raise('22023', format('jobs.requeue: the run of job %s has no step %L',
-        requeue.id, requeue.from_step),
-        'pass a step name from jobs.steps for this run_id, or NULL to keep every step');
-    end if;
-  end if;
-
-  -- A job with an ordering key goes back behind its key's live jobs, if it has any (under the
-  -- key's lock, as an enqueue: sql/ordering.sql).
-  select j.queue, coalesce(j.tenant_id, '') as tenant, j.ordering_key as key into v_key
-  from jobs_data.jobs as j where j.id = requeue.id and j.ordering_key is not null;
-  if v_key.key is not null then
-    perform jobs._ordering_lock(array[v_key.queue], array[v_key.tenant], array[v_key.key]);
-    v_wait := jobs._ordering_live(v_key.queue, v_key.tenant, v_key.key);
-  end if;
-
-  begin
-    -- One statement moves the job and drops the steps, so a refused requeue deletes nothing.
-    with moved as (
-      update jobs_data.jobs as j set
-        state = case when v_wait then 'delayed' else 'ready' end::jobs.job_state,
-        attempt = 0, claim = jobs._next_claim(j.claim),
-        run_at = case when v_wait then 'infinity' else v_now end,
-        lease_expires_at = null, result = null, finished_at = null,
-        wait_event = null, wait_key = null, wait_until = null, updated_at = v_now,
-        run_deadline = v_now + j.run_timeout,  -- a new run gets its run_timeout again
-        fair_group = jobs._fair_group((select q.fairness from jobs_data.queues as q where q.queue = j.queue),
-                                      j.tenant_id, j.concurrency_key)  -- (its queue's now)
-      where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
-      returning j.run_id, j.queue
-    ), dropped as (
-      delete from jobs_data.steps as s using moved as m
-      where v_seq is not null and s.run_id = m.run_id and s.seq >= v_seq
-    )
-    select count(*), min(m.queue) into v_seq, v_queue from moved as m;
-  exception when unique_violation then
-    perform jobs._raise('PJ002', format('jobs.requeue: a live job now holds the idempotency key of job %s',
-      requeue.id), 'let the live job finish, or cancel it, then requeue this one');
-  end;
-  if v_seq = 1 then
-    perform jobs._wake(array[v_queue], array[requeue.id]);
-  else
-    perform jobs._refuse('jobs.requeue', requeue.id, 'PJ004',
-      'only failed, dead, cancelled and completed jobs can be requeued',
-      'a live job runs already; cancel it first to requeue it');
-  end if;
-  return true;
-end
-$$;
-
-comment on function jobs.requeue(uuid, text) is
-  'Run a finished job again: ready now, attempts reset, a new claim token; steps kept, or '
-  'dropped from from_step on. Raises not_requeueable for live jobs';
-
-create function jobs.promote(id uuid)
-returns boolean
-language plpgsql volatile
-as $$
-declare
-  v_now   timestamptz := jobs.clock();
-  v_queue text;
-begin
-  if promote.id is null then
-    perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed or snoozed job');
-  end if;
-  perform jobs._check_tenant_job('jobs.promote', promote.id);
-  -- A snoozed job is suspended with no event to wait for (jobs.snooze); one waiting for an event
-  -- or for its children keeps waiting.
-  update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
-  where j.id = promote.id and (j.state = 'delayed' or (j.state = 'suspended' and j.wait_event is null))
-    and j.run_at <> 'infinity'  -- a job waiting behind its ordering key keeps its place
-  returning j.queue into v_queue;
-  if found then
-    perform jobs._wake(array[v_queue], array[promote.id]);
-  elsif exists (select from jobs_data.jobs as j where j.id = promote.id and j.state = 'delayed'
-                and j.run_at = 'infinity') then
-    perform jobs._raise('PJ006', format('jobs.promote: job %s waits behind an earlier job of its ordering key',
-      promote.id), 'it runs when the jobs before it end; cancel those (jobs.jobs where ordering_key = ...) '
-      'to run this one sooner');
-  else
-    perform jobs._refuse('jobs.promote', promote.id, 'PJ006', 'only delayed and snoozed jobs can be promoted',
-      'a ready job is claimable already; a suspended one waits for its event or its children');
-  end if;
-  return true;
-end
-$$;
-
-comment on function jobs.promote(uuid) is
-  'Make a delayed or snoozed job claimable now. Raises not_promotable for any other state';
-
-create function jobs.get_jobs(ids uuid[])
-returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
-               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
-language plpgsql stable
-as $$
-#variable_conflict use_column
-declare
-  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
-begin
-  if get_jobs.ids is null then
-    perform jobs._raise('22004', 'jobs.get_jobs: ids must not be NULL', 'pass an array of job ids');
-  elsif cardinality(get_jobs.ids) > 10000 then
-    perform jobs._raise('22023', 'jobs.get_jobs: at most 10000 ids per call, got '
-      || cardinality(get_jobs.ids), 'split the ids');
-  end if;
-  -- In the order of ids (the first of a repeated id only), each looked up by the primary key.
-  return query
-  select j.id, j.name, j.queue, j.state::text, j.attempt, j.max_attempts, j.result, j.last_error,
-         j.run_at, j.enqueued_at, j.finished_at, j.tenant_id, j.tags, j.meta
-  from (select distinct on (i.id) i.id, i.ord
-        from unnest(get_jobs.ids) with ordinality as i(id, ord)
-        where i.id is not null
-        order by i.id, i.ord) as i
-  cross join lateral (select * from jobs_data.jobs as j
-                      where j.id = i.id and (v_tenants is null or j.tenant_id = any(v_tenants))) as j
-  order by i.ord;
-end
-$$;
-
-comment on function jobs.get_jobs(uuid[]) is
-  'The state, attempts and outcome of these jobs, in the order given; a job this role may not see answers no row';
-
-create function jobs.get_job(job_id uuid)
-returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
-               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
-language plpgsql stable
-as $$
-begin
-  if get_job.job_id is null then
-    perform jobs._raise('22004', 'jobs.get_job: id must not be NULL', 'pass the id jobs.enqueue answered');
-  end if;
-  return query select * from jobs.get_jobs(array[get_job.job_id]);
-end
-$$;
-
-comment on function jobs.get_job(uuid) is
-  'The state, attempts and outcome of a job; no row for a job this role may not see';
-
-create function jobs.wait_for_job(job_id uuid, wait interval)
-returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
-               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
-               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
-language plpgsql volatile
-as $$
-declare
-  v_until timestamptz;
-  v_key   text[];
-  v_seen  bigint[];
-  v_row   record;
-begin
-  if wait_for_job.job_id is null then
-    perform jobs._raise('22004', 'jobs.wait_for_job: id must not be NULL', 'pass the id jobs.enqueue answered');
-  end if;
-  if wait_for_job.wait is null then
-    perform jobs._raise('22004', 'jobs.wait_for_job: wait must not be NULL',
-      'pass how long to wait, at most an hour; 0 answers at once');
-  end if;
-  if wait_for_job.wait <> interval '0' then
-    perform jobs._check_interval('jobs.wait_for_job: wait', wait_for_job.wait, interval '1 hour',
-      'pass how long to wait, at most an hour (the wait holds its transaction open); 0 answers at once');
-    if current_setting('transaction_isolation') <> 'read committed' then
-      perform jobs._raise('PJ008',
-        format('jobs.wait_for_job: wait needs READ COMMITTED; this transaction is %s',
-               upper(current_setting('transaction_isolation'))),
-        'wait in its own statement or a READ COMMITTED transaction, or pass wait 0');
-    end if;
-  end if;
-  v_until := clock_timestamp() + wait_for_job.wait;
-  loop
-    -- The counter before the look: a commit after the look moves it (no wake-up missed).
-    select array[chr(2) || 'finished:' || j.queue] into v_key
-    from jobs_data.jobs as j where j.id = wait_for_job.job_id;
-    v_seen := jobs._work_seen(v_key);
-    select * into v_row from jobs.get_jobs(array[wait_for_job.job_id]) as g;
-    if not found or v_row.state in ('completed', 'failed', 'dead', 'cancelled')
-       or clock_timestamp() >= v_until then
-      exit;
-    end if;
-    perform jobs._await_work(v_key, v_seen, v_until);
-  end loop;
-  if v_row.id is not null then  -- (as read: a completion may delete the job, completed_retention = 0)
-    return query select v_row.id, v_row.name, v_row.queue, v_row.state, v_row.attempt,
-                        v_row.max_attempts, v_row.result, v_row.last_error, v_row.run_at,
-                        v_row.enqueued_at, v_row.finished_at, v_row.tenant_id, v_row.tags,
-                        v_row.meta;
-  end if;
-end
-$$;
-
-comment on function jobs.wait_for_job(uuid, interval) is
-  'Wait up to wait for the job to end, then answer its row as jobs.get_job does';
-
-create table jobs_data.events (
-  id           uuid primary key,
-  name         text not null check (length(name) between 1 and 200),
-  key          text not null default '' check (octet_length(key) <= 512),
-  payload      jsonb,
-  published_at timestamptz not null,
-  expires_at   timestamptz not null,
-  tenant_id    text   -- only this tenant's jobs receive it; NULL: every job
-);
-
-create index events_lookup_idx on jobs_data.events (name, key, published_at desc);
-
-create index events_expiry_idx on jobs_data.events (expires_at);
-
-comment on table jobs_data.events is 'Published events; a row past expires_at is invisible and swept';
-
-create function jobs._event_lock(p_name text, p_key text, p_tenant text, p_await boolean)
-returns void
-language plpgsql volatile
-as $$
-declare
-  v_slot int := 1024 + (hashtext(p_name || '/' || p_key) & 1023);
-begin
-  perform jobs._lock_slots(array[coalesce(p_tenant, '')], array[v_slot], 'wait');
-  if p_await and p_tenant is not null then
-    perform jobs._lock_slots(array[''], array[v_slot], 'share');
-  end if;
-end
-$$;
-
-create function jobs._check_event_args(p_fn text, p_name text, p_key text)
-returns void
-language plpgsql immutable
-as $$
-begin
-  if p_name is null then
-    perform jobs._raise('22004', p_fn || ': name must not be NULL',
-      'name the event, e.g. ''order_paid''');
-  elsif length(p_name) not between 1 and 200 then
-    perform jobs._raise('22023', p_fn || ': name must be 1 to 200 characters, got ' || length(p_name),
-      'use a short event name and put data in the payload');
-  elsif octet_length(p_key) > 512 then
-    perform jobs._raise('22023', p_fn || ': key must be at most 512 bytes, got ' || octet_length(p_key),
-      'hash a long key, e.g. md5(...)');
-  end if;
-end
-$$;
-
-create function jobs.publish(name text, payload jsonb default null, key text default null,
-                             ttl interval default '7 days', tenant_id text default null)
-returns uuid
-language plpgsql volatile
-as $$
-declare
-  v_id  uuid := gen_random_uuid();
-  v_now timestamptz := jobs.clock();
-  v_key    text := coalesce(publish.key, '');
-  v_queues text[];
-  v_woken  uuid[];
-  v_bound  text[] := jobs._tenants();
-  v_tenant text := coalesce(publish.tenant_id, case when cardinality(v_bound) = 1 then v_bound[1] end);
-begin
-  perform jobs._check_event_args('jobs.publish', publish.name, publish.key);
-  if v_bound is not null and (v_tenant is null or v_tenant <> all(v_bound)) then
-    perform jobs._raise('PJ007', format('jobs.publish: this role is bound to the tenants %s and may not '
-      'publish for %s', array_to_string(v_bound, ', '), coalesce(quote_literal(v_tenant), 'every tenant')),
-      'pass tenant_id => one of the role''s tenants');
-  end if;
-  if publish.ttl is null then
-    perform jobs._raise('22004', 'jobs.publish: ttl must not be NULL',
-      'pass how long the event stays receivable, e.g. interval ''1 day''');
-  end if;
-  perform jobs._check_interval('jobs.publish: ttl', publish.ttl, interval '10 years',
-    'pass how long the event stays receivable, e.g. interval ''1 day''');
-  if pg_column_size(publish.payload) > jobs._max_payload_size() then
-    perform jobs._raise('22023', format('jobs.publish: payload must be at most %s bytes '
-      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), pg_column_size(publish.payload)),
-      'store large data elsewhere (a table, object storage) and pass its key in the payload');
-  end if;
-  perform jobs._event_lock(publish.name, v_key, v_tenant, false);
-  insert into jobs_data.events (id, name, key, payload, published_at, expires_at, tenant_id)
-  values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl, v_tenant);
-  -- Wake the waiters: claimable now, and their await_event will find this event.
-  with woken as (
-    update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
-    where j.state = 'suspended' and j.wait_event = publish.name and j.wait_key = v_key
-      and (v_tenant is null or j.tenant_id = v_tenant)
-    returning j.id, j.queue
-  )
-  select array_agg(distinct w.queue), array_agg(w.id) into v_queues, v_woken from woken as w;
-  if v_woken is not null then
-    perform jobs._wake(v_queues, v_woken);
-  end if;
-  return v_id;
-end
-$$;
-
-comment on function jobs.publish(text, jsonb, text, interval, text) is
-  'Store an event for ttl (for one tenant''s jobs, or every job) and wake every job waiting on '
-  'its name and key; answers its id';
-
-create function jobs._event_step(p_name text, p_key text)
-returns text
-language sql immutable
-begin atomic
-  select case when length('event:' || p_name || coalesce(':' || p_key, '')) <= 200
-              then 'event:' || p_name || coalesce(':' || p_key, '')
-              else 'event#' || md5(length(p_name) || ':' || p_name || coalesce(':' || p_key, '')) end;
-end;
-
-create function jobs.await_event(id uuid, claim bigint, name text, key text default null,
-                                 timeout interval default null)
-returns table (status text, payload jsonb)
-language plpgsql volatile
-as $$
-#variable_conflict use_column
-declare
-  v_now   timestamptz := jobs.clock();
-  v_key   text := coalesce(await_event.key, '');
-  v_step  text := jobs._event_step(await_event.name, await_event.key);
-  v_job   record;
-  v_memo  jsonb;
-  v_until timestamptz;
-  v_queue text;
-begin
-  perform jobs._check_hold_args('jobs.await_event', await_event.id, await_event.claim);
-  perform jobs._check_event_args('jobs.await_event', await_event.name, await_event.key);
-  perform jobs._check_interval('jobs.await_event: timeout', await_event.timeout, interval '10 years',
-    'pass how long to wait, or NULL to wait until the event is published');
-
-  -- The job's tenant picks its lock slot: read before the lock (it never changes), checked
-  -- with the claim under it.
-  perform jobs._event_lock(await_event.name, v_key,
-    (select j.tenant_id from jobs_data.jobs as j where j.id = await_event.id), true);
-  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until, j.tenant_id into v_job
-  from jobs_data.jobs as j
-  where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.await_event: ', await_event.id, await_event.claim,
-      'stop working on this job');
-  end if;
-
-  -- Answered before: the same answer, whatever was published since.
-  select s.output into v_memo from jobs_data.steps as s
-  where s.run_id = v_job.run_id and s.step = v_step;
-  if found then
-    return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
-    return;
-  end if;
-
-  select jsonb_build_object('status', 'received', 'payload', e.payload) into v_memo
-  from jobs_data.events as e
-  where e.name = await_event.name and e.key = v_key and e.expires_at > v_now
-    and (e.tenant_id is null or e.tenant_id = v_job.tenant_id)
-  order by e.published_at desc
-  limit 1;
-  if v_memo is null and v_job.wait_event = await_event.name and v_job.wait_key = v_key
-     and v_job.wait_until <= v_now then
-    v_memo := jsonb_build_object('status', 'timed_out', 'payload', null);
-  end if;
-
-  if v_memo is not null then
-    insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
-    values (v_job.run_id, v_step, v_memo, v_now, v_job.attempt);
-    update jobs_data.jobs as j set wait_event = null, wait_key = null, wait_until = null
-    where j.id = await_event.id and j.wait_event is not null;
-    return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
-    return;
-  end if;
-
-  -- Suspend: no attempt used, the claim released. Waiting again for the same event keeps
-  -- the first deadline.
-  v_until := case when v_job.wait_event = await_event.name and v_job.wait_key = v_key
-                  then v_job.wait_until
-                  else v_now + await_event.timeout end;
-  update jobs_data.jobs as j set
-    state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null,
-    run_at = v_until, wait_event = await_event.name, wait_key = v_key, wait_until = v_until,
-    updated_at = v_now
-  where j.id = await_event.id
-  returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
-  if v_until is not null then
-    perform jobs._signal_work(array[v_queue]);  -- its timeout comes due: the blocking claims
-  end if;
-  return query select 'waiting'::text, null::jsonb;
-end
-$$;
-
-comment on function jobs.await_event(uuid, bigint, text, text, interval) is
-  'Receive the newest unexpired event of name (and key), memoised for the run; or suspend the '
-  'job until it is published or timeout passes (''waiting''); ''timed_out'' once it has';
 
 create function jobs._longest_tag(p_tags text[])
 returns int
@@ -2854,277 +1858,6 @@ comment on function jobs.enqueue_batch(jsonb) is
   'Enqueue a JSON array of jobs (objects with jobs.enqueue''s argument names) in one call; '
   'answers (ordinal, id, run_id, deduped, action) per spec, ordinal counting from 1';
 
-create function jobs._family_changed()
-returns trigger
-language plpgsql volatile
-as $$
-declare
-  v_was   boolean;  -- the row was live before
-  v_is    boolean;  -- and is now
-begin
-  v_was := tg_op <> 'INSERT' and old.state in ('ready', 'delayed', 'running', 'suspended');
-  v_is := tg_op = 'UPDATE' and new.state in ('ready', 'delayed', 'running', 'suspended');
-  if tg_op = 'DELETE' then
-    new := old;
-  end if;
-  if new.parent_id is not null and v_was <> v_is then
-    perform jobs._family_note(new.parent_id, case when v_is then 1 else -1 end);
-  end if;
-  if tg_op = 'UPDATE' and old.children_live > 0 and v_was
-     and new.state in ('failed', 'dead', 'cancelled') then
-    perform jobs._cascade_cancel(new.id);
-  end if;
-  return null;
-end
-$$;
-
-create function jobs._cascade_cancel(p_parent uuid)
-returns void
-language plpgsql volatile
-as $$
-declare
-  v_now timestamptz := jobs.clock();
-  v_all uuid[];
-  v_ids uuid[];
-  v_n   bigint;
-begin
-  v_all := array(
-    with recursive reached (id) as (
-      select c.id from jobs_data.jobs as c
-      where c.parent_id = p_parent and c.close_policy = 'terminate'
-        and c.state in ('ready', 'delayed', 'running', 'suspended')
-      union
-      select c.id from reached as r
-      join jobs_data.jobs as c on c.parent_id = r.id
-      where c.close_policy = 'terminate' and c.state in ('ready', 'delayed', 'running', 'suspended')
-    )
-    select r.id from reached as r);
-  if cardinality(v_all) = 0 then
-    return;
-  end if;
-  v_ids := v_all;
-  if jobs._in_background_worker() then
-    v_ids := array(select x.id from jobs_data.jobs as x where x.id = any(v_all)
-                   order by x.id for no key update skip locked);
-    if cardinality(v_ids) < cardinality(v_all) then
-      insert into jobs_data.family_pending (parent_id, delta) values (p_parent, 0);
-    end if;
-  end if;
-  with closed as (
-    update jobs_data.jobs as c set
-      state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
-      wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
-      updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
-    where c.id = any(v_ids)
-      and c.state in ('ready', 'delayed', 'running', 'suspended')
-    returning jobs._outcome(c.queue, 'cancelled') and jobs._slot_freed(c.name, c.concurrency_key) as counted
-  )
-  select count(*) into v_n from closed;
-end
-$$;
-
-create function jobs._family_apply(p_parents uuid[], p_deltas int[])
-returns void
-language plpgsql volatile
-as $$
-declare
-  v_now   timestamptz := jobs.clock();
-  v_queue text;
-  v_skip  boolean := jobs._in_background_worker();
-begin
-  for i in 1 .. coalesce(cardinality(p_parents), 0) loop
-    -- The sweeper never waits on a parent another transaction holds: the move waits in
-    -- jobs_data.family_pending for a later sweep (jobs._family_pending_apply).
-    if v_skip then
-      perform from jobs_data.jobs as p where p.id = p_parents[i] for no key update skip locked;
-      if not found then
-        insert into jobs_data.family_pending (parent_id, delta) values (p_parents[i], p_deltas[i]);
-        continue;
-      end if;
-    end if;
-    update jobs_data.jobs as p set
-      children_live = greatest(coalesce(p.children_live, 0) + p_deltas[i], 0),
-      state = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
-                        and p.wait_event = 'pg_jobs.children' then 'ready' else p.state end,
-      run_at = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
-                         and p.wait_event = 'pg_jobs.children' then v_now else p.run_at end,
-      wait_event = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
-                             and p.wait_event = 'pg_jobs.children' then null else p.wait_event end,
-      updated_at = v_now
-    where p.id = p_parents[i]
-    returning case when p.state = 'ready' and p.run_at = v_now then p.queue end into v_queue;
-    if v_queue is not null then
-      perform jobs._wake(array[v_queue], array[p_parents[i]]);  -- its last child ended
-    end if;
-  end loop;
-end
-$$;
-
-create function jobs._family_pending_apply(p_max int)
-returns bigint
-language plpgsql volatile
-as $$
-declare
-  v_parents uuid[];
-  v_deltas  int[];
-begin
-  delete from jobs_data.family_pending as f
-  where not exists (select from jobs_data.jobs as j where j.id = f.parent_id);
-  with locked as (
-    select p.id from jobs_data.jobs as p
-    where p.id in (select distinct f.parent_id from jobs_data.family_pending as f limit p_max)
-    order by p.id
-    for no key update skip locked
-  ),
-  taken as (
-    delete from jobs_data.family_pending as f using locked as l
-    where f.parent_id = l.id
-    returning f.parent_id, f.delta
-  )
-  select array_agg(t.parent_id order by t.parent_id), array_agg(t.delta order by t.parent_id)
-    into v_parents, v_deltas
-  from (select t.parent_id, sum(t.delta)::int as delta from taken as t group by t.parent_id) as t;
-  perform jobs._family_apply(v_parents, v_deltas);
-  -- Descendants a sweep's cascade left (held then by another transaction): cancelled now, or
-  -- marked again for the next sweep.
-  perform jobs._cascade_cancel(p.id)
-  from jobs_data.jobs as p
-  where p.id = any(v_parents) and p.state in ('failed', 'dead', 'cancelled');
-  return coalesce(cardinality(v_parents), 0);
-end
-$$;
-
-create function jobs.spawn(id uuid, claim bigint, spec jsonb)
-returns jobs.enqueued
-language plpgsql volatile
-as $$
-declare
-  v_parent record;
-  v_key    text;
-  v_policy text;
-  v_spec   jsonb;
-  v_row    record;
-  v_child  record;
-begin
-  perform jobs._check_hold_args('jobs.spawn', spawn.id, spawn.claim);
-  if spec is null then
-    perform jobs._raise('22004', 'jobs.spawn: spec must not be NULL',
-      'pass the child as a JSON object with a child_key, e.g. ''{"name": "resize", "child_key": "img-1"}''');
-  elsif jsonb_typeof(spec) <> 'object' then
-    perform jobs._raise('22023', 'jobs.spawn: spec must be a JSON object, got ' || jsonb_typeof(spec),
-      'pass one child as an object with enqueue_batch''s keys and a child_key');
-  end if;
-  v_key := spec->>'child_key';
-  v_policy := coalesce(spec->>'close_policy', 'terminate');
-  if v_key is null then
-    perform jobs._raise('22023', 'jobs.spawn: spec needs a child_key',
-      'name the child within its parent, e.g. "child_key": "item-17": a parent that runs again '
-      'and spawns the same key gets the same child back');
-  elsif octet_length(v_key) not between 1 and 200 then
-    perform jobs._raise('22023', 'jobs.spawn: child_key must be 1 to 200 bytes, got ' || octet_length(v_key),
-      'use a short key, unique among the parent''s children');
-  elsif v_policy not in ('terminate', 'abandon') then
-    perform jobs._raise('22023', format('jobs.spawn: close_policy must be ''terminate'' or ''abandon'', got %L',
-      v_policy), '''terminate'' (the default) cancels the child when the parent ends failed, dead '
-      'or cancelled; ''abandon'' lets it carry on');
-  elsif spec ?| array['id', 'on_conflict', 'idempotency_key', 'parent_id', 'debounce', 'debounce_max'] then
-    perform jobs._raise('22023',
-      'jobs.spawn: a child''s spec takes no id, idempotency_key, on_conflict, debounce or parent_id',
-      'its child_key makes it idempotent (the same key gives the same child), and its parent is '
-      'the job spawning it');
-  end if;
-
-  -- The fence, under the parent's row lock (FOR UPDATE: its count of live children changes
-  -- below), held until this transaction ends, so a cancel of the parent waits for it.
-  select j.id, j.tenant_id into v_parent
-  from jobs_data.jobs as j
-  where j.id = spawn.id and j.claim = spawn.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.spawn: ', spawn.id, spawn.claim,
-      'stop working on this job and roll back',
-      ', and spawns with the same child_key get the children spawned so far');
-  end if;
-  if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
-    perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
-      'leave tenant_id out of the spec');
-  end if;
-
-  -- The child's id is its parent's and key's (a caller-allocated id): one child per key,
-  -- whatever its state, found again by a parent that runs again, and race-free as any
-  -- enqueue of one id is.
-  -- enqueue_batch counts it among the parent's live children (jobs._attach_children).
-  v_spec := (spec - 'child_key')
-            || jsonb_build_object('id', md5(spawn.id::text || '/' || v_key)::uuid,
-                                  'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
-                                  'close_policy', v_policy);
-  select e.id, e.run_id, e.deduped into v_row
-  from jobs.enqueue_batch(jsonb_build_array(v_spec)) as e;
-  if v_row.deduped then
-    select c.parent_id into v_child from jobs_data.jobs as c where c.id = v_row.id;
-    if v_child.parent_id is distinct from spawn.id then
-      perform jobs._raise('PJ002', format('jobs.spawn: the id of child %L, %s, is held by a job '
-        'that is not a child of job %s', v_key, v_row.id, spawn.id),
-        'use another child_key; the job holding that id was enqueued with it by a producer');
-    end if;
-  end if;
-  return row(v_row.id, v_row.run_id, v_row.deduped,
-             case when v_row.deduped then 'returned' else 'inserted' end)::jobs.enqueued;
-end
-$$;
-
-comment on function jobs.spawn(uuid, bigint, jsonb) is
-  'Enqueue a child of a held job (spec as enqueue_batch''s, with a child_key and a close_policy); '
-  'the same key gives the same child back; raises lease_lost when the claim is no longer held';
-
-create function jobs.await_children(id uuid, claim bigint)
-returns table (status text, children jsonb)
-language plpgsql volatile
-as $$
-#variable_conflict use_column
-declare
-  v_live  int;
-  v_now   timestamptz := jobs.clock();
-begin
-  perform jobs._check_hold_args('jobs.await_children', await_children.id, await_children.claim);
-  -- Under the parent's row lock, which every change of its count of live children waits for.
-  select j.children_live into v_live
-  from jobs_data.jobs as j
-  where j.id = await_children.id and j.claim = await_children.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.await_children: ', await_children.id, await_children.claim,
-      'stop working on this job');
-  end if;
-  -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
-  v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f
-                                             where f.parent_id = await_children.id), 0);
-  if v_live <= 0 then
-    return query
-    select 'done'::text,
-           coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'name', c.name, 'state', c.state,
-                                                 'result', c.result, 'error', c.last_error)
-                              order by c.enqueued_at, c.id), '[]'::jsonb)
-    from jobs_data.jobs as c
-    where c.parent_id = await_children.id;
-    return;
-  end if;
-  -- Suspend until the last child ends: no attempt used, the claim released.
-  update jobs_data.jobs as j set
-    state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null, run_at = null,
-    wait_event = 'pg_jobs.children', wait_key = null, wait_until = null, updated_at = v_now
-  where j.id = await_children.id
-    and jobs._slot_freed(j.name, j.concurrency_key);
-  return query select 'waiting'::text, null::jsonb;
-end
-$$;
-
-comment on function jobs.await_children(uuid, bigint) is
-  '''done'' with every child''s id, name, state, result and error once none is live; else '
-  'suspend the job (no attempt used) until its last child ends (''waiting'')';
-
 create function jobs._within_limits(p_ids uuid[], p_names text[], p_bury boolean[],
                                     p_now timestamptz, p_max int, p_wait boolean,
                                     p_kept uuid[], p_kept_bury boolean[])
@@ -3700,61 +2433,1328 @@ comment on function jobs.claim(text, text[], int, interval, interval) is
   'Each comes with a claim token that every later write for it must present. With wait, '
   'sleep up to that long for work when none is claimable.';
 
--- The SQL-only edition's list of documented errors: jobs.error_codes() of src/error.rs, whose
--- rows tests/test_sql_only.py holds these to.
-create function jobs.error_codes()
-returns table (name text, sqlstate text, meaning text)
-language sql immutable strict parallel safe
+create function jobs._check_hold_args(p_fn text, p_id uuid, p_claim bigint)
+returns void
+language plpgsql immutable
 as $$
-  values
-    ('lease_lost', 'PJ001', 'the claim is no longer held (lease lapsed, re-claimed or cancelled): roll back'),
-    ('duplicate_job', 'PJ002', 'a live job of this name and tenant holds the idempotency key (on_conflict => ''error'', or requeue)'),
-    ('job_not_found', 'PJ003', 'no job has this id'),
-    ('not_requeueable', 'PJ004', 'only failed, dead, cancelled and completed jobs can be requeued'),
-    ('not_cancellable', 'PJ005', 'only live jobs (ready, delayed, running, suspended) can be cancelled'),
-    ('not_promotable', 'PJ006', 'only delayed jobs can be promoted'),
-    ('invalid_parameter_value', '22023', 'a bad argument: empty, out of range, oversized or unknown'),
-    ('null_value_not_allowed', '22004', 'NULL where a value is required'),
-    ('serialization_failure', '40001', 'an idempotency key was taken and freed twice during one enqueue: retry the call'),
-    ('tenant_not_allowed', 'PJ007', 'the role is bound to other tenants (jobs.grant_producer / grant_worker with a tenant)'),
-    ('wait_needs_read_committed', 'PJ008', 'claim with wait runs in READ COMMITTED: a REPEATABLE READ or SERIALIZABLE snapshot never sees new work')
+begin
+  if p_id is null then
+    perform jobs._raise('22004', p_fn || ': id must not be NULL', 'pass the id jobs.claim returned');
+  elsif p_claim is null then
+    perform jobs._raise('22004', p_fn || ': claim must not be NULL',
+      'pass the claim token jobs.claim returned with the job');
+  end if;
+end
 $$;
 
--- The statement triggers on jobs_data.jobs (UPDATE; DELETE): each parent's count moves by the
--- number of its children that became live less those that stopped being live.
-create function jobs._family_statement_end()
+create function jobs._raise_lost(p_fn text, p_id uuid, p_claim bigint, p_first text,
+                                 p_again text default '')
+returns void
+language plpgsql stable
+as $$
+declare
+  v_job record;
+begin
+  select j.state, j.claim, j.lease_expires_at into v_job
+  from jobs_data.jobs as j
+  where j.id = p_id and (jobs._tenants() is null or j.tenant_id = any(jobs._tenants()));
+  perform jobs._raise('PJ001',
+    format('%sjob %s is no longer held by the claim given: %s', p_fn, p_id,
+           case
+             when v_job is null then 'no job has this id'
+             when v_job.state <> 'running' then format('the job is now %s', v_job.state)
+             when v_job.claim <> p_claim then 'the job was claimed again'
+             else format('its lease expired at %s', v_job.lease_expires_at)
+           end),
+    p_first || '; ' ||
+      case
+        when v_job is null then 'it no longer exists (finished jobs are deleted after their retention period)'
+        when v_job.state in ('running', 'ready', 'delayed') then 'it runs again under a new claim' || p_again
+        when v_job.state = 'suspended' then 'it runs again under a new claim when it wakes' || p_again
+        when v_job.state = 'completed' then 'it was completed: nothing is left to do'
+        else format('it ended %s and runs again only if jobs.requeue runs it', v_job.state)
+      end);
+end
+$$;
+
+create function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
+returns timestamptz
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_expires timestamptz;
+begin
+  -- The checks run only when an argument is missing or a lease given: each PERFORM is a
+  -- statement, and the two cost 8% of a heartbeat (docs/BENCHMARKS.md).
+  if heartbeat.id is null or heartbeat.claim is null then
+    perform jobs._check_hold_args('jobs.heartbeat', heartbeat.id, heartbeat.claim);
+  end if;
+  if heartbeat.lease is not null then
+    perform jobs._check_interval('jobs.heartbeat: lease', heartbeat.lease, interval '7 days',
+      'pass the lease to extend by, or NULL to extend by the lease of the claim');
+  end if;
+  -- On its own, it commits without waiting for its WAL flush (pg_jobs.async_claims): a lost
+  -- heartbeat only shortens the lease (src/durability.rs).
+  perform jobs._async_if_alone('heartbeat');
+  -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
+  -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
+  -- Never past the attempt's deadline (a timeout): the answer is the capped expiry.
+  update jobs_data.jobs as j set
+    lease = coalesce(heartbeat.lease, j.lease),
+    lease_expires_at = least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline),
+    lease_scan_at = case
+      when j.lease_scan_at > v_now and j.lease_scan_at <= v_now + coalesce(heartbeat.lease, j.lease)
+      then j.lease_scan_at else least(v_now + coalesce(heartbeat.lease, j.lease), j.deadline) end
+  where j.id = heartbeat.id and j.claim = heartbeat.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning j.lease_expires_at into v_expires;
+  return v_expires;
+end
+$$;
+
+comment on function jobs.heartbeat(uuid, bigint, interval) is
+  'Extend the lease of a held job; answers the new expiry, or NULL when the claim is no longer held';
+
+create function jobs._settle_prune(p_now timestamptz, p_completed int)
+returns bigint
+language sql volatile
+as $$
+  select (jobs._prune('{completed,cancelled}',
+                      p_now - jobs._retention('pg_jobs.completed_retention', '7 days'),
+                      16 * p_completed)).jobs_deleted
+$$;
+
+create function jobs._keeps_no_completed()
+returns boolean
+language sql stable
+begin atomic
+  select jobs._retention('pg_jobs.completed_retention', '7 days') = interval '0';
+end;
+
+create function jobs.complete(id uuid, claim bigint, result jsonb default null)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz := jobs.clock();
+  v_run   uuid;
+  v_tried boolean;
+  v_counted boolean;
+begin
+  perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
+  if complete.result is not null then
+    perform jobs._check_size('jobs.complete: result', complete.result);
+  end if;
+  if jobs._keeps_no_completed() then
+    delete from jobs_data.jobs as j
+    where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+      and (j.parent_id is null or not jobs._parent_live(j.parent_id))
+    returning j.run_id, j.last_error is not null,
+              jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
+      into v_run, v_tried, v_counted;
+    if found then
+      perform jobs._drop_orphan_steps(array[v_run]);
+      if v_tried then  -- only a job that failed an attempt has any
+        delete from jobs_data.attempts as a where a.job_id = complete.id;
+      end if;
+      return true;
+    end if;
+    -- Not deleted: a lost claim (the update below refuses it too), or a child of a live
+    -- parent, which is kept, completed, for the parent to find (jobs._parent_live).
+  end if;
+  update jobs_data.jobs as j set
+    state = 'completed', result = complete.result, lease_expires_at = null,
+    finished_at = v_now, updated_at = v_now
+  where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
+    into v_counted;
+  if not found then
+    return false;
+  end if;
+  if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
+    perform jobs._settle_prune(v_now, 1);
+  end if;
+  return true;
+end
+$$;
+
+comment on function jobs.complete(uuid, bigint, jsonb) is
+  'Settle a held job as completed; false (and nothing changed) when the claim is no longer held';
+
+create function jobs.complete_many(ids uuid[], claims bigint[], results jsonb[] default null)
+returns table (id uuid, landed boolean)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now    timestamptz := jobs.clock();
+  v_landed uuid[];
+  v_runs   uuid[];
+  v_tried  uuid[];   -- deleted jobs that failed an attempt: their rows in jobs.attempts go too
+  v_sorted uuid[];   -- ids sorted, and results in that order: see the update below
+  v_results jsonb[];
+  v_tenants text[] := jobs._tenants();  -- a bound role settles its tenants' jobs only
+begin
+  -- One test on the way in (each PL/pgSQL expression costs a set-up per transaction); the
+  -- chain inside names the cause.
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims)
+     or (results is not null and cardinality(results) <> cardinality(ids))
+     or cardinality(ids) > 10000 or array_position(ids, null) is not null
+     or array_position(claims, null) is not null then
+    if ids is null or claims is null then
+      perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not be NULL',
+        'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
+    elsif cardinality(ids) <> cardinality(claims)
+          or (results is not null and cardinality(results) <> cardinality(ids)) then
+      perform jobs._raise('22023', format('jobs.complete_many: ids, claims and results must be '
+        'equally long, got %s, %s and %s', cardinality(ids), cardinality(claims),
+        coalesce(cardinality(results)::text, 'NULL')), 'pass one claim (and result) per id');
+    elsif cardinality(ids) > 10000 then
+      perform jobs._raise('22023', 'jobs.complete_many: at most 10000 jobs per call, got '
+        || cardinality(ids), 'split the batch');
+    elsif array_position(ids, null) is not null or array_position(claims, null) is not null then
+      perform jobs._raise('22004', 'jobs.complete_many: ids and claims must not contain NULL',
+        'pass the id and claim token of every job');
+    end if;
+  end if;
+  if results is not null then
+    perform jobs._check_size('jobs.complete_many: a result', r.result) from unnest(results) as r(result);
+  end if;
+
+  -- Each branch is one statement, fenced per row, and collects the ids that landed. A role
+  -- bound to tenants lands only its tenants' jobs: with up to 10,000 pairs a call, this is
+  -- where a guessed token would be tried fastest (docs/SECURITY.md). Neither
+  -- joins jobs_data.jobs to the arrays: a join's plan rests on the row estimates, and a plan
+  -- cached while the table looked empty read every job for every id given (5 minutes for
+  -- 10,000 ids with 200k jobs; docs/PLANS.md). So the one scan is the primary key with
+  -- id = any(ids); each job's own token is checked against a hash of the (id, claim) pairs
+  -- (a hashed SubPlan: "is true" keeps the planner from turning the IN into a join); and a
+  -- result is found by binary search (width_bucket) in the sorted ids.
+  if jobs._keeps_no_completed() then
+    with gone as (
+      delete from jobs_data.jobs as j
+      where j.id = any(ids)
+        and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
+        and j.state = 'running' and j.lease_expires_at > jobs.clock()
+        and (v_tenants is null or j.tenant_id = any(v_tenants))
+        and (j.parent_id is null or not jobs._parent_live(j.parent_id))
+      returning j.id, j.run_id, j.last_error is not null as tried,
+                jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
+    )
+    select coalesce(array_agg(g.id), '{}'), coalesce(array_agg(g.run_id), '{}'),
+           array_agg(g.id) filter (where g.tried)
+      into v_landed, v_runs, v_tried
+    from gone as g;
+    perform jobs._drop_orphan_steps(v_runs);
+    if v_tried is not null then  -- only jobs that failed an attempt have any
+      delete from jobs_data.attempts as a where a.job_id = any(v_tried);
+    end if;
+  end if;
+  -- Completed and kept: all of them, or (no completed kept) the children of live parents,
+  -- which are kept for their parents to find (jobs._parent_live), and lost claims, which this
+  -- refuses too.
+  if v_landed is null or cardinality(v_landed) < cardinality(ids) then
+    if results is not null then
+      -- An id given twice gets the result given with its highest claim: the only one that
+      -- can be the job's current claim unless a claim never handed out is given.
+      select array_agg(i.id order by i.id, i.claim), array_agg(i.result order by i.id, i.claim)
+        into v_sorted, v_results
+      from unnest(ids, claims, results) as i(id, claim, result);
+    end if;
+    with landed as (
+      update jobs_data.jobs as j set
+        state = 'completed', result = v_results[width_bucket(j.id, v_sorted)],  -- no results: NULL
+        lease_expires_at = null, finished_at = v_now, updated_at = v_now
+      where j.id = any(ids)
+        and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
+        and j.state = 'running' and j.lease_expires_at > jobs.clock()
+        and (v_tenants is null or j.tenant_id = any(v_tenants))
+      returning j.id,
+                jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
+    )
+    select coalesce(v_landed, '{}') || coalesce(array_agg(l.id), '{}') into v_landed from landed as l;
+    if random() < 0.125 then  -- a share of retention: see jobs._settle_prune
+      perform jobs._settle_prune(v_now, cardinality(v_landed));
+    end if;
+  end if;
+
+  -- Usually every job landed, and the answer is the input as it came. Otherwise (a lost
+  -- claim, or an id given twice: a statement changes each row once) join the landed ids back.
+  if cardinality(v_landed) = cardinality(ids) then
+    return query select u.id, true from unnest(ids) as u(id);
+  else
+    return query
+    select u.id, l.id is not null
+    from unnest(ids) with ordinality as u(id, ord)
+    left join unnest(v_landed) as l(id) on l.id = u.id
+    order by u.ord;
+  end if;
+end
+$$;
+
+comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
+  'Complete a claimed batch in one statement, each job fenced on its own token; '
+  'answers (id, landed) in the order given';
+
+create function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id text,
+                                        queues text[] default array['default'],
+                                        max_jobs int default 1, lease interval default null,
+                                        results jsonb[] default null)
+returns setof jobs.claimed_job
+language plpgsql volatile
+as $$
+declare
+  v_lost bigint;
+begin
+  select count(*) filter (where not c.landed) into v_lost
+  from jobs.complete_many(ids, claims, results) as c;
+  if v_lost > 0 then
+    perform jobs._raise('PJ001', format('jobs.complete_and_claim: %s of the %s claims given are '
+      'no longer held (lease lapsed, claimed again, cancelled or settled)', v_lost, cardinality(ids)),
+      'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
+      'jobs.complete_many, then claim');
+  end if;
+  return query select * from jobs.claim(worker_id, queues, max_jobs, lease);
+end
+$$;
+
+comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[]) is
+  'Complete a claimed batch and claim the next in one transaction; lease_lost and nothing '
+  'changed when a claim is no longer held';
+
+create function jobs.fail(id uuid, claim bigint, error text,
+                          retry_at timestamptz default null, retryable boolean default true)
+returns text
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz := jobs.clock();
+  v_state jobs.job_state;
+  v_queue text;
+begin
+  perform jobs._check_hold_args('jobs.fail', fail.id, fail.claim);
+  if fail.error is null then
+    perform jobs._raise('22004', 'jobs.fail: error must not be NULL',
+      'pass the error text the job failed with; it is kept in last_error');
+  elsif fail.retryable is null then
+    perform jobs._raise('22004', 'jobs.fail: retryable must not be NULL',
+      'pass false to dead-letter now, or true to retry while attempts are left');
+  end if;
+  perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
+    'pass when to retry, or NULL for the job type''s backoff');
+
+  -- The failed attempt's row in jobs.attempts, in the same statement.
+  with settled as (
+  update jobs_data.jobs as j set
+    state = case when r.retry then 'delayed' else jobs._final_state(p.dead_letter) end,
+    run_at = case when r.retry
+      then coalesce(fail.retry_at,
+                    v_now + jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt))
+      else j.run_at end,
+    last_error = left(fail.error, 10000),
+    lease_expires_at = null,
+    finished_at = case when r.retry then null else v_now end,
+    updated_at = v_now
+  from (select h.name, h.attempt < h.max_attempts and fail.retryable as retry
+        from jobs_data.jobs h where h.id = fail.id) as r
+  cross join lateral jobs._policy(r.name) as p
+  where j.id = fail.id and j.claim = fail.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning j.id, j.attempt, j.claimed_by, j.claimed_at, j.state, j.queue,
+            jobs._outcome(j.queue, case when j.state = 'delayed' then 'retried' else j.state::text end,
+                          j.id) and jobs._slot_freed(j.name, j.concurrency_key) as counted
+  ),
+  noted as (
+    insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
+    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now, 'failed', left(fail.error, 10000)
+    from settled as s
+  )
+  select s.state, s.queue into v_state, v_queue from settled as s;
+
+  if v_state = 'delayed' then
+    perform jobs._signal_work(array[v_queue]);  -- its retry comes due: the blocking claims
+    return 'retried';
+  end if;
+  return v_state::text;
+end
+$$;
+
+comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean) is
+  'Record a failed attempt: ''retried'' (delayed until retry_at or the backoff), ''dead'' or '
+  '''failed''; NULL when the claim is no longer held';
+
+create function jobs.snooze(id uuid, claim bigint, run_at timestamptz)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_queue text;
+begin
+  perform jobs._check_hold_args('jobs.snooze', snooze.id, snooze.claim);
+  if snooze.run_at is null then
+    perform jobs._raise('22004', 'jobs.snooze: run_at must not be NULL',
+      'pass when the job should run again, e.g. now() + interval ''5 minutes''');
+  end if;
+  perform jobs._check_finite('jobs.snooze: run_at', snooze.run_at,
+    'pass when the job should run again, e.g. now() + interval ''5 minutes''');
+  -- Parking is control flow, not a failure: the attempt the claim counted is given back.
+  update jobs_data.jobs as j set
+    state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
+    lease_expires_at = null, updated_at = jobs.clock()
+  where j.id = snooze.id and j.claim = snooze.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
+  if v_queue is null then
+    return false;
+  end if;
+  perform jobs._signal_work(array[v_queue]);  -- it comes due at run_at: the blocking claims
+  return true;
+end
+$$;
+
+comment on function jobs.snooze(uuid, bigint, timestamptz) is
+  'Park a held job until run_at without using an attempt; false when the claim is no longer held';
+
+create function jobs.assert_claim(id uuid, claim bigint)
+returns void
+language plpgsql volatile
+as $$
+begin
+  perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
+  perform from jobs_data.jobs as j
+  where j.id = assert_claim.id and j.claim = assert_claim.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for share;
+  if not found then
+    perform jobs._raise_lost('', assert_claim.id, assert_claim.claim,
+      'roll back this transaction so its side effects are not committed');
+  end if;
+end
+$$;
+
+comment on function jobs.assert_claim(uuid, bigint) is
+  'Raise lease_lost unless the claim is held; locks the job row FOR SHARE until the transaction '
+  'ends, so call it in the transaction that writes the job''s side effects';
+
+create table jobs_data.steps (
+  run_id   uuid not null,
+  step     text not null check (length(step) between 1 and 200),
+  output   jsonb,
+  saved_at timestamptz not null,
+  attempt  int not null,
+  seq      bigint generated always as identity,
+  primary key (run_id, step)
+);
+
+create index steps_run_seq_idx on jobs_data.steps (run_id, seq);
+
+comment on table jobs_data.steps is 'Memoised steps of durable runs, in the order they were saved (seq)';
+
+create function jobs._drop_orphan_steps(p_runs uuid[])
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_n bigint;
+begin
+  perform from jobs_data.steps as s
+  where s.run_id = any(p_runs)
+  order by s.run_id, s.seq
+  for update;
+  if not found then
+    return 0;
+  end if;
+  delete from jobs_data.steps as s
+  where s.run_id = any(p_runs)
+    and not exists (select from jobs_data.jobs as j where j.id = s.run_id)
+    and not exists (select from jobs_data.jobs as j where j.run_id = s.run_id and j.run_id <> j.id);
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$$;
+
+create function jobs._check_step(p_fn text, p_step text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_step is null then
+    perform jobs._raise('22004', p_fn || ': step must not be NULL',
+      'name the step, e.g. ''charge_card''; the name is its memo key within the run');
+  elsif length(p_step) not between 1 and 200 then
+    perform jobs._raise('22023', p_fn || ': step must be 1 to 200 characters, got ' || length(p_step),
+      'use a short, stable step name');
+  end if;
+end
+$$;
+
+create function jobs.save_step(id uuid, claim bigint, step text, output jsonb default null)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_run     uuid;
+  v_attempt int;
+begin
+  perform jobs._check_hold_args('jobs.save_step', save_step.id, save_step.claim);
+  perform jobs._check_step('jobs.save_step', save_step.step);
+  perform jobs._check_size('jobs.save_step: output', save_step.output);
+  -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
+  -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
+  select j.run_id, j.attempt into v_run, v_attempt
+  from jobs_data.jobs as j
+  where j.id = save_step.id and j.claim = save_step.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for share;
+  if v_run is null then
+    perform jobs._raise_lost('jobs.save_step: ', save_step.id, save_step.claim,
+      'stop working on this job and roll back',
+      ', which sees the steps saved so far');
+  end if;
+  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
+  values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
+  on conflict on constraint steps_pkey do nothing;
+end
+$$;
+
+comment on function jobs.save_step(uuid, bigint, text, jsonb) is
+  'Memoise a finished step of a held job''s run; raises lease_lost (and saves nothing) when the '
+  'claim is no longer held. A step saved before keeps its first output.';
+
+create function jobs.sleep(id uuid, claim bigint, step text, until timestamptz)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_run     uuid;
+  v_attempt int;
+begin
+  perform jobs._check_hold_args('jobs.sleep', sleep.id, sleep.claim);
+  perform jobs._check_step('jobs.sleep', sleep.step);
+  if sleep.until is null then
+    perform jobs._raise('22004', 'jobs.sleep: until must not be NULL',
+      'pass when the job should go on, e.g. now() + interval ''1 day''');
+  end if;
+  perform jobs._check_finite('jobs.sleep: until', sleep.until,
+    'pass when the job should go on, e.g. now() + interval ''1 day''');
+  select j.run_id, j.attempt into v_run, v_attempt
+  from jobs_data.jobs as j
+  where j.id = sleep.id and j.claim = sleep.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > v_now
+  for update;
+  if v_run is null then
+    perform jobs._raise_lost('jobs.sleep: ', sleep.id, sleep.claim,
+      'stop working on this job and roll back',
+      ', which sees the steps saved so far');
+  end if;
+  if exists (select from jobs_data.steps as s where s.run_id = v_run and s.step = sleep.step) then
+    return true;  -- slept already
+  end if;
+  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
+  values (v_run, sleep.step, jsonb_build_object('until', sleep.until), v_now, v_attempt);
+  if sleep.until <= v_now then
+    return true;
+  end if;
+  perform jobs.snooze(sleep.id, sleep.claim, sleep.until);  -- (held: the row is locked above)
+  return false;
+end
+$$;
+
+comment on function jobs.sleep(uuid, bigint, text, timestamptz) is
+  'A durable sleep step: the first call suspends the held job until then (no attempt used) and '
+  'answers false; once it runs again the call answers true at once';
+
+create function jobs.get_step(run_id uuid, step text)
+returns table (done boolean, output jsonb)
+language plpgsql stable
+as $$
+#variable_conflict use_column
+begin
+  if get_step.run_id is null or get_step.step is null then
+    perform jobs._raise('22004', 'jobs.get_step: run_id and step must not be NULL',
+      'pass the run_id jobs.claim returned and the step name');
+  end if;
+  -- A role bound to tenants reads the steps of its tenants' runs only.
+  -- (By the primary key, then jobs_attached_idx: one index each.)
+  if jobs._tenants() is not null
+     and not exists (select from jobs_data.jobs as j
+                     where j.id = get_step.run_id and j.tenant_id = any(jobs._tenants()))
+     and not exists (select from jobs_data.jobs as j
+                     where j.run_id = get_step.run_id and j.run_id <> j.id
+                       and j.tenant_id = any(jobs._tenants())) then
+    perform jobs._raise('PJ007', format('jobs.get_step: run %s is not a run of this role''s tenants (%s)',
+      get_step.run_id, array_to_string(jobs._tenants(), ', ')),
+      'read the steps of runs your claims returned');
+  end if;
+  return query
+  select s.step is not null, s.output
+  from (select) as d
+  left join jobs_data.steps as s on s.run_id = get_step.run_id and s.step = get_step.step;
+end
+$$;
+
+comment on function jobs.get_step(uuid, text) is
+  'Whether a step of a run was saved, and its output: replay it instead of redoing it';
+
+create table jobs_data.events (
+  id           uuid primary key,
+  name         text not null check (length(name) between 1 and 200),
+  key          text not null default '' check (octet_length(key) <= 512),
+  payload      jsonb,
+  published_at timestamptz not null,
+  expires_at   timestamptz not null,
+  tenant_id    text   -- only this tenant's jobs receive it; NULL: every job
+);
+
+create index events_lookup_idx on jobs_data.events (name, key, published_at desc);
+
+create index events_expiry_idx on jobs_data.events (expires_at);
+
+comment on table jobs_data.events is 'Published events; a row past expires_at is invisible and swept';
+
+create function jobs._event_lock(p_name text, p_key text, p_tenant text, p_await boolean)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_slot int := 1024 + (hashtext(p_name || '/' || p_key) & 1023);
+begin
+  perform jobs._lock_slots(array[coalesce(p_tenant, '')], array[v_slot], 'wait');
+  if p_await and p_tenant is not null then
+    perform jobs._lock_slots(array[''], array[v_slot], 'share');
+  end if;
+end
+$$;
+
+create function jobs._check_event_args(p_fn text, p_name text, p_key text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_name is null then
+    perform jobs._raise('22004', p_fn || ': name must not be NULL',
+      'name the event, e.g. ''order_paid''');
+  elsif length(p_name) not between 1 and 200 then
+    perform jobs._raise('22023', p_fn || ': name must be 1 to 200 characters, got ' || length(p_name),
+      'use a short event name and put data in the payload');
+  elsif octet_length(p_key) > 512 then
+    perform jobs._raise('22023', p_fn || ': key must be at most 512 bytes, got ' || octet_length(p_key),
+      'hash a long key, e.g. md5(...)');
+  end if;
+end
+$$;
+
+create function jobs.publish(name text, payload jsonb default null, key text default null,
+                             ttl interval default '7 days', tenant_id text default null)
+returns uuid
+language plpgsql volatile
+as $$
+declare
+  v_id  uuid := gen_random_uuid();
+  v_now timestamptz := jobs.clock();
+  v_key    text := coalesce(publish.key, '');
+  v_queues text[];
+  v_woken  uuid[];
+  v_bound  text[] := jobs._tenants();
+  v_tenant text := coalesce(publish.tenant_id, case when cardinality(v_bound) = 1 then v_bound[1] end);
+begin
+  perform jobs._check_event_args('jobs.publish', publish.name, publish.key);
+  if v_bound is not null and (v_tenant is null or v_tenant <> all(v_bound)) then
+    perform jobs._raise('PJ007', format('jobs.publish: this role is bound to the tenants %s and may not '
+      'publish for %s', array_to_string(v_bound, ', '), coalesce(quote_literal(v_tenant), 'every tenant')),
+      'pass tenant_id => one of the role''s tenants');
+  end if;
+  if publish.ttl is null then
+    perform jobs._raise('22004', 'jobs.publish: ttl must not be NULL',
+      'pass how long the event stays receivable, e.g. interval ''1 day''');
+  end if;
+  perform jobs._check_interval('jobs.publish: ttl', publish.ttl, interval '10 years',
+    'pass how long the event stays receivable, e.g. interval ''1 day''');
+  if pg_column_size(publish.payload) > jobs._max_payload_size() then
+    perform jobs._raise('22023', format('jobs.publish: payload must be at most %s bytes '
+      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), pg_column_size(publish.payload)),
+      'store large data elsewhere (a table, object storage) and pass its key in the payload');
+  end if;
+  perform jobs._event_lock(publish.name, v_key, v_tenant, false);
+  insert into jobs_data.events (id, name, key, payload, published_at, expires_at, tenant_id)
+  values (v_id, publish.name, v_key, publish.payload, v_now, v_now + publish.ttl, v_tenant);
+  -- Wake the waiters: claimable now, and their await_event will find this event.
+  with woken as (
+    update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
+    where j.state = 'suspended' and j.wait_event = publish.name and j.wait_key = v_key
+      and (v_tenant is null or j.tenant_id = v_tenant)
+    returning j.id, j.queue
+  )
+  select array_agg(distinct w.queue), array_agg(w.id) into v_queues, v_woken from woken as w;
+  if v_woken is not null then
+    perform jobs._wake(v_queues, v_woken);
+  end if;
+  return v_id;
+end
+$$;
+
+comment on function jobs.publish(text, jsonb, text, interval, text) is
+  'Store an event for ttl (for one tenant''s jobs, or every job) and wake every job waiting on '
+  'its name and key; answers its id';
+
+create function jobs._event_step(p_name text, p_key text)
+returns text
+language sql immutable
+begin atomic
+  select case when length('event:' || p_name || coalesce(':' || p_key, '')) <= 200
+              then 'event:' || p_name || coalesce(':' || p_key, '')
+              else 'event#' || md5(length(p_name) || ':' || p_name || coalesce(':' || p_key, '')) end;
+end;
+
+create function jobs.await_event(id uuid, claim bigint, name text, key text default null,
+                                 timeout interval default null)
+returns table (status text, payload jsonb)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now   timestamptz := jobs.clock();
+  v_key   text := coalesce(await_event.key, '');
+  v_step  text := jobs._event_step(await_event.name, await_event.key);
+  v_job   record;
+  v_memo  jsonb;
+  v_until timestamptz;
+  v_queue text;
+begin
+  perform jobs._check_hold_args('jobs.await_event', await_event.id, await_event.claim);
+  perform jobs._check_event_args('jobs.await_event', await_event.name, await_event.key);
+  perform jobs._check_interval('jobs.await_event: timeout', await_event.timeout, interval '10 years',
+    'pass how long to wait, or NULL to wait until the event is published');
+
+  -- The job's tenant picks its lock slot: read before the lock (it never changes), checked
+  -- with the claim under it.
+  perform jobs._event_lock(await_event.name, v_key,
+    (select j.tenant_id from jobs_data.jobs as j where j.id = await_event.id), true);
+  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until, j.tenant_id into v_job
+  from jobs_data.jobs as j
+  where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for update;
+  if not found then
+    perform jobs._raise_lost('jobs.await_event: ', await_event.id, await_event.claim,
+      'stop working on this job');
+  end if;
+
+  -- Answered before: the same answer, whatever was published since.
+  select s.output into v_memo from jobs_data.steps as s
+  where s.run_id = v_job.run_id and s.step = v_step;
+  if found then
+    return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
+    return;
+  end if;
+
+  select jsonb_build_object('status', 'received', 'payload', e.payload) into v_memo
+  from jobs_data.events as e
+  where e.name = await_event.name and e.key = v_key and e.expires_at > v_now
+    and (e.tenant_id is null or e.tenant_id = v_job.tenant_id)
+  order by e.published_at desc
+  limit 1;
+  if v_memo is null and v_job.wait_event = await_event.name and v_job.wait_key = v_key
+     and v_job.wait_until <= v_now then
+    v_memo := jsonb_build_object('status', 'timed_out', 'payload', null);
+  end if;
+
+  if v_memo is not null then
+    insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
+    values (v_job.run_id, v_step, v_memo, v_now, v_job.attempt);
+    update jobs_data.jobs as j set wait_event = null, wait_key = null, wait_until = null
+    where j.id = await_event.id and j.wait_event is not null;
+    return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
+    return;
+  end if;
+
+  -- Suspend: no attempt used, the claim released. Waiting again for the same event keeps
+  -- the first deadline.
+  v_until := case when v_job.wait_event = await_event.name and v_job.wait_key = v_key
+                  then v_job.wait_until
+                  else v_now + await_event.timeout end;
+  update jobs_data.jobs as j set
+    state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null,
+    run_at = v_until, wait_event = await_event.name, wait_key = v_key, wait_until = v_until,
+    updated_at = v_now
+  where j.id = await_event.id
+  returning case when jobs._slot_freed(j.name, j.concurrency_key) then j.queue end into v_queue;
+  if v_until is not null then
+    perform jobs._signal_work(array[v_queue]);  -- its timeout comes due: the blocking claims
+  end if;
+  return query select 'waiting'::text, null::jsonb;
+end
+$$;
+
+comment on function jobs.await_event(uuid, bigint, text, text, interval) is
+  'Receive the newest unexpired event of name (and key), memoised for the run; or suspend the '
+  'job until it is published or timeout passes (''waiting''); ''timed_out'' once it has';
+
+create function jobs._check_tenant_job(p_fn text, p_id uuid)
+returns void
+language plpgsql stable
+as $$
+declare
+  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
+begin
+  if v_tenants is not null
+     and not exists (select from jobs_data.jobs as j where j.id = p_id and j.tenant_id = any(v_tenants)) then
+    perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
+      'check the id; finished jobs are deleted after their retention period');
+  end if;
+end
+$$;
+
+create function jobs._refuse(p_fn text, p_id uuid, p_code text, p_rule text, p_hint text)
+returns void
+language plpgsql stable
+as $$
+declare
+  v_state jobs.job_state;
+begin
+  select j.state into v_state from jobs_data.jobs as j where j.id = p_id;
+  if not found then
+    perform jobs._raise('PJ003', format('%s: no job has id %s', p_fn, p_id),
+      'check the id; finished jobs are deleted after their retention period');
+  end if;
+  -- The fix depends on the state the job is in; p_hint where one fix fits every state.
+  perform jobs._raise(p_code, format('%s: job %s is %s; %s', p_fn, p_id, v_state, p_rule),
+    case
+      when p_fn = 'jobs.promote' and v_state = 'ready' then 'a ready job is claimable already'
+      when p_fn = 'jobs.promote' and v_state = 'running' then 'it is running already'
+      when p_fn = 'jobs.promote' and v_state = 'suspended' then
+        'it waits for an event or for its children: publish the event, or cancel the job'
+      when p_fn = 'jobs.promote' then 'it has finished; jobs.requeue runs it again'
+      when p_fn = 'jobs.requeue' and v_state = 'ready' then 'it waits to be claimed already'
+      when p_fn = 'jobs.requeue' and v_state = 'delayed' then
+        'it waits for its run_at; jobs.promote makes it ready now'
+      when p_fn = 'jobs.requeue' then 'it is live; cancel it first to requeue it'
+      else p_hint
+    end);
+end
+$$;
+
+create function jobs.cancel(id uuid)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_counted boolean;
+begin
+  if cancel.id is null then
+    perform jobs._raise('22004', 'jobs.cancel: id must not be NULL', 'pass the id of the job to cancel');
+  end if;
+  perform jobs._check_tenant_job('jobs.cancel', cancel.id);
+  update jobs_data.jobs as j set
+    state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
+    wait_event = null, wait_key = null, wait_until = null,
+    finished_at = v_now,
+    -- A running job's holder is told on pg_jobs_cancel (src/outcomes.rs), from the row as
+    -- this update takes it.
+    updated_at = jobs._cancelling(j.id, j.state = 'running', v_now)
+  where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended')
+  returning jobs._outcome(j.queue, 'cancelled') and jobs._slot_freed(j.name, j.concurrency_key) into v_counted;
+  if not found then
+    perform jobs._refuse('jobs.cancel', cancel.id, 'PJ005',
+      'only live jobs (ready, delayed, running, suspended) can be cancelled',
+      'a finished job stays as it ended; use jobs.requeue to run it again');
+  end if;
+  return true;
+end
+$$;
+
+comment on function jobs.cancel(uuid) is
+  'Cancel a live job; a running holder loses its claim. Raises not_cancellable for finished jobs';
+
+create function jobs.requeue(id uuid, from_step text default null)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz := jobs.clock();
+  v_seq   bigint;
+  v_queue text;
+  v_key   record;
+  v_wait  boolean := false;  -- it waits behind a live job of its ordering key
+begin
+  if requeue.id is null then
+    perform jobs._raise('22004', 'jobs.requeue: id must not be NULL', 'pass the id of the job to requeue');
+  end if;
+  perform jobs._check_tenant_job('jobs.requeue', requeue.id);
+  if requeue.from_step is not null then
+    select s.seq into v_seq
+    from jobs_data.jobs as j join jobs_data.steps as s on s.run_id = j.run_id and s.step = requeue.from_step
+    where j.id = requeue.id;
+    if v_seq is null and exists (select from jobs_data.jobs as j where j.id = requeue.id
+                                 and j.state in ('failed', 'dead', 'cancelled', 'completed')) then
+      perform jobs._raise('22023', format('jobs.requeue: the run of job %s has no step %L',
+        requeue.id, requeue.from_step),
+        'pass a step name from jobs.steps for this run_id, or NULL to keep every step');
+    end if;
+  end if;
+
+  -- A job with an ordering key goes back behind its key's live jobs, if it has any (under the
+  -- key's lock, as an enqueue: sql/ordering.sql).
+  select j.queue, coalesce(j.tenant_id, '') as tenant, j.ordering_key as key into v_key
+  from jobs_data.jobs as j where j.id = requeue.id and j.ordering_key is not null;
+  if v_key.key is not null then
+    perform jobs._ordering_lock(array[v_key.queue], array[v_key.tenant], array[v_key.key]);
+    v_wait := jobs._ordering_live(v_key.queue, v_key.tenant, v_key.key);
+  end if;
+
+  begin
+    -- One statement moves the job and drops the steps, so a refused requeue deletes nothing.
+    with moved as (
+      update jobs_data.jobs as j set
+        state = case when v_wait then 'delayed' else 'ready' end::jobs.job_state,
+        attempt = 0, claim = jobs._next_claim(j.claim),
+        run_at = case when v_wait then 'infinity' else v_now end,
+        lease_expires_at = null, result = null, finished_at = null,
+        wait_event = null, wait_key = null, wait_until = null, updated_at = v_now,
+        run_deadline = v_now + j.run_timeout,  -- a new run gets its run_timeout again
+        fair_group = jobs._fair_group((select q.fairness from jobs_data.queues as q where q.queue = j.queue),
+                                      j.tenant_id, j.concurrency_key)  -- (its queue's now)
+      where j.id = requeue.id and j.state in ('failed', 'dead', 'cancelled', 'completed')
+      returning j.run_id, j.queue
+    ), dropped as (
+      delete from jobs_data.steps as s using moved as m
+      where v_seq is not null and s.run_id = m.run_id and s.seq >= v_seq
+    )
+    select count(*), min(m.queue) into v_seq, v_queue from moved as m;
+  exception when unique_violation then
+    perform jobs._raise('PJ002', format('jobs.requeue: a live job now holds the idempotency key of job %s',
+      requeue.id), 'let the live job finish, or cancel it, then requeue this one');
+  end;
+  if v_seq = 1 then
+    perform jobs._wake(array[v_queue], array[requeue.id]);
+  else
+    perform jobs._refuse('jobs.requeue', requeue.id, 'PJ004',
+      'only failed, dead, cancelled and completed jobs can be requeued',
+      'a live job runs already; cancel it first to requeue it');
+  end if;
+  return true;
+end
+$$;
+
+comment on function jobs.requeue(uuid, text) is
+  'Run a finished job again: ready now, attempts reset, a new claim token; steps kept, or '
+  'dropped from from_step on. Raises not_requeueable for live jobs';
+
+create function jobs.promote(id uuid)
+returns boolean
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz := jobs.clock();
+  v_queue text;
+begin
+  if promote.id is null then
+    perform jobs._raise('22004', 'jobs.promote: id must not be NULL', 'pass the id of the delayed or snoozed job');
+  end if;
+  perform jobs._check_tenant_job('jobs.promote', promote.id);
+  -- A snoozed job is suspended with no event to wait for (jobs.snooze); one waiting for an event
+  -- or for its children keeps waiting.
+  update jobs_data.jobs as j set state = 'ready', run_at = v_now, updated_at = v_now
+  where j.id = promote.id and (j.state = 'delayed' or (j.state = 'suspended' and j.wait_event is null))
+    and j.run_at <> 'infinity'  -- a job waiting behind its ordering key keeps its place
+  returning j.queue into v_queue;
+  if found then
+    perform jobs._wake(array[v_queue], array[promote.id]);
+  elsif exists (select from jobs_data.jobs as j where j.id = promote.id and j.state = 'delayed'
+                and j.run_at = 'infinity') then
+    perform jobs._raise('PJ006', format('jobs.promote: job %s waits behind an earlier job of its ordering key',
+      promote.id), 'it runs when the jobs before it end; cancel those (jobs.jobs where ordering_key = ...) '
+      'to run this one sooner');
+  else
+    perform jobs._refuse('jobs.promote', promote.id, 'PJ006', 'only delayed and snoozed jobs can be promoted',
+      'a ready job is claimable already; a suspended one waits for its event or its children');
+  end if;
+  return true;
+end
+$$;
+
+comment on function jobs.promote(uuid) is
+  'Make a delayed or snoozed job claimable now. Raises not_promotable for any other state';
+
+create function jobs.get_jobs(ids uuid[])
+returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
+               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
+language plpgsql stable
+as $$
+#variable_conflict use_column
+declare
+  v_tenants text[] := jobs._tenants();  -- NULL: the role is bound to no tenant
+begin
+  if get_jobs.ids is null then
+    perform jobs._raise('22004', 'jobs.get_jobs: ids must not be NULL', 'pass an array of job ids');
+  elsif cardinality(get_jobs.ids) > 10000 then
+    perform jobs._raise('22023', 'jobs.get_jobs: at most 10000 ids per call, got '
+      || cardinality(get_jobs.ids), 'split the ids');
+  end if;
+  -- In the order of ids (the first of a repeated id only), each looked up by the primary key.
+  return query
+  select j.id, j.name, j.queue, j.state::text, j.attempt, j.max_attempts, j.result, j.last_error,
+         j.run_at, j.enqueued_at, j.finished_at, j.tenant_id, j.tags, j.meta
+  from (select distinct on (i.id) i.id, i.ord
+        from unnest(get_jobs.ids) with ordinality as i(id, ord)
+        where i.id is not null
+        order by i.id, i.ord) as i
+  cross join lateral (select * from jobs_data.jobs as j
+                      where j.id = i.id and (v_tenants is null or j.tenant_id = any(v_tenants))) as j
+  order by i.ord;
+end
+$$;
+
+comment on function jobs.get_jobs(uuid[]) is
+  'The state, attempts and outcome of these jobs, in the order given; a job this role may not see answers no row';
+
+create function jobs.get_job(job_id uuid)
+returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
+               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
+language plpgsql stable
+as $$
+begin
+  if get_job.job_id is null then
+    perform jobs._raise('22004', 'jobs.get_job: id must not be NULL', 'pass the id jobs.enqueue answered');
+  end if;
+  return query select * from jobs.get_jobs(array[get_job.job_id]);
+end
+$$;
+
+comment on function jobs.get_job(uuid) is
+  'The state, attempts and outcome of a job; no row for a job this role may not see';
+
+create function jobs.wait_for_job(job_id uuid, wait interval)
+returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
+               result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
+               finished_at timestamptz, tenant_id text, tags text[], meta jsonb)
+language plpgsql volatile
+as $$
+declare
+  v_until timestamptz;
+  v_key   text[];
+  v_seen  bigint[];
+  v_row   record;
+begin
+  if wait_for_job.job_id is null then
+    perform jobs._raise('22004', 'jobs.wait_for_job: id must not be NULL', 'pass the id jobs.enqueue answered');
+  end if;
+  if wait_for_job.wait is null then
+    perform jobs._raise('22004', 'jobs.wait_for_job: wait must not be NULL',
+      'pass how long to wait, at most an hour; 0 answers at once');
+  end if;
+  if wait_for_job.wait <> interval '0' then
+    perform jobs._check_interval('jobs.wait_for_job: wait', wait_for_job.wait, interval '1 hour',
+      'pass how long to wait, at most an hour (the wait holds its transaction open); 0 answers at once');
+    if current_setting('transaction_isolation') <> 'read committed' then
+      perform jobs._raise('PJ008',
+        format('jobs.wait_for_job: wait needs READ COMMITTED; this transaction is %s',
+               upper(current_setting('transaction_isolation'))),
+        'wait in its own statement or a READ COMMITTED transaction, or pass wait 0');
+    end if;
+  end if;
+  v_until := clock_timestamp() + wait_for_job.wait;
+  loop
+    -- The counter before the look: a commit after the look moves it (no wake-up missed).
+    select array[chr(2) || 'finished:' || j.queue] into v_key
+    from jobs_data.jobs as j where j.id = wait_for_job.job_id;
+    v_seen := jobs._work_seen(v_key);
+    select * into v_row from jobs.get_jobs(array[wait_for_job.job_id]) as g;
+    if not found or v_row.state in ('completed', 'failed', 'dead', 'cancelled')
+       or clock_timestamp() >= v_until then
+      exit;
+    end if;
+    perform jobs._await_work(v_key, v_seen, v_until);
+  end loop;
+  if v_row.id is not null then  -- (as read: a completion may delete the job, completed_retention = 0)
+    return query select v_row.id, v_row.name, v_row.queue, v_row.state, v_row.attempt,
+                        v_row.max_attempts, v_row.result, v_row.last_error, v_row.run_at,
+                        v_row.enqueued_at, v_row.finished_at, v_row.tenant_id, v_row.tags,
+                        v_row.meta;
+  end if;
+end
+$$;
+
+comment on function jobs.wait_for_job(uuid, interval) is
+  'Wait up to wait for the job to end, then answer its row as jobs.get_job does';
+
+create function jobs._family_changed()
 returns trigger
+language plpgsql volatile
+as $$
+declare
+  v_was   boolean;  -- the row was live before
+  v_is    boolean;  -- and is now
+begin
+  v_was := tg_op <> 'INSERT' and old.state in ('ready', 'delayed', 'running', 'suspended');
+  v_is := tg_op = 'UPDATE' and new.state in ('ready', 'delayed', 'running', 'suspended');
+  if tg_op = 'DELETE' then
+    new := old;
+  end if;
+  if new.parent_id is not null and v_was <> v_is then
+    perform jobs._family_note(new.parent_id, case when v_is then 1 else -1 end);
+  end if;
+  if tg_op = 'UPDATE' and old.children_live > 0 and v_was
+     and new.state in ('failed', 'dead', 'cancelled') then
+    perform jobs._cascade_cancel(new.id);
+  end if;
+  return null;
+end
+$$;
+
+create function jobs._cascade_cancel(p_parent uuid)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_now timestamptz := jobs.clock();
+  v_all uuid[];
+  v_ids uuid[];
+  v_n   bigint;
+begin
+  v_all := array(
+    with recursive reached (id) as (
+      select c.id from jobs_data.jobs as c
+      where c.parent_id = p_parent and c.close_policy = 'terminate'
+        and c.state in ('ready', 'delayed', 'running', 'suspended')
+      union
+      select c.id from reached as r
+      join jobs_data.jobs as c on c.parent_id = r.id
+      where c.close_policy = 'terminate' and c.state in ('ready', 'delayed', 'running', 'suspended')
+    )
+    select r.id from reached as r);
+  if cardinality(v_all) = 0 then
+    return;
+  end if;
+  v_ids := v_all;
+  if jobs._in_background_worker() then
+    v_ids := array(select x.id from jobs_data.jobs as x where x.id = any(v_all)
+                   order by x.id for no key update skip locked);
+    if cardinality(v_ids) < cardinality(v_all) then
+      insert into jobs_data.family_pending (parent_id, delta) values (p_parent, 0);
+    end if;
+  end if;
+  with closed as (
+    update jobs_data.jobs as c set
+      state = 'cancelled', claim = jobs._next_claim(c.claim), lease_expires_at = null,
+      wait_event = null, wait_key = null, wait_until = null, finished_at = v_now,
+      updated_at = jobs._cancelling(c.id, c.state = 'running', v_now)
+    where c.id = any(v_ids)
+      and c.state in ('ready', 'delayed', 'running', 'suspended')
+    returning jobs._outcome(c.queue, 'cancelled') and jobs._slot_freed(c.name, c.concurrency_key) as counted
+  )
+  select count(*) into v_n from closed;
+end
+$$;
+
+create function jobs._family_apply(p_parents uuid[], p_deltas int[])
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_now   timestamptz := jobs.clock();
+  v_queue text;
+  v_skip  boolean := jobs._in_background_worker();
+begin
+  for i in 1 .. coalesce(cardinality(p_parents), 0) loop
+    -- The sweeper never waits on a parent another transaction holds: the move waits in
+    -- jobs_data.family_pending for a later sweep (jobs._family_pending_apply).
+    if v_skip then
+      perform from jobs_data.jobs as p where p.id = p_parents[i] for no key update skip locked;
+      if not found then
+        insert into jobs_data.family_pending (parent_id, delta) values (p_parents[i], p_deltas[i]);
+        continue;
+      end if;
+    end if;
+    update jobs_data.jobs as p set
+      children_live = greatest(coalesce(p.children_live, 0) + p_deltas[i], 0),
+      state = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                        and p.wait_event = 'pg_jobs.children' then 'ready' else p.state end,
+      run_at = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                         and p.wait_event = 'pg_jobs.children' then v_now else p.run_at end,
+      wait_event = case when coalesce(p.children_live, 0) + p_deltas[i] <= 0 and p.state = 'suspended'
+                             and p.wait_event = 'pg_jobs.children' then null else p.wait_event end,
+      updated_at = v_now
+    where p.id = p_parents[i]
+    returning case when p.state = 'ready' and p.run_at = v_now then p.queue end into v_queue;
+    if v_queue is not null then
+      perform jobs._wake(array[v_queue], array[p_parents[i]]);  -- its last child ended
+    end if;
+  end loop;
+end
+$$;
+
+create function jobs._family_pending_apply(p_max int)
+returns bigint
 language plpgsql volatile
 as $$
 declare
   v_parents uuid[];
   v_deltas  int[];
 begin
-  if tg_op = 'UPDATE' then
-    select array_agg(m.parent_id order by m.parent_id), array_agg(m.delta order by m.parent_id)
-      into v_parents, v_deltas
-    from (select n.parent_id,
-                 sum(case when n.state in ('ready', 'delayed', 'running', 'suspended') then 1 else -1 end)::int as delta
-          from family_old as o join family_new as n on n.id = o.id
-          where n.parent_id is not null
-            and (o.state in ('ready', 'delayed', 'running', 'suspended'))
-                <> (n.state in ('ready', 'delayed', 'running', 'suspended'))
-          group by n.parent_id) as m
-    where m.delta <> 0;
-  else
-    select array_agg(m.parent_id order by m.parent_id), array_agg(m.delta order by m.parent_id)
-      into v_parents, v_deltas
-    from (select o.parent_id, -count(*)::int as delta
-          from family_old as o
-          where o.parent_id is not null and o.state in ('ready', 'delayed', 'running', 'suspended')
-          group by o.parent_id) as m;
-  end if;
-  if v_parents is not null then
-    perform jobs._family_apply(v_parents, v_deltas);
-  end if;
-  return null;
+  delete from jobs_data.family_pending as f
+  where not exists (select from jobs_data.jobs as j where j.id = f.parent_id);
+  with locked as (
+    select p.id from jobs_data.jobs as p
+    where p.id in (select distinct f.parent_id from jobs_data.family_pending as f limit p_max)
+    order by p.id
+    for no key update skip locked
+  ),
+  taken as (
+    delete from jobs_data.family_pending as f using locked as l
+    where f.parent_id = l.id
+    returning f.parent_id, f.delta
+  )
+  select array_agg(t.parent_id order by t.parent_id), array_agg(t.delta order by t.parent_id)
+    into v_parents, v_deltas
+  from (select t.parent_id, sum(t.delta)::int as delta from taken as t group by t.parent_id) as t;
+  perform jobs._family_apply(v_parents, v_deltas);
+  -- Descendants a sweep's cascade left (held then by another transaction): cancelled now, or
+  -- marked again for the next sweep.
+  perform jobs._cascade_cancel(p.id)
+  from jobs_data.jobs as p
+  where p.id = any(v_parents) and p.state in ('failed', 'dead', 'cancelled');
+  return coalesce(cardinality(v_parents), 0);
 end
 $$;
+
+create function jobs.spawn(id uuid, claim bigint, spec jsonb)
+returns jobs.enqueued
+language plpgsql volatile
+as $$
+declare
+  v_parent record;
+  v_key    text;
+  v_policy text;
+  v_spec   jsonb;
+  v_row    record;
+  v_child  record;
+begin
+  perform jobs._check_hold_args('jobs.spawn', spawn.id, spawn.claim);
+  if spec is null then
+    perform jobs._raise('22004', 'jobs.spawn: spec must not be NULL',
+      'pass the child as a JSON object with a child_key, e.g. ''{"name": "resize", "child_key": "img-1"}''');
+  elsif jsonb_typeof(spec) <> 'object' then
+    perform jobs._raise('22023', 'jobs.spawn: spec must be a JSON object, got ' || jsonb_typeof(spec),
+      'pass one child as an object with enqueue_batch''s keys and a child_key');
+  end if;
+  v_key := spec->>'child_key';
+  v_policy := coalesce(spec->>'close_policy', 'terminate');
+  if v_key is null then
+    perform jobs._raise('22023', 'jobs.spawn: spec needs a child_key',
+      'name the child within its parent, e.g. "child_key": "item-17": a parent that runs again '
+      'and spawns the same key gets the same child back');
+  elsif octet_length(v_key) not between 1 and 200 then
+    perform jobs._raise('22023', 'jobs.spawn: child_key must be 1 to 200 bytes, got ' || octet_length(v_key),
+      'use a short key, unique among the parent''s children');
+  elsif v_policy not in ('terminate', 'abandon') then
+    perform jobs._raise('22023', format('jobs.spawn: close_policy must be ''terminate'' or ''abandon'', got %L',
+      v_policy), '''terminate'' (the default) cancels the child when the parent ends failed, dead '
+      'or cancelled; ''abandon'' lets it carry on');
+  elsif spec ?| array['id', 'on_conflict', 'idempotency_key', 'parent_id', 'debounce', 'debounce_max'] then
+    perform jobs._raise('22023',
+      'jobs.spawn: a child''s spec takes no id, idempotency_key, on_conflict, debounce or parent_id',
+      'its child_key makes it idempotent (the same key gives the same child), and its parent is '
+      'the job spawning it');
+  end if;
+
+  -- The fence, under the parent's row lock (FOR UPDATE: its count of live children changes
+  -- below), held until this transaction ends, so a cancel of the parent waits for it.
+  select j.id, j.tenant_id into v_parent
+  from jobs_data.jobs as j
+  where j.id = spawn.id and j.claim = spawn.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for update;
+  if not found then
+    perform jobs._raise_lost('jobs.spawn: ', spawn.id, spawn.claim,
+      'stop working on this job and roll back',
+      ', and spawns with the same child_key get the children spawned so far');
+  end if;
+  if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
+    perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
+      'leave tenant_id out of the spec');
+  end if;
+
+  -- The child's id is its parent's and key's (a caller-allocated id): one child per key,
+  -- whatever its state, found again by a parent that runs again, and race-free as any
+  -- enqueue of one id is.
+  -- enqueue_batch counts it among the parent's live children (jobs._attach_children).
+  v_spec := (spec - 'child_key')
+            || jsonb_build_object('id', md5(spawn.id::text || '/' || v_key)::uuid,
+                                  'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
+                                  'close_policy', v_policy);
+  select e.id, e.run_id, e.deduped into v_row
+  from jobs.enqueue_batch(jsonb_build_array(v_spec)) as e;
+  if v_row.deduped then
+    select c.parent_id into v_child from jobs_data.jobs as c where c.id = v_row.id;
+    if v_child.parent_id is distinct from spawn.id then
+      perform jobs._raise('PJ002', format('jobs.spawn: the id of child %L, %s, is held by a job '
+        'that is not a child of job %s', v_key, v_row.id, spawn.id),
+        'use another child_key; the job holding that id was enqueued with it by a producer');
+    end if;
+  end if;
+  return row(v_row.id, v_row.run_id, v_row.deduped,
+             case when v_row.deduped then 'returned' else 'inserted' end)::jobs.enqueued;
+end
+$$;
+
+comment on function jobs.spawn(uuid, bigint, jsonb) is
+  'Enqueue a child of a held job (spec as enqueue_batch''s, with a child_key and a close_policy); '
+  'the same key gives the same child back; raises lease_lost when the claim is no longer held';
+
+create function jobs.await_children(id uuid, claim bigint)
+returns table (status text, children jsonb)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_live  int;
+  v_now   timestamptz := jobs.clock();
+begin
+  perform jobs._check_hold_args('jobs.await_children', await_children.id, await_children.claim);
+  -- Under the parent's row lock, which every change of its count of live children waits for.
+  select j.children_live into v_live
+  from jobs_data.jobs as j
+  where j.id = await_children.id and j.claim = await_children.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > jobs.clock()
+  for update;
+  if not found then
+    perform jobs._raise_lost('jobs.await_children: ', await_children.id, await_children.claim,
+      'stop working on this job');
+  end if;
+  -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
+  v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f
+                                             where f.parent_id = await_children.id), 0);
+  if v_live <= 0 then
+    return query
+    select 'done'::text,
+           coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'name', c.name, 'state', c.state,
+                                                 'result', c.result, 'error', c.last_error)
+                              order by c.enqueued_at, c.id), '[]'::jsonb)
+    from jobs_data.jobs as c
+    where c.parent_id = await_children.id;
+    return;
+  end if;
+  -- Suspend until the last child ends: no attempt used, the claim released.
+  update jobs_data.jobs as j set
+    state = 'suspended', attempt = j.attempt - 1, lease_expires_at = null, run_at = null,
+    wait_event = 'pg_jobs.children', wait_key = null, wait_until = null, updated_at = v_now
+  where j.id = await_children.id
+    and jobs._slot_freed(j.name, j.concurrency_key);
+  return query select 'waiting'::text, null::jsonb;
+end
+$$;
+
+comment on function jobs.await_children(uuid, bigint) is
+  '''done'' with every child''s id, name, state, result and error once none is live; else '
+  'suspend the job (no attempt used) until its last child ends (''waiting'')';
 
 create trigger jobs_family_changed
 after update of state on jobs_data.jobs
@@ -4977,17 +4977,10 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
 
--- Binding a role to a tenant: a row of jobs_config.tenant_bindings, which the role cannot
--- change. A bound role enqueues (and dedupes) for its tenants only, is handed only their jobs
--- by claim, and reads only their runs' steps (jobs._tenants). Each call adds one tenant; a role
--- with no binding behaves as before. To unbind:
---   delete from jobs_config.tenant_bindings where role = 'r'::regrole;
-create function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
-returns jsonb
-language plpgsql volatile
+create function jobs._check_binding(p_fn text, p_role name, p_tenant text)
+returns void
+language plpgsql stable
 as $$
-declare
-  v_tenants jsonb;
 begin
   if p_tenant is null then
     perform jobs._raise('22004', p_fn || ': tenant must not be NULL',
@@ -5000,6 +4993,22 @@ begin
       'a superuser may change any setting and read every table; bind a role of the tenant''s own, '
       'without SUPERUSER');
   end if;
+end
+$$;
+
+-- Binding a role to a tenant: a row of jobs_config.tenant_bindings, which the role cannot
+-- change. A bound role enqueues (and dedupes) for its tenants only, is handed only their jobs
+-- by claim, and reads only their runs' steps (jobs._tenants). Each call adds one tenant; a role
+-- with no binding behaves as before. To unbind:
+--   delete from jobs_config.tenant_bindings where role = 'r'::regrole;
+create function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
+returns jsonb
+language plpgsql volatile
+as $$
+declare
+  v_tenants jsonb;
+begin
+  perform jobs._check_binding(p_fn, p_role, p_tenant);
   insert into jobs_config.tenant_bindings as b (role, tenants)
   values (quote_ident(p_role)::regrole, jsonb_build_array(p_tenant))
   on conflict (role) do update

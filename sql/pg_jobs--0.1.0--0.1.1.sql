@@ -4533,12 +4533,10 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
 
-create or replace function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
-returns jsonb
-language plpgsql volatile
+create or replace function jobs._check_binding(p_fn text, p_role name, p_tenant text)
+returns void
+language plpgsql stable
 as $$
-declare
-  v_tenants jsonb;
 begin
   if p_tenant is null then
     perform jobs._raise('22004', p_fn || ': tenant must not be NULL',
@@ -4551,6 +4549,17 @@ begin
       'a superuser may change any setting and read every table; bind a role of the tenant''s own, '
       'without SUPERUSER');
   end if;
+end
+$$;
+
+create or replace function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
+returns jsonb
+language plpgsql volatile
+as $$
+declare
+  v_tenants jsonb;
+begin
+  perform jobs._check_binding(p_fn, p_role, p_tenant);
   select coalesce(jsonb_agg(distinct t.tenant), '[]') into v_tenants
   from (select jsonb_array_elements_text(substr(c.setting, length('pg_jobs.tenants=') + 1)::jsonb) as tenant
         from pg_catalog.pg_db_role_setting as s

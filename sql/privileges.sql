@@ -90,12 +90,11 @@ comment on function jobs.grant_worker(name) is
 -- call adds one tenant; a role with no binding behaves as before. Takes effect at the role's
 -- next connection (role settings apply at connection start). To unbind:
 --   alter role r in database d reset pg_jobs.tenants;
-create function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
-returns jsonb
-language plpgsql volatile
+-- The refusals of a binding (both editions: sql-only/src/config.sql binds in a table).
+create function jobs._check_binding(p_fn text, p_role name, p_tenant text)
+returns void
+language plpgsql stable
 as $$
-declare
-  v_tenants jsonb;
 begin
   if p_tenant is null then
     perform jobs._raise('22004', p_fn || ': tenant must not be NULL',
@@ -108,6 +107,17 @@ begin
       'a superuser may change any setting and read every table; bind a role of the tenant''s own, '
       'without SUPERUSER');
   end if;
+end
+$$;
+
+create function jobs._bind_tenant(p_fn text, p_role name, p_tenant text)
+returns jsonb
+language plpgsql volatile
+as $$
+declare
+  v_tenants jsonb;
+begin
+  perform jobs._check_binding(p_fn, p_role, p_tenant);
   select coalesce(jsonb_agg(distinct t.tenant), '[]') into v_tenants
   from (select jsonb_array_elements_text(substr(c.setting, length('pg_jobs.tenants=') + 1)::jsonb) as tenant
         from pg_catalog.pg_db_role_setting as s

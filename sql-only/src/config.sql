@@ -201,17 +201,7 @@ as $$
 declare
   v_tenants jsonb;
 begin
-  if p_tenant is null then
-    perform jobs._raise('22004', p_fn || ': tenant must not be NULL',
-      'pass the tenant_id the role may act for, or call ' || p_fn || '(role) for no binding');
-  elsif length(p_tenant) not between 1 and 200 then
-    perform jobs._raise('22023', p_fn || ': tenant must be 1 to 200 characters, got ' || length(p_tenant),
-      'pass a tenant_id as the jobs carry it');
-  elsif (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = p_role) then
-    perform jobs._raise('22023', format('%s: role %I is a superuser, which no binding holds', p_fn, p_role),
-      'a superuser may change any setting and read every table; bind a role of the tenant''s own, '
-      'without SUPERUSER');
-  end if;
+  perform jobs._check_binding(p_fn, p_role, p_tenant);
   insert into jobs_config.tenant_bindings as b (role, tenants)
   values (quote_ident(p_role)::regrole, jsonb_build_array(p_tenant))
   on conflict (role) do update
