@@ -54,6 +54,11 @@ def version():
     return re.search(r'^version\s*=\s*"([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
 
 
+def edition_mark(release):
+    """The comment on the schema jobs that says which release of the edition a database has."""
+    return f"pg_jobs {release} (SQL-only edition)"
+
+
 def created(code):
     """(kind, name) of a CREATE FUNCTION or CREATE TRIGGER, else None."""
     m = CREATED.match(code)
@@ -92,12 +97,9 @@ def rust_functions(install):
     return names
 
 
-def build(install, extension=False):
-    """The edition's statements: schema.sql, then the prelude and the replacements of the Rust
-    functions (where pgrx puts their declarations: before every other file, some of whose
-    SQL-standard bodies name them), then the other files of sql/ in install order (the order of
-    src/lib.rs, as scripts/upgrade-script.py reads it), each replaced function or trigger of
-    theirs in its place."""
+def prepare(install):
+    """The install files' statements, the set of Rust functions, and the replacements (the
+    prelude, and per replaced function or trigger its statements), checked."""
     rust = rust_functions(install)
     files = [(path, statements(path.read_text())) for path in _upgrade.install_files()]
     originals = {("function", name): 1 for name in rust}
@@ -114,11 +116,35 @@ def build(install, extension=False):
     missing = sorted(name for name in rust if ("function", name) not in groups)
     if missing:
         sys.exit("sql-only: nothing in sql-only/src replaces the extension's functions in Rust: " + ", ".join(missing))
+    return files, rust, prelude, groups
 
+
+def kept_for(extension):
+    """What of a statement the form keeps: only an extension's script may call
+    pg_extension_config_dump or ALTER EXTENSION."""
     def kept(code):
-        # (only an extension's script may call pg_extension_config_dump)
-        return code if extension or "pg_extension_config_dump" not in code else ""
+        low = code.lower()
+        return code if extension or ("pg_extension_config_dump" not in low
+                                     and not low.startswith("alter extension")) else ""
+    return kept
 
+
+SETTINGS = (
+    "-- (as CREATE EXTENSION runs an extension's script)\n"
+    "set local search_path = jobs, pg_temp;\n"
+    "set local check_function_bodies = off;\n"
+    "set local client_min_messages = warning;\n"
+)
+
+
+def build(install, extension=False):
+    """The edition's statements: schema.sql, then the prelude and the replacements of the Rust
+    functions (where pgrx puts their declarations: before every other file, some of whose
+    SQL-standard bodies name them), then the other files of sql/ in install order (the order of
+    src/lib.rs, as scripts/upgrade-script.py reads it), each replaced function or trigger of
+    theirs in its place."""
+    files, rust, prelude, groups = prepare(install)
+    kept = kept_for(extension)
     out = []
     for n, (_, stmts) in enumerate(files):
         for stmt in stmts:
@@ -134,14 +160,10 @@ def build(install, extension=False):
                 out.extend(kept(s) for s in groups.pop(("function", name)))
     if groups:
         sys.exit("sql-only: replaced nothing: " + ", ".join(f"{k} jobs.{n}" for k, n in groups))
-    settings = (
-        "-- (as CREATE EXTENSION runs an extension's script)\n"
-        "set local search_path = jobs, pg_temp;\n"
-        "set local check_function_bodies = off;\n"
-        "set local client_min_messages = warning;\n"
+    settings = SETTINGS + (
         "\n"
         "create schema jobs;\n"
-        f"comment on schema jobs is 'pg_jobs {version()} (SQL-only edition)';\n"
+        f"comment on schema jobs is {edition_mark(version())!r};\n"
     )
     script = settings + "\n" + "\n\n".join(code for code in out if code) + "\n"
     if extension:
@@ -170,6 +192,109 @@ def build(install, extension=False):
     return header + script + "\ncommit;\n"
 
 
+def or_replace(code):
+    """A CREATE FUNCTION or CREATE TRIGGER as CREATE OR REPLACE (other statements as they are)."""
+    return re.sub(r"\Acreate\s+(function|trigger)\b", r"create or replace \1", code, count=1, flags=re.I)
+
+
+def upgrade(install, hand, old, extension=False):
+    """The edition's upgrade from release `old` to this one, from the extension's hand-written
+    part sql/upgrade/OLD--NEW.sql and the edition's own, sql-only/upgrade/OLD--NEW.sql (what
+    changes in jobs_config's tables and in the statements of sql-only/src that CREATE OR
+    REPLACE cannot redo), in the order of the extension's upgrade (scripts/upgrade-script.py):
+    the extension's first part (each function it makes that the edition replaces made as the
+    edition has it, there), the edition's part, every other replacement of sql-only/src (CREATE OR
+    REPLACE), every function and view of the install files (CREATE OR REPLACE, the replaced ones
+    as the edition has them) and the privileges, the extension's last part; then the release
+    noted on the schema jobs. A function the upgrade writes in Rust that nothing replaces is an
+    error."""
+    _, _, _, groups = prepare(install)
+    kept = kept_for(extension)
+    new = version()
+
+    made = set()
+
+    def group(key):
+        made.add(key)
+        return [kept(or_replace(body(st))) for st in groups[key]]
+
+    def swap(stmts):
+        out = []
+        for stmt in stmts:
+            code = body(stmt)
+            key = created(code)
+            if key in groups:
+                out.extend(group(key) if key not in made else [])  # (the edition's, once)
+                continue
+            if "module_pathname" in code.lower():
+                sys.exit(f"sql-only: {hand.name}: nothing in sql-only/src replaces the function in Rust "
+                         f"{key[1] if key else code.splitlines()[0]}")
+            out.append(kept(code))
+        return out
+
+    first, last = _upgrade.hand_parts(hand)
+    own = ROOT / "sql-only" / "upgrade" / hand.name
+    parts = swap(statements(first))
+    parts += [kept(body(st)) for st in statements(own.read_text())] if own.exists() else []
+    parts += [code for key in groups if key not in made for code in group(key)]
+    parts += (swap(_upgrade.functions())
+             + swap(statements(last))
+             + [f"comment on schema jobs is {edition_mark(new)!r};"])
+    script = SETTINGS + "\n" + "\n\n".join(code for code in parts if code) + "\n"
+    if extension:
+        if TAG in script:
+            sys.exit(f"sql-only: the upgrade holds {TAG}, the dollar quote the pg_tle form wraps it in")
+        return (
+            f"-- pg_jobs's SQL-only edition for pg_tle, from {old} to {new}: then ALTER EXTENSION pg_jobs\n"
+            "-- UPDATE. Generated by scripts/sql-only.py: never edit it. Run by a member of pgtle_admin.\n"
+            "\n"
+            f"select pgtle.install_update_path('pg_jobs', '{old}', '{new}', {TAG}\n"
+            + script + f"{TAG});\n"
+            f"select pgtle.set_default_version('pg_jobs', '{new}');\n"
+        )
+    check = f"""do $check$
+declare
+  v_has text := obj_description(to_regnamespace('jobs'), 'pg_namespace');
+  v_owner regrole := (select n.nspowner::regrole from pg_catalog.pg_namespace as n where n.nspname = 'jobs');
+begin
+  if v_has is distinct from '{edition_mark(old)}' then
+    raise exception 'pg_jobs: this file upgrades the SQL-only edition of pg_jobs {old} to {new}; this database has %',
+      coalesce(v_has, 'no SQL-only edition of pg_jobs')
+      using errcode = '55000',
+            hint = 'run the upgrade files from its release to {new} in order, one per release '
+                   '(sql-only/pg_jobs--A--B.sql); a database without pg_jobs takes sql-only/pg_jobs.sql';
+  end if;
+  if v_owner <> current_user::regrole then
+    raise exception 'pg_jobs: the SQL-only edition is upgraded by the role that owns it (%), not by %', v_owner, current_user
+      using errcode = '42501',
+            hint = format('what another role made would be its own and run with its privileges; '
+                          'connect as %s (or SET ROLE %s), then run this file again', v_owner, v_owner);
+  end if;
+end
+$check$;
+"""
+    return (
+        f"-- pg_jobs's SQL-only edition, from {old} to {new}. Generated by scripts/sql-only.py from the\n"
+        f"-- extension's sql/upgrade/{hand.name}, sql-only/upgrade/ and sql-only/src/: never edit it.\n"
+        "-- Run by the role that owns the edition:\n"
+        f"--   psql -v ON_ERROR_STOP=1 -d DATABASE -f sql-only/pg_jobs--{old}--{new}.sql\n"
+        "\n"
+        "begin;\n" + check + "\n" + script + "\ncommit;\n"
+    )
+
+
+def upgrades():
+    """(hand, old) for each extension upgrade to this release from a release the edition had
+    (kept in sql-only/released/, as sql/released/ keeps the extension's)."""
+    new = version()
+    out = []
+    for hand in sorted((ROOT / "sql" / "upgrade").glob(f"*--{new}.sql")):
+        old = hand.name.split("--")[0]
+        if (ROOT / "sql-only" / "released" / f"pg_jobs--{old}.sql").exists():
+            out.append((hand, old))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="fail if sql-only/pg_jobs.sql is not current")
@@ -181,7 +306,12 @@ def main():
         share = subprocess.run([PG_CONFIG, "--sharedir"], capture_output=True, text=True, check=True).stdout.strip()
         source = f"{share}/extension/pg_jobs--{version()}.sql"
     install = pathlib.Path(source).read_text()
-    for target, text in ((TARGET, build(install)), (TLE_TARGET, build(install, extension=True))):
+    targets = [(TARGET, build(install)), (TLE_TARGET, build(install, extension=True))]
+    for hand, old in upgrades():
+        targets.append((ROOT / "sql-only" / f"pg_jobs--{old}--{version()}.sql", upgrade(install, hand, old)))
+        targets.append((ROOT / "sql-only" / f"pg_jobs--{old}--{version()}.pg_tle.sql",
+                        upgrade(install, hand, old, extension=True)))
+    for target, text in targets:
         if args.check:
             if not target.exists() or target.read_text() != text:
                 print(f"sql-only: {target.relative_to(ROOT)} is not current; run scripts/sql-only.py", file=sys.stderr)

@@ -5,9 +5,10 @@
 # PyPI wheel of scripts/pg-servers.sh, without the files test-releases.sh installs into it):
 # the golden files and isolation specs of the extension, against the file installed by psql,
 # with the same expected outputs but for those in sql-only/expected (where the editions differ
-# by design: docs/EDITIONS.md lists why), and sql-only/tests/test_sql_only.py (a non-superuser
-# owner, hostile roles); on a PostgreSQL 15 without preload, tests/ with the edition in each
-# database; and on a PostgreSQL 15 with pg_cron, the sweep (sql-only/tests/test_pg_cron.py).
+# by design: docs/EDITIONS.md lists why), the hostile roles' file again as installed by a
+# non-superuser, sql-only/tests/test_sql_only.py (a non-superuser owner, hostile roles) and
+# test_upgrade.py (the edition's upgrades); on a PostgreSQL 15 without preload, tests/ with
+# the edition in each database; and on a PostgreSQL 15 with pg_cron, the sweep (sql-only/tests/test_pg_cron.py).
 #   scripts/test-sql-only.sh [all|sql|pytest]   (sql: the golden files and specs; pytest: the rest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,12 +57,15 @@ cp -r pg_test "$work/pg_test"
 cp sql-only/expected/*.out "$work/pg_test/expected/"
 chown -R postgres: "$work/pg_test"
 pgxs=$(dirname "$bin")/lib/postgresql/pgxs/src/test
-run() {  # run NAME TOOL INPUTDIR TESTS...
-  local name=$1 tool=$2 input=$3; shift 3
-  psql "$dsn" -qc "drop database if exists pg_jobs_regress" -qc "create database pg_jobs_regress"
-  psql "$dsn dbname=pg_jobs_regress" -v ON_ERROR_STOP=1 -q -f sql-only/pg_jobs.sql
+run() {  # run NAME TOOL INPUTDIR TESTS...  (the file installed by $installer, the database's owner)
+  local name=$1 tool=$2 input=$3 as=${installer:-postgres}; shift 3
+  psql "$dsn" -qc "drop database if exists pg_jobs_regress" -qc "create database pg_jobs_regress owner $as"
+  psql "$dsn dbname=pg_jobs_regress user=$as" -v ON_ERROR_STOP=1 -q -f sql-only/pg_jobs.sql
+  if [ "$(psql "$dsn dbname=pg_jobs_regress" -Atc "select nspowner::regrole from pg_namespace where nspname = 'jobs'")" != "$as" ]; then
+    echo "test-sql-only: the edition is not owned by $as" >&2; exit 1
+  fi
   # (swept once, as pg_cron would: a claim otherwise warns that nothing sweeps the database)
-  psql "$dsn dbname=pg_jobs_regress" -v ON_ERROR_STOP=1 -qAtc "select count(*) from jobs.sweep()" >/dev/null
+  psql "$dsn dbname=pg_jobs_regress user=$as" -v ON_ERROR_STOP=1 -qAtc "select count(*) from jobs.sweep()" >/dev/null
   regress_or_show "test-sql-only: $name" "sql-only-$name" "$work/$name-out" \
     as_pg "$tool" --use-existing --host=127.0.0.1 --port="$port" --user=postgres --bindir="$bin" \
       --inputdir="$input" --outputdir="$work/$name-out" --dbname=pg_jobs_regress "$@"
@@ -72,15 +76,20 @@ if [ "$what" != pytest ]; then
   run regress "$pgxs/regress/pg_regress" "$work/pg_test" "${regress[@]}"
   mapfile -t specs < <(cd pg_test/isolation/specs && ls *.spec | sed 's/\.spec$//')
   run isolation "$pgxs/isolation/pg_isolation_regress" "$work/pg_test/isolation" "${specs[@]}"
+  # The hostile roles again, the file installed by the database's owner, no superuser (as on a
+  # managed service): the same expected output.
+  psql "$dsn" -qc "create role pgj_installer login nosuperuser nocreaterole nocreatedb"
+  installer=pgj_installer run security-installer "$pgxs/regress/pg_regress" "$work/pg_test" security
 fi
 if [ "$what" != sql ]; then
-  echo "-- sql-only/tests/test_sql_only.py"
-  PG_JOBS_SQL_ONLY_DSN="$dsn dbname=postgres" .venv/bin/python -m pytest -q -rA -p no:cacheprovider \
-    sql-only/tests/test_sql_only.py
+  echo "-- sql-only/tests/test_sql_only.py, test_upgrade.py"
+  PG_JOBS_SQL_ONLY_DSN="$dsn dbname=postgres" .venv/bin/python -m pytest -q -rA -s -p no:cacheprovider \
+    sql-only/tests/test_sql_only.py sql-only/tests/test_upgrade.py
   # The tests from outside the server that need no server of their own, each database with the
-  # edition instead of the extension (tests/conftest.py): on a PostgreSQL 15 that does not
-  # preload pg_jobs (and has auto_explain, which the plan tests read), where nothing creates
-  # the extension. Those that test what the edition does otherwise by design are skipped and
+  # edition instead of the extension (tests/conftest.py), installed by the database's owner, a
+  # role that is no superuser (tests/clusters.py): on a PostgreSQL 15 that does not preload
+  # pg_jobs (and has auto_explain, which the plan tests read), where nothing creates the
+  # extension. Those that test what the edition does otherwise by design are skipped and
   # counted.
   echo "-- tests/ on the edition (PG_JOBS_EDITION=sql), PostgreSQL 15 without preload"
   as_pg /usr/lib/postgresql/15/bin/initdb -D "$work/data15" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
@@ -91,8 +100,10 @@ unix_socket_directories = '$work'
 max_connections = 200
 CONF
   as_pg /usr/lib/postgresql/15/bin/pg_ctl -D "$work/data15" -l "$work/log15" -w start >/dev/null
+  psql "host=127.0.0.1 port=$port15 user=postgres" -qc "create role pgj_installer login nosuperuser nocreaterole nocreatedb"
   # (ports of their own: the extension's run of tests/ may be running beside this one)
-  PG_JOBS_EDITION=sql PG_JOBS_DSN="host=127.0.0.1 port=$port15 user=postgres dbname=postgres" \
+  PG_JOBS_EDITION=sql PG_JOBS_SQL_INSTALLER=pgj_installer \
+    PG_JOBS_DSN="host=127.0.0.1 port=$port15 user=postgres dbname=postgres" \
     PG_JOBS_PGBOUNCER_PORT=54486 PG_JOBS_LANGUAGES_PGBOUNCER_PORT=54487 PG_JOBS_UI_PORT=54488 \
     PG_JOBS_CLI_PORT=54489 .venv/bin/python -m pytest -q -p no:cacheprovider tests
 fi

@@ -11,6 +11,7 @@ import time
 import uuid
 
 import psycopg
+import psycopg.sql
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,11 +42,19 @@ def own_cluster(prefix, port, conf, env=None):
 
 
 def install(conn):
-    """pg_jobs into the database of `conn`: the extension, or with PG_JOBS_EDITION=sql the
-    SQL-only edition (swept once, as pg_cron would, so that a claim does not warn)."""
+    """pg_jobs into the database of `conn` (a superuser's): the extension, or with
+    PG_JOBS_EDITION=sql the SQL-only edition, swept once as pg_cron would (so that a claim does
+    not warn). With PG_JOBS_SQL_INSTALLER too, the edition is installed and swept by that role,
+    made the database's owner, as on a managed service whose owner is no superuser."""
     if os.environ.get("PG_JOBS_EDITION") == "sql":
+        installer = os.environ.get("PG_JOBS_SQL_INSTALLER")
+        if installer:
+            conn.execute(psycopg.sql.SQL("alter database {} owner to {}").format(
+                psycopg.sql.Identifier(conn.info.dbname), psycopg.sql.Identifier(installer)))
+            conn.execute(psycopg.sql.SQL("set role {}").format(psycopg.sql.Identifier(installer)))
         conn.execute(pathlib.Path(ROOT, "sql-only", "pg_jobs.sql").read_text())
         conn.execute("select count(*) from jobs.sweep()")
+        conn.execute("reset role")
     else:
         conn.execute("create extension pg_jobs")
 

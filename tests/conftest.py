@@ -1,7 +1,8 @@
 """Fixtures for tests from outside the server: a fresh database with pg_jobs per test.
 
 With PG_JOBS_EDITION=sql (scripts/test-sql-only.sh) the database gets the SQL-only edition
-(sql-only/pg_jobs.sql) instead of the extension, and only the tests that run on such a
+(sql-only/pg_jobs.sql) instead of the extension (installed by the role PG_JOBS_SQL_INSTALLER
+names, if set, made the database's owner: tests/clusters.py), and only the tests that run on such a
 database alone (the `dsn` fixture) run, but those marked `library` (they need the shared library:
 its background worker, shared memory, commit hooks); the others are skipped, and counted.
 """

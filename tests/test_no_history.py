@@ -10,12 +10,24 @@ import threading
 import time
 
 import psycopg
+import psycopg.sql
 import pytest
 
 DEADLINE = 20  # seconds
 
 
-def set_retention(server_dsn, value):
+def set_retention(server_dsn, value, dsn):
+    installer = os.environ.get("PG_JOBS_SQL_INSTALLER")
+    if os.environ.get("PG_JOBS_EDITION") == "sql" and installer:
+        # The SQL-only edition installed by a role that is no superuser may not read the
+        # server's configuration files: its owner sets retentions in jobs_config.settings.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("set role {}").format(psycopg.sql.Identifier(installer)))
+            conn.execute("delete from jobs_config.settings where name = 'completed_retention'")
+            if value is not None:
+                conn.execute("insert into jobs_config.settings (name, value) "
+                             "values ('completed_retention', extract(epoch from %s::interval))", (value,))
+        return
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         if os.environ.get("PG_JOBS_EDITION") == "sql":
             # No library defines the setting: ALTER SYSTEM takes it once the session has it.
@@ -38,11 +50,11 @@ def set_retention(server_dsn, value):
 
 @pytest.fixture
 def db(server_dsn, dsn):
-    set_retention(server_dsn, "0")
+    set_retention(server_dsn, "0", dsn)
     try:
         yield dsn
     finally:
-        set_retention(server_dsn, None)
+        set_retention(server_dsn, None, dsn)
 
 
 def connect(dsn):

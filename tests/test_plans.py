@@ -354,12 +354,12 @@ def test_plans_cached_while_the_table_was_empty_still_go_by_index(server_dsn, ds
     with a condition, whatever the statistics said when it was planned."""
     no_history = emptied_by.endswith("no history")  # complete and complete_many delete
     if no_history:
-        set_retention(server_dsn, "0")
+        set_retention(server_dsn, "0", dsn)
     try:
         plans_after_emptying(dsn, emptied_by.split(",")[0], no_history)
     finally:
         if no_history:
-            set_retention(server_dsn, None)
+            set_retention(server_dsn, None, dsn)
 
 
 def plans_after_emptying(dsn, emptied_by, no_history):

@@ -2,13 +2,27 @@
 -- security, privileges, comment), tables, views, sequences and types (columns, defaults,
 -- options, privileges, comments), indexes, constraints, triggers, enum labels, the schema's
 -- privileges, the configuration tables pg_dump carries, and a count of members per catalog.
--- An upgraded database must print exactly what a fresh install prints.
+-- An upgraded database must print exactly what a fresh install prints. Without the extension
+-- (the SQL-only edition installed by psql), its members are what is in its schemas.
 with ext as (
   select oid, extconfig, extcondition from pg_extension where extname = 'pg_jobs'
+), schemas as (
+  select oid from pg_namespace where nspname in ('jobs', 'jobs_data', 'jobs_config')
 ), members as (
   select d.classid::regclass::text as catalog, d.objid
   from pg_depend d, ext
   where d.refclassid = 'pg_extension'::regclass and d.refobjid = ext.oid and d.deptype = 'e'
+  union all
+  select 'pg_proc', p.oid from pg_proc p
+  where not exists (select from ext) and p.pronamespace in (select oid from schemas)
+  union all
+  select 'pg_class', c.oid from pg_class c
+  where not exists (select from ext) and c.relnamespace in (select oid from schemas)
+    and c.relkind in ('r', 'p', 'v', 'm', 'S')
+  union all
+  select 'pg_type', t.oid from pg_type t left join pg_class c on c.oid = t.typrelid
+  where not exists (select from ext) and t.typnamespace in (select oid from schemas)
+    and (t.typtype in ('e', 'd', 'r', 'm') or c.relkind = 'c')
 ), rels as (
   select c.* from pg_class c join members m on m.catalog = 'pg_class' and m.objid = c.oid
   union
@@ -57,7 +71,7 @@ select entry from (
   from pg_type t join members m on m.catalog = 'pg_type' and m.objid = t.oid
   union all
   select format('schema %s owner %s acl %s', n.nspname, n.nspowner::regrole, coalesce(n.nspacl::text, '(default)'))
-  from pg_namespace n where n.nspname in ('jobs', 'jobs_data')
+  from pg_namespace n where n.nspname in ('jobs', 'jobs_data', 'jobs_config')
   union all
   select format('dumped with pg_dump: %s %s', cfg.rel::regclass, coalesce(cond.c, ''))
   from ext, unnest(ext.extconfig) with ordinality as cfg(rel, i)
