@@ -83,118 +83,152 @@ export class Parked extends Error {
  * whatever the handler's transaction does). */
 export type Control = <R extends object>(text: string, values: unknown[]) => Promise<R[]>;
 
-/** `tx` gives the client of the job's transaction; the worker opens the transaction at the
- * first use (a handler that never uses it costs no BEGIN and COMMIT). `signal` makes the
- * AbortSignal at the first use (most handlers never read it). Methods are closures, not a
- * class's, so a handler may destructure them (`async (payload, { step }) => ...`). */
-export function makeContext<P>(job: Job<P>, signal: () => AbortSignal, tx: () => PoolClient, control: Control): JobContext<P> {
-  const call = async <R extends object>(text: string, values: unknown[]): Promise<R[]> => {
+/** What the worker gives a context: the attempt's AbortSignal and the client of its
+ * transaction, each made or opened at the first use (a handler that never uses `tx` costs no
+ * BEGIN and COMMIT; most never read the signal). */
+export interface AttemptHandle {
+  signal(): AbortSignal;
+  tx(): PoolClient;
+}
+
+/** The handler's context. Its methods are made at their first use, each a closure, not a
+ * method of the class, so a handler may destructure them (`async (payload, { step }) => ...`);
+ * a context costs the jobs that use none of them two objects. */
+class Context<P> implements JobContext<P> {
+  #step: JobContext<P>['step'] | undefined;
+  #waitForEvent: JobContext<P>['waitForEvent'] | undefined;
+  #spawn: JobContext<P>['spawn'] | undefined;
+  #awaitChildren: JobContext<P>['awaitChildren'] | undefined;
+  #sleep: JobContext<P>['sleep'] | undefined;
+
+  constructor(readonly job: Job<P>, private readonly attempt: AttemptHandle, private readonly control: Control) {}
+
+  get signal(): AbortSignal {
+    return this.attempt.signal();
+  }
+
+  get tx(): PoolClient {
+    return this.attempt.tx();
+  }
+
+  private async call<R extends object>(text: string, values: unknown[]): Promise<R[]> {
     try {
-      return await control<R>(text, values);
+      return await this.control<R>(text, values);
     } catch (err) {
       throw fromDriver(err);
     }
-  };
-  return {
-    job,
-    get signal() {
-      return signal();
-    },
-    get tx() {
-      return tx();
-    },
-    async step<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
-      const [saved] = await call<{ done: boolean; output: T }>(
+  }
+
+  get step(): JobContext<P>['step'] {
+    const job = this.job;
+    return this.#step ??= async <T>(name: string, fn: () => Promise<T> | T): Promise<T> => {
+      const [saved] = await this.call<{ done: boolean; output: T }>(
         'select done, output from jobs.get_step($1, $2)', [job.runId, name]);
       if (saved?.done) return saved.output;
       const output = await fn();
-      await call('select jobs.save_step($1, $2, $3, $4::jsonb)',
+      await this.call('select jobs.save_step($1, $2, $3, $4::jsonb)',
         [job.id, job.claim, name, JSON.stringify(output ?? null)]);
       return output;
-    },
-    async waitForEvent<T>(name: string, options: { key?: string; timeoutMs?: number } = {}) {
-      const [answer] = await call<{ status: string; payload: T | null }>(
+    };
+  }
+
+  get waitForEvent(): JobContext<P>['waitForEvent'] {
+    const job = this.job;
+    return this.#waitForEvent ??= async <T>(name: string, options: { key?: string; timeoutMs?: number } = {}) => {
+      const [answer] = await this.call<{ status: string; payload: T | null }>(
         'select status, payload from jobs.await_event($1, $2, $3, $4, $5::interval)',
         [job.id, job.claim, name, options.key ?? null,
           options.timeoutMs === undefined ? null : `${options.timeoutMs} milliseconds`]);
       if (!answer || answer.status === 'waiting') throw new Parked(`waiting for event ${name}`);
       return { status: answer.status as 'received' | 'timed_out', payload: answer.payload };
-    },
-    async spawn<C>(childKey: string, child: JobDefinition<C> | string, payload?: C,
-      options: { queue?: string; priority?: number; maxAttempts?: number; closePolicy?: 'terminate' | 'abandon' } = {}) {
+    };
+  }
+
+  get spawn(): JobContext<P>['spawn'] {
+    const job = this.job;
+    return this.#spawn ??= async <C>(childKey: string, child: JobDefinition<C> | string, payload?: C,
+      options: { queue?: string; priority?: number; maxAttempts?: number; closePolicy?: 'terminate' | 'abandon' } = {}) => {
       const name = typeof child === 'string' ? child : child.name;
       const spec: Record<string, unknown> = {
         name, payload: payload ?? {}, child_key: childKey,
         queue: options.queue ?? (typeof child === 'string' ? undefined : child.queue),
         priority: options.priority, max_attempts: options.maxAttempts, close_policy: options.closePolicy,
       };
-      const [made] = await call<{ id: string; deduped: boolean }>(
+      const [made] = await this.call<{ id: string; deduped: boolean }>(
         'select id, deduped from jobs.spawn($1, $2, $3::jsonb)', [job.id, job.claim, JSON.stringify(spec)]);
       return { id: (made as { id: string }).id, deduped: (made as { deduped: boolean }).deduped };
-    },
-    async awaitChildren() {
-      const [answer] = await call<{ status: string; children: ChildResult[] }>(
+    };
+  }
+
+  get awaitChildren(): JobContext<P>['awaitChildren'] {
+    const job = this.job;
+    return this.#awaitChildren ??= async () => {
+      const [answer] = await this.call<{ status: string; children: ChildResult[] }>(
         'select status, children from jobs.await_children($1, $2)', [job.id, job.claim]);
       if (!answer || answer.status === 'waiting') throw new Parked('waiting for its children');
       return answer.children;
-    },
-    snooze(ms: number): Promise<never> {
-      return Promise.reject(new Parked(`snoozed for ${ms} ms`, new Date(Date.now() + ms)));
-    },
-    async sleep(step: string, until: Date | number): Promise<void> {
+    };
+  }
+
+  get snooze(): JobContext<P>['snooze'] {
+    return snooze;
+  }
+
+  get sleep(): JobContext<P>['sleep'] {
+    const job = this.job;
+    return this.#sleep ??= async (step: string, until: Date | number): Promise<void> => {
       const at = typeof until === 'number' ? new Date(Date.now() + until) : until;
-      const [answer] = await call<{ slept: boolean }>('select jobs.sleep($1, $2, $3, $4) as slept',
+      const [answer] = await this.call<{ slept: boolean }>('select jobs.sleep($1, $2, $3, $4) as slept',
         [job.id, job.claim, step, at.toISOString()]);
       if (!answer?.slept) throw new Parked(`asleep until ${at.toISOString()}`);
-    },
-  };
+    };
+  }
 }
 
-/** The worker's view of a claimed row. */
-export interface ClaimedRow {
-  id: string;
-  run_id: string;
-  name: string;
-  queue: string;
-  payload: unknown;
-  attempt: number;
-  max_attempts: number;
-  claim: string;
-  deadline: Date | null;
-  /** Milliseconds from the claim to the deadline, by the server's clock. */
-  time_left_ms: number | null;
-  tenant_id: string | null;
-  parent_id: string | null;
-  priority: number;
-  enqueued_at: Date;
-  last_error: string | null;
-  tags: string[] | null;
-  meta: Record<string, unknown> | null;
+function snooze(ms: number): Promise<never> {
+  return Promise.reject(new Parked(`snoozed for ${ms} ms`, new Date(Date.now() + ms)));
 }
+
+export function makeContext<P>(job: Job<P>, attempt: AttemptHandle, control: Control): JobContext<P> {
+  return new Context(job, attempt, control);
+}
+
+/** The worker's view of a claimed row: CLAIMED_COLUMNS's values in order (the driver's
+ * `rowMode: 'array'`, which builds no object per row). The deadline and the enqueue come as
+ * milliseconds since 1970, a number the driver parses faster than a timestamp. */
+export type ClaimedRow = [
+  id: string, runId: string, name: string, queue: string, payload: unknown, attempt: number,
+  maxAttempts: number, claim: string, deadlineMs: number | null, tenantId: string | null,
+  parentId: string | null, priority: number, enqueuedMs: number, lastError: string | null,
+  tags: string[] | null, meta: Record<string, unknown> | null,
+  /** Milliseconds from the claim to the deadline, by the server's clock. */
+  timeLeftMs: number | null,
+];
 
 export const CLAIMED_COLUMNS =
-  'id, run_id, name, queue, payload, attempt, max_attempts, claim::text as claim, deadline, '
-  + 'tenant_id, parent_id, priority, enqueued_at, last_error, tags, meta, '
-  + 'extract(epoch from deadline - clock_timestamp())::float8 * 1000 as time_left_ms';
+  'id, run_id, name, queue, payload, attempt, max_attempts, claim::text as claim, '
+  + "date_part('epoch', deadline) * 1000 as deadline_ms, tenant_id, parent_id, priority, "
+  + "date_part('epoch', enqueued_at) * 1000 as enqueued_ms, last_error, tags, meta, "
+  + "date_part('epoch', deadline - clock_timestamp()) * 1000 as time_left_ms";
 
 export function toJob<P>(row: ClaimedRow): Job<P> {
   return {
-    id: row.id,
-    runId: row.run_id,
-    name: row.name,
-    queue: row.queue,
-    payload: row.payload as P,
-    attempt: row.attempt,
-    maxAttempts: row.max_attempts,
-    claim: row.claim,
-    deadline: row.deadline,
-    tenantId: row.tenant_id,
-    parentId: row.parent_id,
-    priority: row.priority,
-    enqueuedAt: row.enqueued_at,
-    lastError: row.last_error,
-    tags: row.tags,
-    meta: row.meta,
+    id: row[0],
+    runId: row[1],
+    name: row[2],
+    queue: row[3],
+    payload: row[4] as P,
+    attempt: row[5],
+    maxAttempts: row[6],
+    claim: row[7],
+    deadline: row[8] === null ? null : new Date(row[8]),
+    tenantId: row[9],
+    parentId: row[10],
+    priority: row[11],
+    enqueuedAt: new Date(row[12]),
+    lastError: row[13],
+    tags: row[14],
+    meta: row[15],
   };
 }
 

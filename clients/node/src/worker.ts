@@ -10,7 +10,7 @@
 
 import os from 'node:os';
 import pg from 'pg';
-import { CLAIMED_COLUMNS, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
+import { type AttemptHandle, CLAIMED_COLUMNS, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
 import { codes, fromDriver, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
@@ -44,15 +44,41 @@ export interface WorkerOptions {
 
 type Reason = 'lost' | 'cancelled' | 'deadline' | 'shutdown';
 
-interface Held {
-  job: Job;
+/** An attempt the worker holds: its job, why it must stop (once it must), its AbortSignal and
+ * the connection and transaction of its handler. */
+class Held implements AttemptHandle {
   /** Why the attempt must stop, once it must. */
-  reason: Reason | undefined;
+  reason: Reason | undefined = undefined;
   /** Made when the handler first reads ctx.signal (most never do). */
-  controller: AbortController | undefined;
+  controller: AbortController | undefined = undefined;
   /** Set while the worker waits for the handler: called when the attempt must stop. */
-  onAbort: (() => void) | undefined;
-  timer: NodeJS.Timeout | undefined;
+  onAbort: (() => void) | undefined = undefined;
+  timer: NodeJS.Timeout | undefined = undefined;
+  /** The connection the handler's ctx.tx gives, and whether its transaction is open. */
+  client: pg.PoolClient | undefined = undefined;
+  inTx = false;
+
+  constructor(readonly job: Job, private readonly transactional: boolean) {}
+
+  /** The attempt's AbortSignal, made at its first use (aborted already if the attempt must stop). */
+  signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.reason !== undefined) this.controller.abort(this.reason);
+    }
+    return this.controller.signal;
+  }
+
+  /** The handler's client. The transaction opens at its first use (node-postgres runs a
+   * client's queries in order, so BEGIN goes before the handler's first). */
+  tx(): pg.PoolClient {
+    const client = this.client as pg.PoolClient;
+    if (this.transactional && !this.inTx) {
+      this.inTx = true;
+      client.query('begin').catch(() => {}); // its failure fails the handler's next query
+    }
+    return client;
+  }
 }
 
 /** The slots working one set of queues: how many are free, and the jobs that ended without
@@ -270,9 +296,9 @@ export class Worker {
           continue;
         }
       }
-      // One turn of the event loop first: the jobs of a batch end in the same few ticks, and are
-      // then completed by one statement rather than one each.
-      if (group.size > 1) await new Promise<void>((resolve) => setImmediate(resolve));
+      // One turn of the event loop first while some of the group's jobs run: the jobs of a batch
+      // end in the same few ticks, and are then completed by one statement rather than one each.
+      if (group.free < group.size) await new Promise<void>((resolve) => setImmediate(resolve));
       let client: pg.PoolClient | undefined;
       try {
         client = group.clients.pop() ?? await this.connect();
@@ -304,10 +330,12 @@ export class Worker {
     let rows: ClaimedRow[] = [];
     try {
       if (free > 0) {
-        ({ rows } = await client.query<ClaimedRow>(
-          `select ${CLAIMED_COLUMNS} from jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, `
-          + '$6::interval, $7::jsonb[])',
-          [ids, claims, this.workerId, group.queues, free, `${this.leaseMs} milliseconds`, results]));
+        ({ rows } = await client.query<ClaimedRow>({
+          text: `select ${CLAIMED_COLUMNS} from jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, `
+            + '$6::interval, $7::jsonb[])',
+          values: [ids, claims, this.workerId, group.queues, free, `${this.leaseMs} milliseconds`, results],
+          rowMode: 'array',
+        }));
         landed = new Set(ids);
       } else {
         landed = await this.completeMany(client, ids, claims, results);
@@ -334,7 +362,9 @@ export class Worker {
   private async claim(client: pg.PoolClient, group: Group): Promise<ClaimedRow[]> {
     const text = `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval)`;
     const lease = `${this.leaseMs} milliseconds`;
-    const found = await client.query<ClaimedRow>(text, [this.workerId, group.queues, group.free, lease, null]);
+    const found = await client.query<ClaimedRow>({
+      text, values: [this.workerId, group.queues, group.free, lease, null], rowMode: 'array',
+    });
     if (found.rows.length > 0 || this.stopping) return found.rows;
     const pid = (client as unknown as { processID: number }).processID;
     // An idle worker holds one connection: the others go back to the pool (which closes them
@@ -344,8 +374,9 @@ export class Worker {
     group.waiting = true;
     try {
       if (group.pending.length > 0) return [];
-      const { rows } = await client.query<ClaimedRow>(text,
-        [this.workerId, group.queues, group.free, lease, `${this.pollMs} milliseconds`]);
+      const { rows } = await client.query<ClaimedRow>({
+        text, values: [this.workerId, group.queues, group.free, lease, `${this.pollMs} milliseconds`], rowMode: 'array',
+      });
       return rows;
     } finally {
       group.waiting = false;
@@ -372,13 +403,16 @@ export class Worker {
     else group.clients.push(client);
   }
 
-  /** Takes a slot and runs the job in it. */
+  /** Takes a slot and runs the job in it. (runJob reports its own errors; what is left, a
+   * logger or metrics of the application's that threw, is logged here.) */
   private launch(group: Group, row: ClaimedRow): void {
     group.free -= 1;
-    const running = this.runJob(group, row).catch((err: unknown) => {
-      this.logger.warn('database error; the job is left to its lease', { error: firstLine(err) });
-    }).finally(() => this.jobsRunning.delete(running));
+    const running = this.runJob(group, row);
     this.jobsRunning.add(running);
+    running.then(() => this.jobsRunning.delete(running), (err: unknown) => {
+      this.jobsRunning.delete(running);
+      this.logger.warn('the worker could not report a job', { error: firstLine(err) });
+    });
   }
 
   /** An attempt ended (or was handed to the dispatcher to complete): frees its slot. */
@@ -395,57 +429,32 @@ export class Worker {
     group.wake?.();
   }
 
-  /** Runs one job on a connection of the pool: its handler, then its settlement. */
+  /** Runs one job on a connection of the pool: its handler, then its settlement. A handler
+   * that returns with nothing to settle on its connection has its job completed by the
+   * dispatcher with the group's next claim; what else may follow is in afterHandler. */
   private async runJob(group: Group, row: ClaimedRow): Promise<void> {
     const job = toJob(row);
     const def = this.jobs.get(job.name);
+    if (!def) return this.unknownName(group, job);
     const started = Date.now();
-    if (!def) {
-      try {
-        await this.control.query('select jobs.snooze($1, $2::bigint, clock_timestamp() + $3::interval)',
-          [job.id, job.claim, `${this.options.unknownSnoozeMs ?? 60_000} milliseconds`]);
-        if (!this.warnedNames.has(job.name)) {
-          this.warnedNames.add(job.name);
-          this.logger.warn('no handler for this job name here; snoozed, no attempt used', { name: job.name, queue: job.queue });
-        }
-        this.report(job, 'unknown_name', 0);
-      } finally {
-        this.freeSlot(group);
-      }
-      return;
-    }
-    const held: Held = { job, reason: undefined, controller: undefined, onAbort: undefined, timer: undefined };
-    if (row.time_left_ms !== null) {
-      held.timer = setTimeout(() => this.abort(held, 'deadline'), Math.max(0, row.time_left_ms));
-    }
+    const held = new Held(job, def.transactional);
+    const timeLeftMs = row[16];
+    if (timeLeftMs !== null) held.timer = setTimeout(() => this.abort(held, 'deadline'), Math.max(0, timeLeftMs));
     this.held.set(job.id, held);
     this.options.metrics?.running(this.held.size);
     const tracer = this.options.tracer ?? defaultTracer();
     const span = tracer ? startAttemptSpan(tracer, job) : undefined;
     let outcome: Outcome | null = 'lost';
     let error: string | undefined;
-    let client: pg.PoolClient | undefined;
     let broken = false;
     try {
-      client = group.clients.pop() ?? await this.connect();
-      const c = client;
-      // The transaction opens when the handler first uses ctx.tx (node-postgres runs a client's
-      // queries in order, so BEGIN goes before the handler's first); one that never does is
-      // completed by its group's dispatcher, with other jobs and the next claim.
-      const opened = { inTx: false };
-      const tx = (): pg.PoolClient => {
-        if (def.transactional && !opened.inTx) {
-          opened.inTx = true;
-          c.query('begin').catch(() => {}); // its failure fails the handler's next query
-        }
-        return c;
-      };
-      const ctx = makeContext(job, () => signalOf(held), tx, this.controlQuery);
+      held.client = group.clients.pop() ?? await this.connect();
       let result: unknown;
       let thrown: unknown;
       let failed = false;
       try {
-        result = await this.untilAborted(Promise.resolve().then(() => def.handler(job.payload, ctx)), held);
+        const work = def.handler(job.payload, makeContext(job, held, this.controlQuery));
+        result = work instanceof Promise ? await this.untilAborted(work, held) : work;
       } catch (err) {
         if (err instanceof Abandoned) {
           // Its connection is closed (the handler may still use it); its job is reported as what
@@ -459,48 +468,70 @@ export class Worker {
         thrown = err;
         failed = true;
       }
-      if (held.reason !== undefined) {
-        if (opened.inTx) await c.query('rollback');
-        outcome = await this.stoppedOutcome(held);
-        return;
-      }
-      if (failed && thrown instanceof Parked) {
-        if (opened.inTx) await c.query('rollback');
-        if (thrown.snoozeUntil) {
-          await c.query('select jobs.snooze($1, $2::bigint, $3)', [job.id, job.claim, thrown.snoozeUntil]);
-        }
-        outcome = 'parked';
-        return;
-      }
-      if (failed) {
-        if (opened.inTx) await c.query('rollback');
-        error = describe(thrown);
-        const retryAt = thrown instanceof RetryAfterError ? thrown.retryAt : null;
-        const retryable = !(thrown instanceof NonRetryableError);
-        const { rows } = await c.query<{ outcome: Outcome | null }>(
-          'select jobs.fail($1, $2::bigint, $3, $4, $5) as outcome', [job.id, job.claim, error, retryAt, retryable]);
-        outcome = rows[0]?.outcome ?? 'lost';
-        return;
-      }
-      const json = JSON.stringify(result ?? null);
-      if (!opened.inTx && !this.stopping && !group.waiting) {
+      if (!failed && held.reason === undefined && !held.inTx && !this.stopping && !group.waiting) {
         // Completed by the dispatcher with the group's next claim; the slot frees now.
-        group.pending.push({ held, result: json, started, span });
+        group.pending.push({ held, result: result == null ? 'null' : JSON.stringify(result), started, span });
         outcome = null;
         return;
       }
-      const { rows } = await c.query<{ landed: boolean }>(
-        'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, json]);
-      const landed = rows[0]?.landed === true;
-      if (opened.inTx) await c.query(landed ? 'commit' : 'rollback'); // a lost claim: the handler's writes are undone
-      outcome = landed ? 'completed' : 'lost';
+      [outcome, error] = await this.afterHandler(held, result, failed, thrown);
     } catch (err) {
       broken = true;
-      if (isConnectionError(err)) throw err;
-      throw fromDriver(err);
+      this.logger.warn('database error; the job is left to its lease',
+        { error: firstLine(isConnectionError(err) ? err : fromDriver(err)) });
     } finally {
-      if (client) this.giveBack(group, client, broken);
+      if (held.client) this.giveBack(group, held.client, broken);
       if (outcome !== null) this.ended(group, held, outcome, started, span, error);
+      this.freeSlot(group);
+    }
+  }
+
+  /** The settlement of an attempt on its own connection: told to stop, parked, failed, or
+   * completed in the transaction its handler opened (or with nobody to complete it with). */
+  private async afterHandler(held: Held, result: unknown, failed: boolean, thrown: unknown): Promise<[Outcome, string?]> {
+    const job = held.job;
+    const c = held.client as pg.PoolClient;
+    if (held.reason !== undefined) {
+      if (held.inTx) await c.query('rollback');
+      return [await this.stoppedOutcome(held)];
+    }
+    if (failed && thrown instanceof Parked) {
+      if (held.inTx) await c.query('rollback');
+      if (thrown.snoozeUntil) {
+        await c.query('select jobs.snooze($1, $2::bigint, $3)', [job.id, job.claim, thrown.snoozeUntil]);
+      }
+      return ['parked'];
+    }
+    if (failed) {
+      if (held.inTx) await c.query('rollback');
+      const error = describe(thrown);
+      const retryAt = thrown instanceof RetryAfterError ? thrown.retryAt : null;
+      const retryable = !(thrown instanceof NonRetryableError);
+      const { rows } = await c.query<{ outcome: Outcome | null }>(
+        'select jobs.fail($1, $2::bigint, $3, $4, $5) as outcome', [job.id, job.claim, error, retryAt, retryable]);
+      return [rows[0]?.outcome ?? 'lost', error];
+    }
+    const { rows } = await c.query<{ landed: boolean }>(
+      'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, JSON.stringify(result ?? null)]);
+    const landed = rows[0]?.landed === true;
+    if (held.inTx) await c.query(landed ? 'commit' : 'rollback'); // a lost claim: the handler's writes are undone
+    return [landed ? 'completed' : 'lost'];
+  }
+
+  /** A job of a name this worker has no handler for: snoozed, no attempt used, one warning per
+   * name. */
+  private async unknownName(group: Group, job: Job): Promise<void> {
+    try {
+      await this.control.query('select jobs.snooze($1, $2::bigint, clock_timestamp() + $3::interval)',
+        [job.id, job.claim, `${this.options.unknownSnoozeMs ?? 60_000} milliseconds`]);
+      if (!this.warnedNames.has(job.name)) {
+        this.warnedNames.add(job.name);
+        this.logger.warn('no handler for this job name here; snoozed, no attempt used', { name: job.name, queue: job.queue });
+      }
+      this.report(job, 'unknown_name', 0);
+    } catch (err) {
+      this.logger.warn('database error; the job is left to its lease', { error: firstLine(err) });
+    } finally {
       this.freeSlot(group);
     }
   }
@@ -524,14 +555,19 @@ export class Worker {
   private untilAborted<T>(work: Promise<T>, held: Held): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
-      const onAbort = (): void => {
+      held.onAbort = (): void => {
         timer ??= setTimeout(() => reject(new Abandoned('the handler did not stop')), ABANDON_MS);
       };
-      if (held.reason !== undefined) onAbort();
-      else held.onAbort = onAbort;
-      work.then(resolve, reject).finally(() => {
+      if (held.reason !== undefined) held.onAbort();
+      work.then((value) => {
         clearTimeout(timer);
         held.onAbort = undefined;
+        resolve(value);
+      }, (err: unknown) => {
+        clearTimeout(timer);
+        held.onAbort = undefined;
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the handler's own reason, as it is
+        reject(err);
       });
     });
   }
@@ -584,15 +620,6 @@ export class Worker {
     if (outcome === 'completed' || outcome === 'parked' || outcome === 'handed_back') this.logger.info(`job ${outcome}`, fields);
     else this.logger.warn(`job ${outcome}`, fields);
   }
-}
-
-/** The attempt's AbortSignal, made at its first use (aborted already if the attempt must stop). */
-function signalOf(held: Held): AbortSignal {
-  if (!held.controller) {
-    held.controller = new AbortController();
-    if (held.reason !== undefined) held.controller.abort(held.reason);
-  }
-  return held.controller.signal;
 }
 
 function describe(err: unknown): string {
