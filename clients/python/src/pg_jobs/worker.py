@@ -252,16 +252,26 @@ class Worker:
             group.slots.append(slot)
 
     async def _claim(self, slot: Slot, group: _Group) -> list[tuple[Any, ...]]:
+        """Claims for the group's free slots: a look first, and only when it finds nothing a
+        claim that sleeps in the server for work (while it does, an ending job completes
+        itself). Without the look, a claim answered short was followed by a sleeping one, and
+        every job of the batch running then completed with a commit of its own."""
+        query = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %s, %s, %s, %s)"
+        lease = dt.timedelta(seconds=self.lease)
+        cur = await slot.conn.execute(query, (self.worker_id, group.queues, group.free, lease, None))
+        found = await cur.fetchall()
+        if found or self._stopping:
+            return found
         while group.slots:  # an idle worker holds one connection
             await self._pool.release(group.slots.pop())
         pid = slot.pid
         self._claiming.add(pid)
         group.waiting = True
         try:
-            cur = await slot.conn.execute(
-                f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %s, %s, %s, %s)",
-                (self.worker_id, group.queues, group.free, dt.timedelta(seconds=self.lease),
-                 dt.timedelta(seconds=self.poll)))
+            if group.pending:  # a job ended during the look: settled with the next claim
+                return []
+            cur = await slot.conn.execute(query, (self.worker_id, group.queues, group.free, lease,
+                                                  dt.timedelta(seconds=self.poll)))
             return await cur.fetchall()
         finally:
             group.waiting = False
