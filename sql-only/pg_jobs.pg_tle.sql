@@ -2187,6 +2187,84 @@ begin
   -- and its worker fenced out.
   perform jobs._async_if_alone('claim');
 
+  -- The common case in one statement: every candidate found is a ready or due job of a queue
+  -- without fairness, with no concurrency key, whose job type has no concurrency or rate
+  -- limit and whose run is not over (no lapsed lease, no burial). Then the batch is the first
+  -- max_jobs candidates in claim order, moved as below, with no look at limits; the same
+  -- scans, locks, lease, deadline and token as the statements after it. If any candidate
+  -- needs more, it moves nothing, and those statements look again (the candidates it locked
+  -- stay this transaction's, so they find the same ones). A claim that finds nothing looks
+  -- twice: an empty queue's claim costs more, a claimed job less (docs/BENCHMARKS.md).
+  return query
+  with c as (
+    select c.id, c.priority, c.run_at,
+           c.slow or exists (select from jobs_data.job_types as t
+                             where t.name = c.name and (t.concurrency is not null or t.rate_limit is not null))
+             as slow
+    from unnest(queues) with ordinality as q(queue, ord)
+    left join lateral (select p.paused, p.fairness = 'none' as plain from jobs_data.queues as p
+                       where p.queue = q.queue) as p on true
+    cross join lateral (
+      select * from (
+        select j.id, j.name, j.priority, j.run_at,
+               j.concurrency_key is not null or jobs._run_over(j.run_deadline, v_now) as slow
+        from jobs_data.jobs j
+        where j.queue = q.queue and j.state = 'ready'
+          and (v_tenants is null or j.tenant_id = any(v_tenants))
+          and p.plain is not false
+        order by j.priority desc, j.run_at
+        limit max_jobs for update skip locked) as ready
+      union all
+      select * from (
+        select j.id, j.name, j.priority, j.run_at,
+               j.concurrency_key is not null or jobs._run_over(j.run_deadline, v_now)
+        from jobs_data.jobs j
+        where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= v_now
+          and (v_tenants is null or j.tenant_id = any(v_tenants))
+          and p.plain is not false
+        order by j.run_at
+        limit max_jobs for update skip locked) as due
+      union all
+      select * from (
+        select j.id, j.name, j.priority, j.run_at, true
+        from jobs_data.jobs j
+        where j.queue = q.queue and j.state = 'running' and j.lease_scan_at <= v_now
+          and j.lease_expires_at <= v_now
+          and (v_tenants is null or j.tenant_id = any(v_tenants))
+        order by j.lease_scan_at
+        limit max_jobs for update skip locked) as lapsed
+      union all
+      select null, null, null, null, true where p.plain is false  -- a fair queue: its turns
+    ) as c
+    where q.ord = array_position(queues, q.queue)  -- each queue once
+      and p.paused is not true
+  ),
+  moved as (
+    update jobs_data.jobs as j set
+      state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
+      claimed_by = worker_id, claimed_at = v_now, finished_at = null, updated_at = v_now,
+      (lease, deadline, lease_expires_at, lease_scan_at) =
+        (select coalesce(claim.lease, p.lease),
+                least(v_now + coalesce(j.timeout, p.timeout), j.run_deadline),
+                least(v_now + coalesce(claim.lease, p.lease), v_now + coalesce(j.timeout, p.timeout),
+                      j.run_deadline),
+                least(v_now + coalesce(claim.lease, p.lease), v_now + coalesce(j.timeout, p.timeout),
+                      j.run_deadline)
+         from jobs._policy(j.name) as p)
+    where j.id = any(array(select c.id from c order by c.priority desc, c.run_at limit max_jobs))
+      and not exists (select from c where c.slow)
+      and j.state in ('ready', 'delayed', 'suspended')
+    returning j.*
+  )
+  select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
+         m.parent_id, m.tags, m.meta
+  from moved as m
+  order by m.priority desc, m.run_at;
+  if found then
+    return;
+  end if;
+
   -- With limits: keep the candidates that fit, and while the batch is short because some were
   -- held back, look past them (no head-of-line blocking), up to 1,000 candidates in all.
   <<look>>

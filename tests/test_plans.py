@@ -52,17 +52,18 @@ def explain_nested(conn):
     return notices
 
 
-def claim_plan(conn):
-    """The plans of the claim's statements on a call past PL/pgSQL's custom plans."""
+def claim_plan(conn, statements=1):
+    """The plans of the claim's statements that read jobs.jobs on a call past PL/pgSQL's custom
+    plans: one for plain jobs (the common case finds and moves them); more when the common
+    case moves nothing and the later statements claim (a limit, a lapsed lease)."""
     notices = explain_nested(conn)
     for _ in range(8):  # past PL/pgSQL's five custom plans, onto the cached one
         notices.clear()
         rows = conn.execute("select * from jobs.claim('planner', max_jobs => 10)").fetchall()
         assert len(rows) == 10
     conn.execute("set auto_explain.log_min_duration = -1")
-    # The nested statements that read jobs.jobs: finding the candidates, and moving them.
     plans = [n for n in notices if "jobs_data.jobs" in n and "Query Text: select * from jobs.claim" not in n]
-    assert len(plans) == 2, notices
+    assert len(plans) == statements, notices
     return "\n\n".join(plans)
 
 
@@ -104,6 +105,20 @@ def test_claim_with_a_million_ready_jobs_walks_the_ready_index(dsn):
         fill(conn, BIG, "ready")
         plan = claim_plan(conn)
         print("\n-- claim of 10 with 1M ready jobs\n" + plan)
+        check(plan)
+
+
+def test_claim_past_its_common_case_with_a_million_ready_jobs_walks_the_indexes(dsn):
+    """A job type with a concurrency limit (one that never holds a job back) sends every claim
+    past its one-statement common case to the statements that check limits: each of them, and
+    the common case that moved nothing, reads indexes, within the same bound."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        fill(conn, BIG, "ready")
+        conn.execute("insert into jobs.job_types (name, concurrency) values ('bulk', 100000)")
+        # the common case (which moves nothing), the candidates, the limits' slots and check,
+        # the lapsed leases' attempts (none), the move
+        plan = claim_plan(conn, statements=6)
+        print("\n-- claim of 10 with 1M ready jobs of a limited job type\n" + plan)
         check(plan)
 
 
@@ -313,9 +328,10 @@ def test_a_claim_and_a_settle_of_1000_read_each_job_once(dsn, case):
             notices.clear()
             claim_and_complete(conn, 1000)
         conn.execute("set auto_explain.log_min_duration = -1")
-    # the claim's UPDATE, complete_many's, and the limits check
+    # the claim's UPDATE, complete_many's, and with limits the claim's common case (which
+    # moves nothing) and the limits check
     plans = [n for n in notices if "update jobs_data.jobs" in n or "unnest(p_ids" in n]
-    assert len(plans) == (3 if case.startswith("limits") else 2), notices
+    assert len(plans) == (4 if case.startswith("limits") else 2), notices
     for plan in plans:
         print(f"\n-- a batch of 1000, {case}\n" + plan)
         rows = rows_processed(plan)
@@ -386,7 +402,8 @@ def plans_after_emptying(dsn, emptied_by, no_history):
         hold_and_settle(conn)
         conn.execute("set auto_explain.log_min_duration = -1")
     plans = [n for n in notices if "jobs_data.jobs" in n]  # the nested statements that read the table
-    assert len(plans) >= 8, notices  # candidates, claim, heartbeat, complete, fail, snooze, assert, many
+    # the claim (its common case, one statement), heartbeat, complete, fail, snooze, assert, many
+    assert len(plans) >= 7, notices
     # complete_many's delete of the jobs it completes (not the settles' share of retention)
     assert any("Delete on jobs" in plan and "any(ids)" in plan for plan in plans) == no_history, plans
     for plan in plans:

@@ -5,7 +5,8 @@ calls, from /proc (so the cluster must run on this machine), divided by N; repet
 alternating, medians. The calls are what a worker library makes, a lease given:
 
 - claim:   jobs.claim('w', array['bench'], 1, '30 s'), over a queue filled before each run;
-- chained: jobs.complete_and_claim(the job held, its claim, 'w', array['bench'], 1, '30 s').
+- chained: jobs.complete_and_claim(the job held, its claim, 'w', array['bench'], 1, '30 s');
+- empty:   the same claim of an empty queue (a worker polling an idle queue).
 
     python bench/ab/claim_cpu_cost.py "host=127.0.0.1 port=PORT user=postgres" COMMIT [N] [REPS]
 
@@ -32,7 +33,8 @@ def backend_cpu(pid):
 def fill_queue(dsn, n):
     """The queue `bench` emptied and filled with n ready jobs, the table vacuumed."""
     sql(dsn, "truncate jobs_data.jobs, jobs_data.attempts")
-    sql(dsn, BATCH, ("bench", n))
+    if n:
+        sql(dsn, BATCH, ("bench", n))
     sql(dsn, "vacuum analyze jobs_data.jobs")
 
 
@@ -49,7 +51,7 @@ def cpu_per_call(conn, call, n, warm=200):
 
 
 def per_call(dsn, what, n):
-    fill_queue(dsn, n + 500)
+    fill_queue(dsn, 0 if what == "empty" else n + 500)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("set synchronous_commit = off")
         held = conn.execute(CLAIM).fetchone()
@@ -71,7 +73,7 @@ def main(base, commit, n=3000, reps=6):
         sql(base, f"create database ab_{label}")
         sql(dsn, "create extension pg_jobs")
     body_from(dbs["old"], "jobs.claim(text, text[], int, interval, interval)", commit, "sql/claim.sql")
-    for what in ("claim", "chained"):
+    for what in ("claim", "chained", "empty"):
         results = {"new": [], "old": []}
         for rep in range(reps):
             for label in ("new", "old") if rep % 2 == 0 else ("old", "new"):

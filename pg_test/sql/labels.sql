@@ -81,6 +81,17 @@ select case id when :'retrying' then 'retrying' when :'parked' then 'parked' whe
 from jobs.jobs order by 1;
 select count(*) as attempts_rows from jobs.attempts where job_id in (:'parked', :'due');
 
+-- A ready job whose run ended before any claim found it: the claim buries it (no attempt
+-- ended, none taken) and does not hand it out; the next claim hands out the job behind it.
+reset pg_jobs.clock_offset;
+select id as late from jobs.enqueue('slow', run_timeout => '1 minute', priority => 9,
+                                    queue => 'late') \gset
+select id as next from jobs.enqueue('slow', queue => 'late') \gset
+set pg_jobs.clock_offset = '61s';
+select count(*) as handed_out from jobs.claim('w3', array['late']);
+select state, attempt, last_error from jobs.jobs where id = :'late';
+select id = :'next' as next_handed_out from jobs.claim('w3', array['late']);
+
 -- A requeue starts a new run, with a new deadline.
 select jobs.requeue(:'due') as requeued;
 select state, run_deadline - jobs.clock() between interval '59 seconds' and interval '61 seconds' as new_deadline
