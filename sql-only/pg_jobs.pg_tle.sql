@@ -2193,8 +2193,7 @@ begin
   -- max_jobs candidates in claim order, moved as below, with no look at limits; the same
   -- scans, locks, lease, deadline and token as the statements after it. If any candidate
   -- needs more, it moves nothing, and those statements look again (the candidates it locked
-  -- stay this transaction's, so they find the same ones). A claim that finds nothing looks
-  -- twice: an empty queue's claim costs more, a claimed job less (docs/BENCHMARKS.md).
+  -- stay this transaction's, so they find the same ones); if it found nothing, see below.
   return query
   with c as (
     select c.id, c.priority, c.run_at,
@@ -2262,6 +2261,14 @@ begin
   from moved as m
   order by m.priority desc, m.run_at;
   if found then
+    return;
+  end if;
+  -- Nothing moved. If the statement locked no row (its FOR UPDATE gives the transaction an id,
+  -- so none here means no candidate, in a transaction that wrote nothing before) and no queue
+  -- is fair (whose jobs it does not look at), the statements below would find nothing either.
+  if pg_current_xact_id_if_assigned() is null
+     and not exists (select from jobs_data.queues as p where p.queue = any(queues) and p.fairness <> 'none') then
+    perform jobs._warn_unknown_queues(queues);  -- once per connection, for a queue never used
     return;
   end if;
 
