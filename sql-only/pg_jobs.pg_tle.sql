@@ -2669,8 +2669,8 @@ $$;
 comment on function jobs.complete(uuid, bigint, jsonb) is
   'Settle a held job as completed; false (and nothing changed) when the claim is no longer held';
 
-create function jobs.complete_many(ids uuid[], claims bigint[], results jsonb[] default null)
-returns table (id uuid, landed boolean)
+create function jobs._complete_landed(ids uuid[], claims bigint[], results jsonb[])
+returns uuid[]
 language plpgsql volatile
 as $$
 #variable_conflict use_column
@@ -2765,7 +2765,18 @@ begin
       perform jobs._settle_prune(v_now, cardinality(v_landed));
     end if;
   end if;
+  return v_landed;
+end
+$$;
 
+create function jobs.complete_many(ids uuid[], claims bigint[], results jsonb[] default null)
+returns table (id uuid, landed boolean)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_landed uuid[] := jobs._complete_landed(ids, claims, results);
+begin
   -- Usually every job landed, and the answer is the input as it came. Otherwise (a lost
   -- claim, or an id given twice: a statement changes each row once) join the landed ids back.
   if cardinality(v_landed) = cardinality(ids) then
@@ -2792,10 +2803,12 @@ returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
 declare
-  v_lost bigint;
+  v_landed uuid[] := jobs._complete_landed(ids, claims, results);
+  v_lost bigint := 0;
 begin
-  select count(*) filter (where not c.landed) into v_lost
-  from jobs.complete_many(ids, claims, results) as c;
+  if cardinality(v_landed) < cardinality(ids) then  -- a lost claim, or an id given twice
+    select count(*) into v_lost from unnest(ids) as u(id) where u.id <> all(v_landed);
+  end if;
   if v_lost > 0 then
     perform jobs._raise('PJ001', format('jobs.complete_and_claim: %s of the %s claims given are '
       'no longer held (lease lapsed, claimed again, cancelled or settled)', v_lost, cardinality(ids)),
@@ -3850,7 +3863,7 @@ execute function jobs._family_changed();
 create trigger jobs_child_deleted
 after delete on jobs_data.jobs
 for each row
-when (old.parent_id is not null and old.state in ('ready', 'delayed', 'running', 'suspended'))
+when (old.parent_id is not null)
 execute function jobs._family_changed();
 
 create trigger jobs_family_statement_end
@@ -3968,6 +3981,10 @@ as $$
 declare
   v_tenant text := coalesce(old.tenant_id, '');
 begin
+  if old.run_at = 'infinity' or old.state not in ('ready', 'delayed', 'running', 'suspended')
+     or (tg_op = 'UPDATE' and new.state not in ('completed', 'failed', 'dead', 'cancelled')) then
+    return null;
+  end if;
   if current_setting('transaction_isolation') = 'read committed' then
     perform from jobs_data.ordering_keys as o
     where o.queue = old.queue and o.tenant = v_tenant and o.key = old.ordering_key
@@ -4033,16 +4050,13 @@ $$;
 create trigger jobs_ordering_ended
 after update of state on jobs_data.jobs
 for each row
-when (old.ordering_key is not null and old.run_at <> 'infinity'
-      and old.state in ('ready', 'delayed', 'running', 'suspended')
-      and new.state in ('completed', 'failed', 'dead', 'cancelled'))
+when (old.ordering_key is not null)
 execute function jobs._ordering_ended();
 
 create trigger jobs_ordering_deleted
 after delete on jobs_data.jobs
 for each row
-when (old.ordering_key is not null and old.run_at <> 'infinity'
-      and old.state in ('ready', 'delayed', 'running', 'suspended'))
+when (old.ordering_key is not null)
 execute function jobs._ordering_ended();
 
 create function jobs._fair_group(p_fairness text, p_tenant text, p_key text)

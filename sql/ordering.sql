@@ -128,8 +128,9 @@ begin
 end
 $$;
 
--- The end of a key's current job (its trigger): its next job starts, or the key is left to the
--- sweep. Never waits.
+-- The end of a key's current job (its triggers, for every update of a keyed job's state and
+-- every delete of one): when a live job that held its key's turn (run_at not infinity) ends,
+-- its next job starts, or the key is left to the sweep. Never waits.
 create function jobs._ordering_ended()
 returns trigger
 language plpgsql volatile
@@ -137,6 +138,10 @@ as $$
 declare
   v_tenant text := coalesce(old.tenant_id, '');
 begin
+  if old.run_at = 'infinity' or old.state not in ('ready', 'delayed', 'running', 'suspended')
+     or (tg_op = 'UPDATE' and new.state not in ('completed', 'failed', 'dead', 'cancelled')) then
+    return null;
+  end if;
   if current_setting('transaction_isolation') = 'read committed' then
     perform from jobs_data.ordering_keys as o
     where o.queue = old.queue and o.tenant = v_tenant and o.key = old.ordering_key

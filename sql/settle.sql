@@ -175,8 +175,12 @@ $$;
 comment on function jobs.complete(uuid, bigint, jsonb) is
   'Settle a held job as completed; false (and nothing changed) when the claim is no longer held';
 
-create function jobs.complete_many(ids uuid[], claims bigint[], results jsonb[] default null)
-returns table (id uuid, landed boolean)
+-- complete_many's and complete_and_claim's settle: the ids of the jobs that landed (an id
+-- given twice, once). A plain function, called in an expression: complete_and_claim calls it
+-- with no statement of its own, where a call of complete_many took one (its rows kept in a
+-- tuplestore, the API functions' settings set again): docs/BENCHMARKS.md.
+create function jobs._complete_landed(ids uuid[], claims bigint[], results jsonb[])
+returns uuid[]
 language plpgsql volatile
 as $$
 #variable_conflict use_column
@@ -271,7 +275,18 @@ begin
       perform jobs._settle_prune(v_now, cardinality(v_landed));
     end if;
   end if;
+  return v_landed;
+end
+$$;
 
+create function jobs.complete_many(ids uuid[], claims bigint[], results jsonb[] default null)
+returns table (id uuid, landed boolean)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_landed uuid[] := jobs._complete_landed(ids, claims, results);
+begin
   -- Usually every job landed, and the answer is the input as it came. Otherwise (a lost
   -- claim, or an id given twice: a statement changes each row once) join the landed ids back.
   if cardinality(v_landed) = cardinality(ids) then
@@ -303,10 +318,12 @@ returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
 declare
-  v_lost bigint;
+  v_landed uuid[] := jobs._complete_landed(ids, claims, results);
+  v_lost bigint := 0;
 begin
-  select count(*) filter (where not c.landed) into v_lost
-  from jobs.complete_many(ids, claims, results) as c;
+  if cardinality(v_landed) < cardinality(ids) then  -- a lost claim, or an id given twice
+    select count(*) into v_lost from unnest(ids) as u(id) where u.id <> all(v_landed);
+  end if;
   if v_lost > 0 then
     perform jobs._raise('PJ001', format('jobs.complete_and_claim: %s of the %s claims given are '
       'no longer held (lease lapsed, claimed again, cancelled or settled)', v_lost, cardinality(ids)),

@@ -1,12 +1,14 @@
 """The backend CPU of one call of the claim's hot paths, A/B: two databases of one cluster,
-ab_new (this build) and ab_old (this build with the body of jobs.claim at COMMIT). One
+ab_new (this build) and ab_old (this build with the bodies of jobs.claim, jobs.complete_many
+and jobs.complete_and_claim, and the triggers on jobs_data.jobs, at COMMIT). One
 connection each, CPU-bound (synchronous_commit = off); the CPU the backend spent over N
 calls, from /proc (so the cluster must run on this machine), divided by N; repetitions
 alternating, medians. The calls are what a worker library makes, a lease given:
 
 - claim:   jobs.claim('w', array['bench'], 1, '30 s'), over a queue filled before each run;
 - chained: jobs.complete_and_claim(the job held, its claim, 'w', array['bench'], 1, '30 s');
-- empty:   the same claim of an empty queue (a worker polling an idle queue).
+- empty:   the same claim of an empty queue (a worker polling an idle queue);
+- chained10: jobs.complete_and_claim of the 10 jobs held, claiming 10 (a worker at batch 10).
 
     python bench/ab/claim_cpu_cost.py "host=127.0.0.1 port=PORT user=postgres" COMMIT [N] [REPS]
 
@@ -14,14 +16,17 @@ against a cluster of scripts/cluster.sh (pg_jobs preloaded, every database swept
 """
 
 import os
+import re
 import statistics
+import subprocess
 import sys
 
 import psycopg
-from claim_check_cost import BATCH, body_from, sql
+from claim_check_cost import BATCH, ROOT, body_from, sql
 
 CLAIM = "select id, claim from jobs.claim('w', array['bench'], 1, '30 s')"
-CHAINED = "select id, claim from jobs.complete_and_claim(%s, %s, 'w', array['bench'], 1, '30 s')"
+CHAINED = "select id, claim from jobs.complete_and_claim(%s, %s, 'w', array['bench'], %s, '30 s')"
+BATCH_MAX = 10000  # jobs.enqueue_batch's limit
 
 
 def backend_cpu(pid):
@@ -33,8 +38,8 @@ def backend_cpu(pid):
 def fill_queue(dsn, n):
     """The queue `bench` emptied and filled with n ready jobs, the table vacuumed."""
     sql(dsn, "truncate jobs_data.jobs, jobs_data.attempts")
-    if n:
-        sql(dsn, BATCH, ("bench", n))
+    for start in range(0, n, BATCH_MAX):
+        sql(dsn, BATCH, ("bench", min(BATCH_MAX, n - start)))
     sql(dsn, "vacuum analyze jobs_data.jobs")
 
 
@@ -51,19 +56,31 @@ def cpu_per_call(conn, call, n, warm=200):
 
 
 def per_call(dsn, what, n):
-    fill_queue(dsn, 0 if what == "empty" else n + 500)
+    batch = 10 if what == "chained10" else 1
+    fill_queue(dsn, 0 if what == "empty" else (n + 500) * batch)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("set synchronous_commit = off")
-        held = conn.execute(CLAIM).fetchone()
+        held = conn.execute(CLAIM.replace("1, '30 s'", f"{batch}, '30 s'")).fetchall()
 
         def call(_):
             nonlocal held
-            if what == "chained":
-                held = conn.execute(CHAINED, ([held[0]], [held[1]])).fetchone()
+            if what.startswith("chained"):
+                held = conn.execute(CHAINED, ([h[0] for h in held], [h[1] for h in held], batch)).fetchall()
             else:
-                held = conn.execute(CLAIM).fetchone()
+                held = conn.execute(CLAIM).fetchall()
 
         return cpu_per_call(conn, call, n)
+
+
+def triggers_from(dsn, commit):
+    """Gives jobs_data.jobs the triggers of sql/*_triggers.sql at commit (their functions stay
+    this build's)."""
+    for path in ("sql/children_triggers.sql", "sql/ordering_triggers.sql"):
+        old = subprocess.run(["git", "-C", ROOT, "show", f"{commit}:{path}"], capture_output=True, text=True,
+                             check=True).stdout
+        for name, table in re.findall(r"create trigger (\w+)\s.*?\son (\S+)", old, re.S):
+            sql(dsn, f"drop trigger if exists {name} on {table}")
+        sql(dsn, old)
 
 
 def main(base, commit, n=3000, reps=6):
@@ -73,7 +90,11 @@ def main(base, commit, n=3000, reps=6):
         sql(base, f"create database ab_{label}")
         sql(dsn, "create extension pg_jobs")
     body_from(dbs["old"], "jobs.claim(text, text[], int, interval, interval)", commit, "sql/claim.sql")
-    for what in ("claim", "chained", "empty"):
+    body_from(dbs["old"], "jobs.complete_many(uuid[], bigint[], jsonb[])", commit, "sql/settle.sql")
+    body_from(dbs["old"], "jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])",
+              commit, "sql/settle.sql")
+    triggers_from(dbs["old"], commit)
+    for what in ("claim", "chained", "empty", "chained10"):
         results = {"new": [], "old": []}
         for rep in range(reps):
             for label in ("new", "old") if rep % 2 == 0 else ("old", "new"):

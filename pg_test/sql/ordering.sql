@@ -93,6 +93,22 @@ select task, affected from jobs.sweep() where task = 'ordering_turns';
 select payload->>'n' as n, state, run_at = 'infinity' as waiting from jobs.jobs order by 1;
 select count(*) as pending from jobs_data.ordering_pending;
 
+-- Only the end of a key's current job starts its next: a claim of it, and the cancel of a parked
+-- job, leave the key alone. In REPEATABLE READ every end is left to the sweep (a row in
+-- jobs_data.ordering_pending), so a row there shows the trigger's function went on.
+truncate jobs_data.jobs, jobs_data.ordering_keys, jobs_data.ordering_pending;
+select id as q1 from jobs.enqueue('sync', '{"n": 1}', ordering_key => 'q') \gset
+select id as q2 from jobs.enqueue('sync', '{"n": 2}', ordering_key => 'q') \gset
+begin isolation level repeatable read;
+select count(*) as claimed from jobs.claim('w', array['default'], 5, '30 s');
+select jobs.cancel(:'q2') as parked_cancelled;
+select count(*) as pending from jobs_data.ordering_pending;
+select jobs.cancel(:'q1') as current_cancelled;
+select count(*) as pending from jobs_data.ordering_pending;
+delete from jobs_data.jobs where id = :'q1';  -- no longer live: its delete starts nothing
+select count(*) as pending from jobs_data.ordering_pending;
+rollback;
+
 -- Bad keys are refused, and nothing lands.
 select count(*) as before from jobs.jobs \gset
 select jobs.enqueue('x', ordering_key => '');
