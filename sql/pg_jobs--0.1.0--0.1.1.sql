@@ -2298,8 +2298,12 @@ declare
   v_tried boolean;
   v_counted boolean;
 begin
-  perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
-  if complete.result is not null then
+  -- The checks run only when an argument is missing or the result too large: each PERFORM is
+  -- a statement (as in heartbeat; the functions test again, and name the cause).
+  if complete.id is null or complete.claim is null then
+    perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
+  end if;
+  if pg_column_size(complete.result) > jobs._max_payload_size() then
     perform jobs._check_size('jobs.complete: result', complete.result);
   end if;
   if jobs._keeps_no_completed() then
@@ -2504,7 +2508,9 @@ declare
   v_state jobs.job_state;
   v_queue text;
 begin
-  perform jobs._check_hold_args('jobs.fail', fail.id, fail.claim);
+  if fail.id is null or fail.claim is null then  -- (each PERFORM is a statement: see complete)
+    perform jobs._check_hold_args('jobs.fail', fail.id, fail.claim);
+  end if;
   if fail.error is null then
     perform jobs._raise('22004', 'jobs.fail: error must not be NULL',
       'pass the error text the job failed with; it is kept in last_error');
@@ -2512,8 +2518,10 @@ begin
     perform jobs._raise('22004', 'jobs.fail: retryable must not be NULL',
       'pass false to dead-letter now, or true to retry while attempts are left');
   end if;
-  perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
-    'pass when to retry, or NULL for the job type''s backoff');
+  if not isfinite(fail.retry_at) then
+    perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
+      'pass when to retry, or NULL for the job type''s backoff');
+  end if;
 
   -- The failed attempt's row in jobs.attempts, in the same statement.
   with settled as (
@@ -2562,13 +2570,17 @@ as $$
 declare
   v_queue text;
 begin
-  perform jobs._check_hold_args('jobs.snooze', snooze.id, snooze.claim);
+  if snooze.id is null or snooze.claim is null then  -- (each PERFORM is a statement: see complete)
+    perform jobs._check_hold_args('jobs.snooze', snooze.id, snooze.claim);
+  end if;
   if snooze.run_at is null then
     perform jobs._raise('22004', 'jobs.snooze: run_at must not be NULL',
       'pass when the job should run again, e.g. now() + interval ''5 minutes''');
   end if;
-  perform jobs._check_finite('jobs.snooze: run_at', snooze.run_at,
-    'pass when the job should run again, e.g. now() + interval ''5 minutes''');
+  if not isfinite(snooze.run_at) then
+    perform jobs._check_finite('jobs.snooze: run_at', snooze.run_at,
+      'pass when the job should run again, e.g. now() + interval ''5 minutes''');
+  end if;
   -- Parking is control flow, not a failure: the attempt the claim counted is given back.
   update jobs_data.jobs as j set
     state = 'suspended', run_at = snooze.run_at, attempt = j.attempt - 1,
@@ -2592,7 +2604,9 @@ returns void
 language plpgsql volatile
 as $$
 begin
-  perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
+  if assert_claim.id is null or assert_claim.claim is null then  -- (see complete)
+    perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
+  end if;
   perform from jobs_data.jobs as j
   where j.id = assert_claim.id and j.claim = assert_claim.claim and jobs._tenant_ok(j.tenant_id)
     and j.state = 'running' and j.lease_expires_at > jobs.clock()

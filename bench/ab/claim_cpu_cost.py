@@ -1,6 +1,6 @@
 """The backend CPU of one call of the claim's hot paths, A/B: two databases of one cluster,
-ab_new (this build) and ab_old (this build with the bodies of jobs.claim, jobs.complete_many
-and jobs.complete_and_claim, and the triggers on jobs_data.jobs, at COMMIT). One
+ab_new (this build) and ab_old (this build with the bodies of jobs.claim, jobs.complete,
+jobs.complete_many and jobs.complete_and_claim, and the triggers on jobs_data.jobs, at COMMIT). One
 connection each, CPU-bound (synchronous_commit = off); the CPU the backend spent over N
 calls, from /proc (so the cluster must run on this machine), divided by N; repetitions
 alternating, medians. The calls are what a worker library makes, a lease given:
@@ -8,9 +8,11 @@ alternating, medians. The calls are what a worker library makes, a lease given:
 - claim:   jobs.claim('w', array['bench'], 1, '30 s'), over a queue filled before each run;
 - chained: jobs.complete_and_claim(the job held, its claim, 'w', array['bench'], 1, '30 s');
 - empty:   the same claim of an empty queue (a worker polling an idle queue);
-- chained10: jobs.complete_and_claim of the 10 jobs held, claiming 10 (a worker at batch 10).
+- chained10: jobs.complete_and_claim of the 10 jobs held, claiming 10 (a worker at batch 10);
+- settle:  the claim, then jobs.complete(the job, its claim, 'null'), as a library completes a
+  job whose handler wrote (the CPU of both calls).
 
-    python bench/ab/claim_cpu_cost.py "host=127.0.0.1 port=PORT user=postgres" COMMIT [N] [REPS]
+    python bench/ab/claim_cpu_cost.py "host=127.0.0.1 port=PORT user=postgres" COMMIT [N] [REPS] [WHAT,...]
 
 against a cluster of scripts/cluster.sh (pg_jobs preloaded, every database swept).
 """
@@ -25,6 +27,7 @@ import psycopg
 from claim_check_cost import BATCH, ROOT, body_from, sql
 
 CLAIM = "select id, claim from jobs.claim('w', array['bench'], 1, '30 s')"
+COMPLETE = "select jobs.complete(%s, %s, 'null')"
 CHAINED = "select id, claim from jobs.complete_and_claim(%s, %s, 'w', array['bench'], %s, '30 s')"
 BATCH_MAX = 10000  # jobs.enqueue_batch's limit
 
@@ -66,6 +69,9 @@ def per_call(dsn, what, n):
             nonlocal held
             if what.startswith("chained"):
                 held = conn.execute(CHAINED, ([h[0] for h in held], [h[1] for h in held], batch)).fetchall()
+            elif what == "settle":
+                conn.execute(COMPLETE, held[0])
+                held = conn.execute(CLAIM).fetchall()
             else:
                 held = conn.execute(CLAIM).fetchall()
 
@@ -90,11 +96,12 @@ def main(base, commit, n=3000, reps=6):
         sql(base, f"create database ab_{label}")
         sql(dsn, "create extension pg_jobs")
     body_from(dbs["old"], "jobs.claim(text, text[], int, interval, interval)", commit, "sql/claim.sql")
+    body_from(dbs["old"], "jobs.complete(uuid, bigint, jsonb)", commit, "sql/settle.sql")
     body_from(dbs["old"], "jobs.complete_many(uuid[], bigint[], jsonb[])", commit, "sql/settle.sql")
     body_from(dbs["old"], "jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])",
               commit, "sql/settle.sql")
     triggers_from(dbs["old"], commit)
-    for what in ("claim", "chained", "empty", "chained10"):
+    for what in sys.argv[5].split(",") if len(sys.argv) > 5 else ("claim", "chained", "empty", "chained10", "settle"):
         results = {"new": [], "old": []}
         for rep in range(reps):
             for label in ("new", "old") if rep % 2 == 0 else ("old", "new"):

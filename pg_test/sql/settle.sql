@@ -96,4 +96,22 @@ select jobs.heartbeat(null, :claim);
 \echo :LAST_ERROR_SQLSTATE
 select jobs.heartbeat(:'id', null);
 \echo :LAST_ERROR_SQLSTATE
+select jobs.complete(:'id', null);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.fail(null, :claim, 'e');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.fail(:'id', null, 'e');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.fail(:'id', :claim, 'e', retry_at => 'infinity');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.snooze(null, :claim, now());
+\echo :LAST_ERROR_SQLSTATE
+select jobs.snooze(:'id', null, now());
+\echo :LAST_ERROR_SQLSTATE
+select jobs.snooze(:'id', :claim, '-infinity');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.assert_claim(null, :claim);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.assert_claim(:'id', null);
+\echo :LAST_ERROR_SQLSTATE
 select state, attempt, claim = :claim as same_token from jobs.jobs where id = :'id';
