@@ -2,8 +2,11 @@
 its slot given to the next job) instead of holding its slot until it ends, for ``async def``
 and plain handlers.
 
-Guard checked: with the worker's abandon timer taken out (Worker._abandon_later returning at
-once), the next job waits for the stubborn handler and each case fails at its deadline."""
+Guards checked: with the worker's abandon timer taken out (Worker._abandon_later returning at
+once), the next job waits for the stubborn handler and each case fails at its deadline; with
+plain handlers run by a pool of ``concurrency`` threads (a ThreadPoolExecutor, as before
+pg_jobs.threads), the next plain job waits for the stubborn one's thread and the first test
+fails for plain handlers."""
 
 from __future__ import annotations
 
@@ -54,8 +57,15 @@ def test_a_handler_ignoring_its_cancellation_is_abandoned_and_frees_its_slot(dsn
     started, release, ended = threading.Event(), threading.Event(), threading.Event()
 
     @pg_jobs.job("quick")
-    async def quick(payload: Any, ctx: pg_jobs.AsyncContext) -> None:
+    async def quick_async(payload: Any, ctx: pg_jobs.AsyncContext) -> None:
         pass
+
+    @pg_jobs.job("quick")
+    def quick_sync(payload: Any, ctx: pg_jobs.Context) -> None:
+        pass
+
+    # Of the stubborn one's kind: a plain one needs a thread while the stubborn one holds its own.
+    quick = quick_async if kind == "async" else quick_sync
 
     async def run() -> None:
         metrics = pg_jobs.CountingMetrics()

@@ -351,3 +351,47 @@ def test_jobs_ending_during_a_claim_answered_with_work_are_completed_together(ds
     alone = asyncio.run(main())
     # (at most the jobs still running when the queue empties and the worker's claim sleeps)
     assert alone <= 32, f"{alone} of the third drain's 10,000 jobs were completed one statement each"
+
+
+def test_each_kind_of_handler_gets_its_own_view_of_the_connection_with_its_notices(dsn: str) -> None:
+    """Plain and ``async def``, in a transaction and not, one slot taking turns: each handler's
+    ``ctx.conn`` is in a transaction exactly when its job is transactional, and the notices of
+    its statements reach the notice handlers added to it (checked to fail with the notices left
+    with the view made last)."""
+    seen: list[tuple[str, bool, list[str]]] = []
+
+    def listening(conn: Any) -> tuple[list[str], Any]:
+        heard: list[str] = []
+
+        def hear(diag: Any) -> None:
+            heard.append(diag.message_primary or "")
+        conn.add_notice_handler(hear)
+        return heard, hear
+
+    def ended(kind: str, conn: Any, heard: list[str], hear: Any) -> None:
+        conn.remove_notice_handler(hear)
+        seen.append((kind, conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE, heard))
+
+    def make(kind: str, is_async: bool, transactional: bool) -> pg_jobs.JobDefinition[Any]:
+        notice = f"do $$ begin raise notice 'from {kind}'; end $$"
+        if is_async:
+            async def handler(payload: Any, ctx: Any) -> None:
+                heard, hear = listening(ctx.conn)
+                await ctx.conn.execute(notice)
+                ended(kind, ctx.conn, heard, hear)
+            return pg_jobs.job(kind, transactional=transactional)(handler)
+
+        def plain(payload: Any, ctx: Any) -> None:
+            heard, hear = listening(ctx.conn)
+            ctx.conn.execute(notice)
+            ended(kind, ctx.conn, heard, hear)
+        return pg_jobs.job(kind, transactional=transactional)(plain)
+
+    kinds = [make("async_tx", True, True), make("async_auto", True, False), make("sync_tx", False, True),
+             make("sync_auto", False, False)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(8):  # twice round, one at a time: each view used again after the others
+            pg_jobs.enqueue(conn, kinds[i % 4], {}, priority=8 - i)
+    drain(pg_jobs.Worker(dsn, jobs=kinds, concurrency=1))
+    assert seen == [(k.name, k.transactional, [f"from {k.name}"]) for k in kinds] * 2
+    assert count(dsn, "select count(*) from jobs.jobs where state = 'completed'") == 8

@@ -29,19 +29,41 @@ class Backoff:
 
 
 class Slot:
-    """A pooled connection, in autocommit, and a synchronous view of the same connection for a
-    plain handler run in a thread (one of the two is used at a time)."""
+    """A pooled connection, in autocommit, for the worker's own statements; and the views of the
+    same libpq connection that handlers get as ``ctx.conn`` (an async or a synchronous one, in a
+    transaction or in autocommit), each made at its first use and kept, so that no job switches
+    a connection's autocommit. One of them is used at a time."""
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
-        self.view = psycopg.Connection(conn.pgconn)  # shares the libpq connection
-        self.view.autocommit = True
-        self.view.prepare_threshold = None  # its prepared statements' names would clash
         self.broken = False
+        self._views: dict[tuple[bool, bool], psycopg.AsyncConnection[Any] | psycopg.Connection[Any]] = {
+            (True, False): conn}
+        # Where the connection's notices and notifications go: to the view a handler holds.
+        self._routes = {id(conn): (conn.pgconn.notice_handler, conn.pgconn.notify_handler)}
+        self._routed: object = conn
 
     @property
     def pid(self) -> int:
         return self.conn.info.backend_pid
+
+    def view(self, is_async: bool, transactional: bool) -> Any:
+        """The connection a handler gets: its first statement begins a transaction when
+        ``transactional`` (which the worker ends), else each statement commits."""
+        view = self._views.get((is_async, transactional))
+        pgconn = self.conn.pgconn
+        if view is None:
+            view = psycopg.AsyncConnection(pgconn) if is_async else psycopg.Connection(pgconn)
+            view.prepare_threshold = None  # its prepared statements' names would clash
+            if not transactional:  # (the async one in autocommit is the worker's own)
+                view.autocommit = True
+            self._views[(is_async, transactional)] = view
+            self._routes[id(view)] = (pgconn.notice_handler, pgconn.notify_handler)
+            self._routed = view
+        elif self._routed is not view:
+            pgconn.notice_handler, pgconn.notify_handler = self._routes[id(view)]
+            self._routed = view
+        return view
 
 
 class Pool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
@@ -44,7 +45,7 @@ class JobDefinition(Generic[F]):
     #: together. False: no transaction is opened; for effects outside the database.
     transactional: bool = True
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.handler)
 

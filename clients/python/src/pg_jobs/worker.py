@@ -11,7 +11,6 @@ burial: the worker reports and obeys."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import datetime as dt
 import logging
 import os
@@ -33,6 +32,7 @@ from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_
 from .jobs import JobDefinition
 from .observe import Metrics, Outcome, first_line, log_outcome
 from .observe import logger as default_logger
+from .threads import Threads
 
 QUERY_CANCELED = "57014"
 #: How much longer than its cancellation a handler is waited for before it is abandoned.
@@ -103,8 +103,7 @@ class Worker:
         self._stopping = False
         self._stopped: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
-        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=self.concurrency,
-                                                              thread_name_prefix="pg_jobs")
+        self._threads = Threads("pg_jobs")
         self._pool = Pool(dsn, self.concurrency, "pg-jobs worker")
         self._control = OwnConnection(dsn, "pg-jobs heartbeat")
         self._listener = OwnConnection(dsn, "pg-jobs listener", listen="pg_jobs_cancel")
@@ -342,22 +341,19 @@ class Worker:
     async def _attempt(self, group: _Group, slot: Slot, held: _Held, definition: JobDefinition[Any],
                        started: float) -> tuple[Outcome | None, str | None]:
         job, conn = held.job, slot.conn
-        transactional = definition.transactional
         result: Any = None
         thrown: BaseException | None = None
+        # Its first statement begins the transaction (when transactional) that the worker ends.
+        view = slot.view(definition.is_async, definition.transactional)
         if definition.is_async:
-            if transactional:
-                await conn.set_autocommit(False)  # the handler's first statement begins the transaction
-            ctx: AsyncContext | Context = AsyncContext(job, conn, self._control.query)
+            ctx: AsyncContext | Context = AsyncContext(job, view, self._control.query)
             held.ctx = ctx
             held.task = asyncio.ensure_future(definition.handler(job.payload, ctx))
         else:
-            if transactional:
-                slot.view.autocommit = False
             loop = asyncio.get_running_loop()
-            ctx = Context(job, threading.Event(), slot.view, self._control.query, loop)
+            ctx = Context(job, threading.Event(), view, self._control.query, loop)
             held.ctx = ctx
-            held.task = loop.run_in_executor(self._threads, definition.handler, job.payload, ctx)
+            held.task = self._threads.run(definition.handler, job.payload, ctx)
         if held.reason is not None:
             self._abort(held, held.reason)
         try:
@@ -398,7 +394,6 @@ class Worker:
             row = await cur.fetchone()
             return (row[0] if row and row[0] else "lost"), error
         if not in_tx:
-            await self._autocommit(slot)
             if not self._stopping and not group.waiting:
                 group.pending.append((held, result, started))  # completed by the dispatcher, with its next claim
                 return None, None
@@ -407,7 +402,6 @@ class Worker:
         landed = bool(row and row[0])
         if in_tx:
             await conn.execute("commit" if landed else "rollback")  # a lost claim: the handler's writes are undone
-            await self._autocommit(slot)
         return ("completed" if landed else "lost"), None
 
     def _stopped_outcome(self, held: _Held) -> Outcome:
@@ -417,13 +411,6 @@ class Worker:
     async def _rollback(self, slot: Slot, in_tx: bool) -> None:
         if in_tx:
             await slot.conn.execute("rollback")
-        await self._autocommit(slot)
-
-    async def _autocommit(self, slot: Slot) -> None:
-        if not slot.conn.autocommit:
-            await slot.conn.set_autocommit(True)
-        if not slot.view.autocommit:
-            slot.view.autocommit = True
 
     async def _until_abandoned(self, held: _Held) -> Any:
         """The handler's result; once it was cancelled it gets ABANDON seconds more to end."""
@@ -552,7 +539,7 @@ class Worker:
         await self._listener.close()
         await self._control.close()
         await self._pool.close()
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._threads.shutdown()
         self.log.info("pg_jobs worker stopped: worker_id=%s", self.worker_id)
 
 
