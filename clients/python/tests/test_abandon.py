@@ -2,8 +2,9 @@
 its slot given to the next job) instead of holding its slot until it ends, for ``async def``
 and plain handlers.
 
-Guards checked: with the worker's abandon timer taken out (Worker._abandon_later returning at
-once), the next job waits for the stubborn handler and each case fails at its deadline; with
+Guards checked: with the worker's abandon taken out (Worker._abandon returning at
+once), the next job waits for the stubborn handler and the first test fails at its deadline for
+both kinds (the shutdown's own hand-back still passes the second); with
 plain handlers run by a pool of ``concurrency`` threads (a ThreadPoolExecutor, as before
 pg_jobs.threads), the next plain job waits for the stubborn one's thread and the first test
 fails for plain handlers."""

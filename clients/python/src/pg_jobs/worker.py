@@ -40,16 +40,23 @@ ABANDON = 1.0
 
 
 class _Held:
-    __slots__ = ("job", "reason", "task", "timer", "ctx", "waiter")
+    __slots__ = ("job", "group", "started", "reason", "task", "threaded", "in_handler", "abandoned", "slot",
+                 "timer", "ctx")
 
-    def __init__(self, job: Job) -> None:
-        self.job = job
+    def __init__(self, job: Job, group: _Group, started: float) -> None:
+        self.job, self.group, self.started = job, group, started
         self.reason: str | None = None
+        #: While the handler runs (``in_handler``), the attempt's task: an ``async def`` handler
+        #: runs in it, a plain one in a thread it waits for (``threaded``).
         self.task: asyncio.Future[Any] | None = None
+        self.threaded = False
+        self.in_handler = False
+        #: Let go after ignoring its cancellation: its slot, outcome and connection were dealt
+        #: with (Worker._let_go); its attempt only ends when the handler does.
+        self.abandoned = False
+        self.slot: Slot | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.ctx: AsyncContext | Context | None = None
-        #: Resolved when the handler ends, or ABANDON after the attempt must stop.
-        self.waiter: asyncio.Future[None] | None = None
 
 
 @dataclass(eq=False)
@@ -99,6 +106,7 @@ class Worker:
         self._claiming: set[int] = set()
         self._warned: set[str] = set()
         self._running: set[asyncio.Task[None]] = set()
+        self._letting_go: set[asyncio.Future[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         self._stopped: asyncio.Future[None] | None = None
@@ -312,7 +320,7 @@ class Worker:
             finally:
                 self._free_slot(group)
             return
-        held = _Held(job)
+        held = _Held(job, group, started)
         loop = asyncio.get_running_loop()
         if time_left is not None:
             held.timer = loop.call_later(max(0.0, time_left), self._abort, held, "deadline")
@@ -324,19 +332,20 @@ class Worker:
         slot: Slot | None = None
         broken = False
         try:
-            slot = group.slots.pop() if group.slots else await self._pool.acquire()
+            slot = held.slot = group.slots.pop() if group.slots else await self._pool.acquire()
             outcome, error = await self._attempt(group, slot, held, definition, started)
         except Exception as err:  # noqa: BLE001 (the job is left to its lease)
             broken = True
             error = first_line(err)
-            if not is_connection_error(err):
+            if not is_connection_error(err) and not held.abandoned:
                 self.log.warning("job %s: %s", job.id, first_line(from_driver(err)))
         finally:
-            if slot is not None:
-                await self._give_back(group, slot, broken)
-            if outcome is not None:
-                self._ended(held, outcome, started, error)
-            self._free_slot(group)
+            if not held.abandoned:  # (else let go already: its slot, outcome and connection)
+                if slot is not None:
+                    await self._give_back(group, slot, broken)
+                if outcome is not None:
+                    self._ended(held, outcome, started, error)
+                self._free_slot(group)
 
     async def _attempt(self, group: _Group, slot: Slot, held: _Held, definition: JobDefinition[Any],
                        started: float) -> tuple[Outcome | None, str | None]:
@@ -345,30 +354,33 @@ class Worker:
         thrown: BaseException | None = None
         # Its first statement begins the transaction (when transactional) that the worker ends.
         view = slot.view(definition.is_async, definition.transactional)
-        if definition.is_async:
-            ctx: AsyncContext | Context = AsyncContext(job, view, self._control.query)
-            held.ctx = ctx
-            held.task = asyncio.ensure_future(definition.handler(job.payload, ctx))
-        else:
-            loop = asyncio.get_running_loop()
-            ctx = Context(job, threading.Event(), view, self._control.query, loop)
-            held.ctx = ctx
-            held.task = self._threads.run(definition.handler, job.payload, ctx)
+        loop = asyncio.get_running_loop()
+        ctx: AsyncContext | Context = (AsyncContext(job, view, self._control.query) if definition.is_async else
+                                       Context(job, threading.Event(), view, self._control.query, loop))
+        held.ctx = ctx
         if held.reason is not None:
-            self._abort(held, held.reason)
-        try:
-            result = await self._until_abandoned(held)
-        except _Abandoned:
-            slot.broken = True  # closed: the handler may still use it
-            if not definition.is_async:
-                slot.conn.cancel()  # a thread cannot be stopped: its statement can
-            self.log.warning("job %s: the handler did not stop within a second of being told to (%s); "
-                             "its connection is closed", job.id, held.reason)
-            if held.reason == "shutdown":  # handed back on the control connection
-                await self._control.query("select jobs.snooze(%s, %s, clock_timestamp())", (job.id, job.claim))
-            return self._stopped_outcome(held), None
-        except BaseException as err:  # noqa: BLE001 (the handler's failure, parking or cancellation)
-            thrown = err
+            thrown = asyncio.CancelledError()  # stopped before it began
+        else:
+            # An async def handler runs in this task (a task of its own per job cost more than
+            # the job), and a cancel reaches it by cancelling this task while it runs; a plain
+            # one in a thread, told by ctx.cancelled. Either is let go from outside if it
+            # ignores its cancellation (Worker._abandon).
+            task = asyncio.current_task()
+            held.threaded = not definition.is_async
+            thread = None if definition.is_async else self._threads.run(definition.handler, job.payload, ctx)
+            held.task = task
+            held.in_handler = True
+            try:
+                result = await (definition.handler(job.payload, ctx) if thread is None else thread)
+            except BaseException as err:  # noqa: BLE001 (the handler's failure, parking or cancellation)
+                thrown = err
+            finally:
+                held.in_handler = False
+                held.task = None
+                while task is not None and task.cancelling():
+                    task.uncancel()  # the cancels were the handler's, not this task's
+            if held.abandoned:
+                return None, None
         status = conn.pgconn.transaction_status
         in_tx = status != TransactionStatus.IDLE
         if held.reason is not None:
@@ -412,32 +424,44 @@ class Worker:
         if in_tx:
             await slot.conn.execute("rollback")
 
-    async def _until_abandoned(self, held: _Held) -> Any:
-        """The handler's result; once it was cancelled it gets ABANDON seconds more to end."""
-        task = held.task
-        assert task is not None
-        if not task.done():
-            waiter = held.waiter = asyncio.get_running_loop().create_future()
-            task.add_done_callback(lambda _: _resolve(waiter))
-            if held.reason is not None:
-                self._abandon_later(held)
-            await waiter
-            if not task.done():
-                raise _Abandoned()
-        return task.result()
+    def _abandon(self, held: _Held) -> None:
+        """A handler still running ABANDON after its cancellation: its task or thread is left
+        to it, and the attempt ends without it (Worker._let_go)."""
+        if not held.in_handler or held.abandoned:
+            return
+        held.abandoned = True
+        held.in_handler = False
+        if held.task is not None:
+            self._running.discard(held.task)  # a shutdown does not wait for it (Worker._let_go ends its attempt)
+        held.task = None
+        going = asyncio.ensure_future(self._let_go(held))
+        self._letting_go.add(going)
+        going.add_done_callback(self._letting_go.discard)
 
-    def _abandon_later(self, held: _Held) -> None:
-        waiter = held.waiter
-        if waiter is not None and not waiter.done():
-            asyncio.get_running_loop().call_later(ABANDON, _resolve, waiter)
+    async def _let_go(self, held: _Held) -> None:
+        job, slot = held.job, held.slot
+        self.log.warning("job %s: the handler did not stop within a second of being told to (%s); "
+                         "its connection is closed", job.id, held.reason)
+        if held.reason == "shutdown":  # handed back on the control connection
+            try:
+                await self._control.query("select jobs.snooze(%s, %s, clock_timestamp())", (job.id, job.claim))
+            except Exception as err:  # noqa: BLE001 (left to its lease)
+                self.log.warning("could not hand job %s back: %s", job.id, first_line(err))
+        if slot is not None:
+            if held.threaded:
+                slot.conn.cancel()  # a thread cannot be stopped: its statement can
+            await self._give_back(held.group, slot, True)  # closed: the handler may still use it
+        self._ended(held, self._stopped_outcome(held), held.started)
+        self._free_slot(held.group)
 
     def _abort(self, held: _Held, reason: str) -> None:
         if held.reason is None:
             held.reason = reason
-            self._abandon_later(held)
+            if held.in_handler:
+                asyncio.get_running_loop().call_later(ABANDON, self._abandon, held)
         if held.ctx is not None and held.ctx.cancel_reason is None:
             held.ctx._cancel(held.reason)
-        if held.task is not None and isinstance(held.task, asyncio.Task) and not held.task.done():
+        if held.in_handler and not held.threaded and held.task is not None:
             held.task.cancel()
 
     def _ended(self, held: _Held, outcome: Outcome, started: float, error: str | None = None) -> None:
@@ -524,6 +548,8 @@ class Worker:
             for held in list(self._held.values()):
                 self._abort(held, "shutdown")
             await asyncio.wait(set(self._running), timeout=ABANDON + 0.5)
+        if self._letting_go:
+            await asyncio.gather(*self._letting_go, return_exceptions=True)
         for held in list(self._held.values()):
             try:
                 await self._control.query("select jobs.snooze(%s, %s, clock_timestamp())", (held.job.id, held.job.claim))
@@ -541,12 +567,3 @@ class Worker:
         await self._pool.close()
         self._threads.shutdown()
         self.log.info("pg_jobs worker stopped: worker_id=%s", self.worker_id)
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-class _Abandoned(Exception):
-    pass
