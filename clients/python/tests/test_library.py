@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -395,3 +396,35 @@ def test_each_kind_of_handler_gets_its_own_view_of_the_connection_with_its_notic
     drain(pg_jobs.Worker(dsn, jobs=kinds, concurrency=1))
     assert seen == [(k.name, k.transactional, [f"from {k.name}"]) for k in kinds] * 2
     assert count(dsn, "select count(*) from jobs.jobs where state = 'completed'") == 8
+
+
+def test_a_plain_handler_reading_ctx_cancelled_after_its_cancel_finds_it_set(dsn: str) -> None:
+    """``ctx.cancelled`` is made at its first read: one first read after the cancel reached the
+    context is set already (checked to fail with the reason not looked at when it is made)."""
+    started = threading.Event()
+    seen: list[tuple[str | None, bool]] = []
+
+    @pg_jobs.job("late_reader")
+    def late_reader(payload: Any, ctx: pg_jobs.Context) -> None:
+        started.set()
+        deadline = time.monotonic() + 20
+        while ctx.cancel_reason is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # (not ctx.cancelled: its first read comes after the cancel)
+        seen.append((ctx.cancel_reason, ctx.cancelled.is_set()))
+
+    async def run() -> None:
+        worker = pg_jobs.Worker(dsn, jobs=[late_reader], concurrency=1)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            job_id = (await (await conn.execute("select id from jobs.enqueue('late_reader')")).fetchone() or [None])[0]
+            await worker.start()
+            try:
+                while not started.is_set():
+                    await asyncio.sleep(0.02)
+                await conn.execute("select jobs.cancel(%s)", (job_id,))
+                while not seen:
+                    await asyncio.sleep(0.02)
+            finally:
+                await worker.stop(grace=5)
+
+    asyncio.run(run())
+    assert seen == [("cancelled", True)]

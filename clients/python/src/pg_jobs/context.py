@@ -219,23 +219,42 @@ class AsyncContext:
         await self._durable.sleep(step, _until(until))
 
 
+#: Makes a plain handler's ``ctx.cancelled`` once, whichever thread reads it or cancels first.
+_MAKING = threading.Lock()
+
+
 class Context:
     """What a plain (``def``) handler gets as ``ctx``; it runs in a thread of the worker."""
 
-    def __init__(self, job: Job, cancelled: threading.Event, conn: psycopg.Connection[Any],
+    def __init__(self, job: Job, cancelled: threading.Event | None, conn: psycopg.Connection[Any],
                  control: Control, loop: asyncio.AbstractEventLoop) -> None:
         self.job = job
-        #: Set when the claim is lost, the job is cancelled, its deadline passes or a shutdown's
-        #: grace ends; ``cancel_reason`` says which. Wait on it instead of ``time.sleep``.
-        self.cancelled = cancelled
         self.cancel_reason: str | None = None
+        self._cancelled = cancelled  # made at the first read (most never read it): see below
         self._conn = conn
         self._durable = _Durable(job, control)
         self._loop = loop
 
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the claim is lost, the job is cancelled, its deadline passes or a shutdown's
+        grace ends; ``cancel_reason`` says which. Wait on it instead of ``time.sleep``."""
+        event = self._cancelled
+        if event is None:
+            with _MAKING:  # the handler's thread reads it while the worker's may cancel
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+                    if self.cancel_reason is not None:
+                        self._cancelled.set()
+                event = self._cancelled
+        return event
+
     def _cancel(self, reason: str) -> None:
-        self.cancel_reason = reason
-        self.cancelled.set()
+        with _MAKING:
+            self.cancel_reason = reason
+            event = self._cancelled
+        if event is not None:
+            event.set()
 
     @property
     def conn(self) -> psycopg.Connection[Any]:

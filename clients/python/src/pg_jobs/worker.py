@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -356,7 +355,7 @@ class Worker:
         view = slot.view(definition.is_async, definition.transactional)
         loop = asyncio.get_running_loop()
         ctx: AsyncContext | Context = (AsyncContext(job, view, self._control.query) if definition.is_async else
-                                       Context(job, threading.Event(), view, self._control.query, loop))
+                                       Context(job, None, view, self._control.query, loop))
         held.ctx = ctx
         if held.reason is not None:
             thrown = asyncio.CancelledError()  # stopped before it began
