@@ -88,7 +88,13 @@ export PG_JOBS_DSN
 .venv/bin/python -m pytest -q -rA tests
 echo "== the libraries (clients/node, clients/python): their tests, and the conformance suite with each"
 echo "   one's worker (Node.js; Python with async and with plain handlers), side by side"
-(cd clients/node && PG_JOBS_DSN="postgres://postgres@127.0.0.1:${PG_JOBS_E2E_PORT:-54392}/postgres" npm test --silent)
+# Its report (TAP) is long and a failure's account sits where the failing file's tests ran:
+# each "not ok" block is printed again at the end.
+if ! (cd clients/node && PG_JOBS_DSN="postgres://postgres@127.0.0.1:${PG_JOBS_E2E_PORT:-54392}/postgres" npm test --silent) | tee "$dir/node-tests.log"; then
+  echo "== clients/node's failing tests, again:"
+  awk '/^ *not ok /{show=1; indent=match($0, /[^ ]/)} show{print} show && /^ *\.\.\.$/ && match($0, /[^ ]/) == indent + 2 {show=0}' "$dir/node-tests.log"
+  exit 1
+fi
 .venv/bin/python -m pytest -q -rA clients/python/tests
 conformance() {  # conformance NAME RESTART_PORT PGBOUNCER_PORT METRICS_PORT WORKER...
   local name=$1 restart=$2 bouncer=$3 metrics=$4; shift 4
