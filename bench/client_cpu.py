@@ -2,7 +2,8 @@
 worker process of bench/libraries.py (bench/node/workers.js or bench/python/workers.py) works
 the queue `bench`; after it started, --jobs no-op jobs are enqueued in one commit, and once the
 queue is empty the process's user + system CPU since the enqueue, divided by the jobs, is its
-cost per job (the server's is not counted). Systems alternate, --reps times; medians.
+cost per job; so is the CPU of the server's backends serving that process's connections (from
+/proc: the server must run on this machine). Systems alternate, --reps times; medians.
 
     python3 bench/client_cpu.py --language node --systems library,bare --concurrency 32 \\
         --dsn postgres://postgres@127.0.0.1:54430/postgres [--jobs 20000] [--reps 3] \\
@@ -49,7 +50,11 @@ def once(args, system):
     try:
         assert worker.stdout.readline().strip() == "ready", f"{system} worker did not start"
         time.sleep(1)  # its connections made
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            backends = [pid for (pid,) in conn.execute(
+                "select pid from pg_stat_activity where backend_type = 'client backend' and pid <> pg_backend_pid()")]
         before = cpu_seconds(worker.pid)
+        before_server = sum(map(cpu_seconds, backends))
         subprocess.run(command(args.root, args.language, system) + ["--dsn", args.dsn, "--enqueue", str(args.jobs)],
                        check=True, env=environment(args.root))
         deadline = time.monotonic() + 600
@@ -58,10 +63,11 @@ def once(args, system):
                 assert time.monotonic() < deadline, f"{system} did not drain"
                 time.sleep(0.1)
         used = cpu_seconds(worker.pid) - before
+        server = sum(map(cpu_seconds, backends)) - before_server
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.communicate(timeout=60)
-    return used / args.jobs * 1e6
+    return used / args.jobs * 1e6, server / args.jobs * 1e6
 
 
 def main():
@@ -75,15 +81,19 @@ def main():
     p.add_argument("--root", default=os.path.dirname(HERE))
     args = p.parse_args()
     systems = args.systems.split(",")
-    results = {s: [] for s in systems}
+    worker = {s: [] for s in systems}
+    server = {s: [] for s in systems}
     for rep in range(args.reps):
         for s in systems:
-            results[s].append(once(args, s))
-            print(f"rep {rep + 1} {s}: {results[s][-1]:.0f} us/job", file=sys.stderr, flush=True)
-    print("| system | CPU per job (median, us) | each rep |")
-    print("|---|---|---|")
+            own, backends = once(args, s)
+            worker[s].append(own)
+            server[s].append(backends)
+            print(f"rep {rep + 1} {s}: {own:.0f} us/job, its backends {backends:.0f}", file=sys.stderr, flush=True)
+    print("| system | worker CPU per job (median, us) | each rep | its backends' CPU per job (median, us) | each rep |")
+    print("|---|---|---|---|---|")
     for s in systems:
-        print(f"| {s} | {statistics.median(results[s]):.0f} | {', '.join(f'{v:.0f}' for v in results[s])} |")
+        print(f"| {s} | {statistics.median(worker[s]):.0f} | {', '.join(f'{v:.0f}' for v in worker[s])} "
+              f"| {statistics.median(server[s]):.0f} | {', '.join(f'{v:.0f}' for v in server[s])} |")
 
 
 if __name__ == "__main__":
