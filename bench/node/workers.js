@@ -13,7 +13,7 @@
 //   and the next claimed in the completing statement;
 // - bare: the library's loop as bare node-postgres calls, for no-op handlers: claim up to
 //   `concurrency` jobs, then complete them all and claim as many again in one statement
-//   (jobs.complete_and_claim), on one connection;
+//   (jobs.complete_and_claim), on one connection; both statements prepared, as the library's are;
 // - graphile: graphile-worker, `concurrency` with a local queue of as many jobs and completions
 //   batched (completeJobBatchDelay 0), LISTEN/NOTIFY on;
 // - pgboss: pg-boss, one worker fetching `concurrency` jobs at a time and fetching again at once
@@ -52,14 +52,15 @@ async function bare() {
     let rows = [];
     while (!stopping) {
       if (rows.length === 0) {
-        ({ rows } = await client.query("select id, claim, payload from jobs.claim($1, array['bench'], $2, null, '1 second')",
-          [me, concurrency]));
+        ({ rows } = await client.query({ name: 'claim',
+          text: "select id, claim, payload from jobs.claim($1, array['bench'], $2, null, '1 second')", values: [me, concurrency] }));
         continue;
       }
       began();
       const n = rows.length;
-      ({ rows } = await client.query("select id, claim, payload from jobs.complete_and_claim($1, $2, $3, array['bench'], $4)",
-        [rows.map((r) => r.id), rows.map((r) => r.claim), me, concurrency]));
+      ({ rows } = await client.query({ name: 'complete_and_claim',
+        text: "select id, claim, payload from jobs.complete_and_claim($1, $2, $3, array['bench'], $4)",
+        values: [rows.map((r) => r.id), rows.map((r) => r.claim), me, concurrency] }));
       ended(n);
     }
   })();

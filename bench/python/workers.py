@@ -10,7 +10,8 @@ Each system at its fastest documented setting for a worker of that concurrency:
 - library-async, library-sync: clients/python's Worker, `concurrency` slots, an `async def` or a
   plain no-op handler;
 - bare: the library's loop as bare psycopg calls, for no-op handlers: claim up to `concurrency`
-  jobs, then complete them all and claim as many again in one statement, on one connection;
+  jobs, then complete them all and claim as many again in one statement, on one connection
+  (psycopg prepares both after their fifth run, as the library prepares its own);
 - procrastinate: its worker with `concurrency` (async no-op task), LISTEN/NOTIFY on, jobs
   deleted on completion (its bench/python/.venv: `pip install procrastinate`).
 """

@@ -118,11 +118,14 @@ class Database:
 class Worker:
     """A conformance worker process."""
 
-    def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10, metrics_port=None, poll=None):
+    def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10, metrics_port=None, poll=None,
+                 prepared=True):
         args = ["--dsn", db.url, "--concurrency", str(concurrency), "--lease", str(lease),
                 "--shutdown-grace", str(grace)]
         if poll is not None:
             args += ["--poll", str(poll)]
+        if not prepared:
+            args += ["--no-prepared-statements"]
         if metrics_port is not None:
             args += ["--metrics-port", str(metrics_port)]
         for queue in queues:

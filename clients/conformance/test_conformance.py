@@ -301,7 +301,7 @@ def test_through_pgbouncer_with_the_producers_through_it_too(db, bouncer, start_
     ended to let a producer in); then 200 enqueued one at a time are all completed, each written
     once and on its first attempt. Checked to fail with one pool of 1 for workers and producers alike: the first enqueue
     waited for the claim's wait to end, and the wait was a new one."""
-    start_worker(bouncer["workers"], concurrency=4, poll=30)
+    start_worker(bouncer["workers"], concurrency=4, poll=30, prepared=False)
     waiting = ("select array_agg(pid::text || '@' || query_start::text order by pid) from pg_stat_activity "
                "where datname = current_database() and query like '%%jobs.claim(%%' and state = 'active' "
                "and wait_event_type = 'Extension' and pid <> pg_backend_pid()")  # asleep in the claim
@@ -319,3 +319,18 @@ def test_through_pgbouncer_with_the_producers_through_it_too(db, bouncer, start_
     # Each on its first attempt: no statement of the worker's failed through the pooler (a
     # statement prepared on one server connection and run on another did).
     assert db.one("select max(attempt) from jobs.jobs where state = 'completed'")[0] == 1
+
+
+def test_through_pgbouncer_with_prepared_statements_left_on(db, bouncer, start_worker):
+    """12b. The same PgBouncer, the worker left with its prepared statements (the library's
+    default): the pooler hands its calls server connections that never prepared them, and the
+    worker, told so by the server, goes on without them. 300 jobs are completed, each written
+    once and on its first attempt (a claim or settle that failed that way changed nothing).
+    Checked to fail (Node.js) with neither the switch-off nor the closing of a connection whose
+    statement failed: the calls on that connection kept failing, and the drain stalled."""
+    worker = start_worker(bouncer["workers"], concurrency=4, poll=1)
+    db.execute("select jobs.enqueue('write', jsonb_build_object('n', n)) from generate_series(1, 300) as n")
+    db.eventually("select count(*) from jobs.jobs where state = 'completed'", 300, timeout=60)
+    assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (300, 300)
+    assert db.one("select max(attempt) from jobs.jobs where state = 'completed'")[0] == 1
+    assert worker.process.poll() is None, worker.output()

@@ -3,13 +3,15 @@
 //
 //   node conformance/worker.mjs --dsn DSN [--queue Q] [--concurrency N] [--lease S]
 //                               [--shutdown-grace S] [--metrics-port P] [--poll S]
+//                               [--no-prepared-statements]
 import http from 'node:http';
 import pg from 'pg';
 import { createWorker, defineJob, prometheusMetrics } from '../dist/esm/index.js';
 
-const args = { dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null, poll: 1 };
+const args = { dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null, poll: 1, prepared: true };
 for (let i = 2; i < process.argv.length; i++) {
   const flag = process.argv[i];
+  if (flag === '--no-prepared-statements') { args.prepared = false; continue; }
   const value = process.argv[++i];
   if (flag === '--dsn') args.dsn = value;
   else if (flag === '--queue') args.queues.push(value);
@@ -126,6 +128,7 @@ const worker = createWorker({
   leaseMs: args.lease * 1000,
   shutdownGraceMs: args.grace * 1000,
   pollMs: args.poll * 1000,
+  preparedStatements: args.prepared,
 });
 const stop = () => worker.stop().then(() => side.end()).then(() => server?.close()).then(() => process.exit(0));
 process.once('SIGTERM', stop);

@@ -20,6 +20,8 @@ options:
   --shutdown-grace SECONDS  how long running jobs may finish at a stop (default: 10)
   --poll SECONDS            how long one claim waits in the server (default: 5)
   --worker-id ID            the name in jobs.jobs.claimed_by (default: host:pid)
+  --no-prepared-statements  claim and settle without prepared statements (behind a
+                            transaction-pooling PgBouncer before 1.21)
   --help                    this text
 `;
 
@@ -31,6 +33,7 @@ interface Args {
   grace: number;
   poll: number;
   workerId: string | undefined;
+  prepared: boolean;
   module: string | undefined;
 }
 
@@ -48,7 +51,7 @@ function number(flag: string, value: string | undefined): number {
 export function parse(argv: string[]): Args {
   const args: Args = {
     dsn: process.env.PG_JOBS_DSN ?? process.env.DATABASE_URL, queues: [], concurrency: 10, lease: 30,
-    grace: 10, poll: 5, workerId: undefined, module: undefined,
+    grace: 10, poll: 5, workerId: undefined, prepared: true, module: undefined,
   };
   const rest = [...argv];
   if (rest[0] === '--help' || rest[0] === '-h') {
@@ -67,6 +70,7 @@ export function parse(argv: string[]): Args {
       case '--shutdown-grace': args.grace = number(flag, rest.shift()); break;
       case '--poll': args.poll = number(flag, rest.shift()); break;
       case '--worker-id': args.workerId = rest.shift(); break;
+      case '--no-prepared-statements': args.prepared = false; break;
       default:
         if (flag.startsWith('-')) fail(`unknown option ${flag}`);
         if (args.module !== undefined) fail(`one module only, got ${args.module} and ${flag}`);
@@ -102,7 +106,7 @@ async function main(): Promise<void> {
   await createWorker({
     connectionString: args.dsn, queues: args.queues, concurrency: args.concurrency, jobs,
     leaseMs: args.lease * 1000, shutdownGraceMs: args.grace * 1000, pollMs: args.poll * 1000,
-    workerId: args.workerId,
+    workerId: args.workerId, preparedStatements: args.prepared,
   }).run();
 }
 

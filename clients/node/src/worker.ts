@@ -8,6 +8,7 @@
 // heartbeats a cancelled job at once. The engine decides retries, backoff, fencing and burial:
 // the worker reports and obeys.
 
+import { createHash } from 'node:crypto';
 import os from 'node:os';
 import pg from 'pg';
 import { type AttemptHandle, CLAIMED_COLUMNS, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
@@ -40,6 +41,12 @@ export interface WorkerOptions {
   tracer?: TracerLike;
   /** How long an unknown job name is snoozed (default: 60 s). */
   unknownSnoozeMs?: number;
+  /** Whether the claims and settles are prepared statements, kept by the server for each
+   * connection (default: true; the server plans them once, not at every call). Pass false
+   * behind a transaction-pooling PgBouncer before 1.21, which would hand the next call another
+   * server connection without them; a worker that meets that turns them off by itself, with a
+   * warning. */
+  preparedStatements?: boolean;
 }
 
 type Reason = 'lost' | 'cancelled' | 'deadline' | 'shutdown';
@@ -101,6 +108,23 @@ interface Group {
 /** How much longer than its signal a handler is waited for before its connection is closed. */
 const ABANDON_MS = 1000;
 const QUERY_CANCELED = '57014';
+/** A prepared statement missing, or another of that name there: a server connection other than
+ * the one that prepared it (a transaction-pooling PgBouncer before 1.21). */
+const NOT_KEPT = new Set(['26000', '42P05']);
+
+interface Statement { name: string; text: string }
+
+/** A statement of the dispatcher's, named for the server to keep it prepared under; the name
+ * holds its text's hash, so that a worker of another release never runs this one's. */
+function statement(purpose: string, text: string): Statement {
+  return { name: `pg_jobs_${purpose}_${createHash('sha1').update(text).digest('hex').slice(0, 12)}`, text };
+}
+
+const CLAIM = statement('claim', `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval)`);
+const COMPLETE_AND_CLAIM = statement('complete_and_claim', `select ${CLAIMED_COLUMNS} from `
+  + 'jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, $6::interval, $7::jsonb[])');
+const COMPLETE_MANY = statement('complete_many',
+  'select id::text, landed from jobs.complete_many($1::uuid[], $2::bigint[], $3::jsonb[])');
 
 class Abandoned extends Error {}
 
@@ -127,6 +151,7 @@ export class Worker {
   private heartbeat: NodeJS.Timeout | undefined;
   private stopping = false;
   private stopped: Promise<void> | undefined;
+  private prepared: boolean;
   private wake: (() => void)[] = [];
 
   constructor(private readonly options: WorkerOptions) {
@@ -151,6 +176,7 @@ export class Worker {
     this.pollMs = options.pollMs ?? 5_000;
     this.graceMs = options.shutdownGraceMs ?? 10_000;
     this.ownPool = !options.pool;
+    this.prepared = options.preparedStatements ?? true;
     // Each connection says what it is in pg_stat_activity.application_name.
     const config = options.pool ? (options.pool as unknown as { options: pg.ClientConfig }).options
       : { connectionString: options.connectionString };
@@ -310,6 +336,13 @@ export class Worker {
       } catch (err) {
         if (client) this.giveBack(group, client, true);
         if (this.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) continue;
+        if (this.prepared && NOT_KEPT.has((err as { code?: string }).code ?? '')) {
+          this.prepared = false;
+          this.logger.warn('the server did not keep this worker\'s prepared statements (a transaction-pooling '
+            + 'PgBouncer before 1.21?); going on without them: pass preparedStatements: false (the command: '
+            + '--no-prepared-statements)', { error: firstLine(err) });
+          continue;
+        }
         const wait = backoff.next();
         this.logger.warn('database error; trying again', { error: firstLine(err), retryInMs: Math.round(wait) });
         await this.pause(wait);
@@ -331,8 +364,7 @@ export class Worker {
     try {
       if (free > 0) {
         ({ rows } = await client.query<ClaimedRow>({
-          text: `select ${CLAIMED_COLUMNS} from jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, `
-            + '$6::interval, $7::jsonb[])',
+          ...this.statement(COMPLETE_AND_CLAIM),
           values: [ids, claims, this.workerId, group.queues, free, `${this.leaseMs} milliseconds`, results],
           rowMode: 'array',
         }));
@@ -353,17 +385,17 @@ export class Worker {
 
   private async completeMany(client: pg.PoolClient, ids: string[], claims: string[], results: string[] | null): Promise<Set<string>> {
     const { rows } = await client.query<{ id: string; landed: boolean }>(
-      'select id::text, landed from jobs.complete_many($1::uuid[], $2::bigint[], $3::jsonb[])', [ids, claims, results]);
+      { ...this.statement(COMPLETE_MANY), values: [ids, claims, results] });
     return new Set(rows.filter((r) => r.landed).map((r) => r.id));
   }
 
   /** Claims for the group's free slots: a look first, and only when it finds nothing a claim
    * that sleeps in the server for work (while it does, an ending job completes itself). */
   private async claim(client: pg.PoolClient, group: Group): Promise<ClaimedRow[]> {
-    const text = `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval)`;
+    const claim = this.statement(CLAIM);
     const lease = `${this.leaseMs} milliseconds`;
     const found = await client.query<ClaimedRow>({
-      text, values: [this.workerId, group.queues, group.free, lease, null], rowMode: 'array',
+      ...claim, values: [this.workerId, group.queues, group.free, lease, null], rowMode: 'array',
     });
     if (found.rows.length > 0 || this.stopping) return found.rows;
     const pid = (client as unknown as { processID: number }).processID;
@@ -375,13 +407,18 @@ export class Worker {
     try {
       if (group.pending.length > 0) return [];
       const { rows } = await client.query<ClaimedRow>({
-        text, values: [this.workerId, group.queues, group.free, lease, `${this.pollMs} milliseconds`], rowMode: 'array',
+        ...claim, values: [this.workerId, group.queues, group.free, lease, `${this.pollMs} milliseconds`], rowMode: 'array',
       });
       return rows;
     } finally {
       group.waiting = false;
       this.claiming.delete(pid);
     }
+  }
+
+  /** A statement as this worker sends it: by name while the server keeps prepared statements. */
+  private statement(s: Statement): { name?: string; text: string } {
+    return this.prepared ? s : { text: s.text };
   }
 
   /** A connection of the pool, with a listener for the errors of a broken one (kept, so that

@@ -109,7 +109,7 @@ test('require and import give the same API', () => {
 
 test('pg-jobs worker --help documents every flag; a wrong one exits 2', () => {
   const help = execFileSync(process.execPath, ['dist/cjs/cli.js', 'worker', '--help'], { encoding: 'utf8' });
-  for (const flag of ['--dsn', '--queue', '--concurrency', '--lease', '--shutdown-grace', '--poll', '--worker-id']) {
+  for (const flag of ['--dsn', '--queue', '--concurrency', '--lease', '--shutdown-grace', '--poll', '--worker-id', '--no-prepared-statements']) {
     assert.ok(help.includes(flag), flag);
   }
   assert.throws(() => execFileSync(process.execPath, ['dist/cjs/cli.js', 'worker', '--nope'], { stdio: 'pipe' }),

@@ -4,6 +4,7 @@ them as plain functions (run in threads), ``--handlers async`` (the default) as 
 
     python clients/python/conformance/worker.py --dsn DSN [--queue Q] [--concurrency N]
         [--lease S] [--shutdown-grace S] [--metrics-port P] [--poll S] [--handlers sync|async]
+        [--no-prepared-statements]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ p.add_argument("--shutdown-grace", type=float, default=10)
 p.add_argument("--metrics-port", type=int)
 p.add_argument("--poll", type=float, default=1)
 p.add_argument("--handlers", choices=["sync", "async"], default="async")
+p.add_argument("--no-prepared-statements", action="store_false", dest="prepared")
 args = p.parse_args()
 
 
@@ -196,4 +198,4 @@ def async_jobs() -> list[pg_jobs.JobDefinition[Any]]:
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 pg_jobs.Worker(args.dsn, jobs=sync_jobs() if args.handlers == "sync" else async_jobs(), queues=args.queues or ["default"],
                concurrency=args.concurrency, lease=args.lease, shutdown_grace=args.shutdown_grace, poll=args.poll,
-               metrics_port=args.metrics_port).run()
+               metrics_port=args.metrics_port, prepared_statements=args.prepared).run()

@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--poll", type=float, default=5.0, help="seconds a waiting claim sleeps in the server (5)")
     w.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
     w.add_argument("--quiet", action="store_true", help="log warnings only, not each job")
+    w.add_argument("--no-prepared-statements", action="store_false", dest="prepared",
+                   help="claim and settle without prepared statements (behind a transaction-pooling PgBouncer "
+                        "before 1.21)")
     e = sub.add_parser("enqueue", help="enqueue one job", description="Enqueues one job and prints its id.")
     e.add_argument("name", metavar="NAME")
     e.add_argument("payload", metavar="PAYLOAD", nargs="?", default="{}", help="a JSON value (default: {})")
@@ -99,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.concurrency < 1:
         _fail("--concurrency must be at least 1")
     worker = Worker(dsn, jobs=jobs, queues=args.queues or ["default"], concurrency=args.concurrency, lease=args.lease,
-                    shutdown_grace=args.shutdown_grace, poll=args.poll, metrics_port=args.metrics_port)
+                    shutdown_grace=args.shutdown_grace, poll=args.poll, metrics_port=args.metrics_port,
+                    prepared_statements=args.prepared)
     try:
         worker.run()
     except RuntimeError as err:

@@ -1,8 +1,9 @@
 """The worker's connections: a small pool for claims and jobs (each with a synchronous view for
 plain handlers), and connections of its own (heartbeats and a held job's durable calls; the
 cancel listener), made again with backoff when they break. A worker never ends on a database
-error. None prepares statements on the server: a transaction-pooling PgBouncer before 1.21
-hands each transaction another server connection, where they would not exist."""
+error. Only the worker's claims and settles are prepared on the server, when asked for
+(``Worker(prepared_statements=...)``): a transaction-pooling PgBouncer before 1.21 hands each
+transaction another server connection, where they would not exist."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from typing import Any
 import psycopg
 
 from .errors import is_connection_error
+
+#: The prepare_threshold of a connection whose statements are prepared only when asked for
+#: (``execute(..., prepare=True)``): none of a handler's is.
+ONLY_WHEN_ASKED = 2**31 - 1
 
 
 class Backoff:
@@ -67,10 +72,11 @@ class Slot:
 
 
 class Pool:
-    """At most ``size`` connections, made on demand; a broken one is closed, not reused."""
+    """At most ``size`` connections, made on demand; a broken one is closed, not reused.
+    ``prepared``: whether a statement executed with ``prepare=True`` is prepared."""
 
-    def __init__(self, dsn: str, size: int, application_name: str) -> None:
-        self.dsn, self.size, self.application_name = dsn, size, application_name
+    def __init__(self, dsn: str, size: int, application_name: str, prepared: bool = False) -> None:
+        self.dsn, self.size, self.application_name, self.prepared = dsn, size, application_name, prepared
         self._idle: list[Slot] = []
         self._all: set[Slot] = set()
         self._free = asyncio.Semaphore(size)
@@ -83,8 +89,9 @@ class Pool:
                 if not slot.conn.closed and not slot.broken:
                     return slot
                 self._all.discard(slot)
-            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, prepare_threshold=None,
-                                                          application_name=self.application_name)
+            conn = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, prepare_threshold=ONLY_WHEN_ASKED if self.prepared else None,
+                application_name=self.application_name)
             slot = Slot(conn)
             self._all.add(slot)
             return slot

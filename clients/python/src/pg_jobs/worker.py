@@ -34,6 +34,10 @@ from .observe import logger as default_logger
 from .threads import Threads
 
 QUERY_CANCELED = "57014"
+#: A prepared statement missing, another of its name there, or one of another statement's
+#: (psycopg numbers its names per connection) there: a server connection other than the one
+#: that prepared it (a transaction-pooling PgBouncer before 1.21).
+NOT_KEPT = {"26000", "42P05", "08P01"}
 #: How much longer than its cancellation a handler is waited for before it is abandoned.
 ABANDON = 1.0
 
@@ -80,7 +84,8 @@ class Worker:
                  poll: float = 5.0, worker_id: str | None = None, metrics: Metrics | None = None,
                  metrics_port: int | None = None, logger: logging.Logger | None = None, tracer: Any = None,
                  unknown_snooze: float = 60.0,
-                 resolve: Callable[[str], JobDefinition[Any] | None] | None = None) -> None:
+                 resolve: Callable[[str], JobDefinition[Any] | None] | None = None,
+                 prepared_statements: bool = True) -> None:
         self.dsn = dsn
         self.queues = list(queues) or ["default"]
         if isinstance(concurrency, int):
@@ -111,7 +116,11 @@ class Worker:
         self._stopped: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
         self._threads = Threads("pg_jobs")
-        self._pool = Pool(dsn, self.concurrency, "pg-jobs worker")
+        #: Whether the claims and settles are prepared statements, kept by the server for each
+        #: connection (planned once, not at every call). False behind a transaction-pooling
+        #: PgBouncer before 1.21; a worker that meets that turns them off by itself, with a warning.
+        self._prepared = prepared_statements
+        self._pool = Pool(dsn, self.concurrency, "pg-jobs worker", prepared_statements)
         self._control = OwnConnection(dsn, "pg-jobs heartbeat")
         self._listener = OwnConnection(dsn, "pg-jobs listener", listen="pg_jobs_cancel")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -213,6 +222,13 @@ class Worker:
                     await self._give_back(group, slot, True)
                 if self._stopping and isinstance(err, psycopg.Error) and err.sqlstate == QUERY_CANCELED:
                     continue
+                if self._prepared and isinstance(err, psycopg.Error) and err.sqlstate in NOT_KEPT:
+                    self._prepared = self._pool.prepared = False
+                    self.log.warning("the server did not keep this worker's prepared statements (a transaction-"
+                                     "pooling PgBouncer before 1.21?); going on without them: pass "
+                                     "prepared_statements=False (the command: --no-prepared-statements): %s",
+                                     first_line(err))
+                    continue
                 wait = backoff.next()
                 self.log.warning("database error; trying again in %.1f s: %s", wait, first_line(err))
                 await self._pause(wait)
@@ -229,7 +245,8 @@ class Worker:
             if free > 0:
                 cur = await slot.conn.execute(
                     f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%s, %s, %s, %s, %s, %s, %s::jsonb[])",
-                    (ids, claims, self.worker_id, group.queues, free, dt.timedelta(seconds=self.lease), results))
+                    (ids, claims, self.worker_id, group.queues, free, dt.timedelta(seconds=self.lease), results),
+                    prepare=self._prepared)
                 rows = await cur.fetchall()
                 landed = set(ids)
             else:
@@ -246,7 +263,7 @@ class Worker:
     async def _complete_many(self, slot: Slot, ids: list[Any], claims: list[int],
                              results: list[Jsonb] | None) -> set[Any]:
         cur = await slot.conn.execute("select id, landed from jobs.complete_many(%s, %s, %s::jsonb[])",
-                                      (ids, claims, results))
+                                      (ids, claims, results), prepare=self._prepared)
         return {r[0] for r in await cur.fetchall() if r[1]}
 
     async def _give_back(self, group: _Group, slot: Slot, broken: bool) -> None:
@@ -264,7 +281,8 @@ class Worker:
         every job of the batch running then completed with a commit of its own."""
         query = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %s, %s, %s, %s)"
         lease = dt.timedelta(seconds=self.lease)
-        cur = await slot.conn.execute(query, (self.worker_id, group.queues, group.free, lease, None))
+        cur = await slot.conn.execute(query, (self.worker_id, group.queues, group.free, lease, None),
+                                      prepare=self._prepared)
         found = await cur.fetchall()
         if found or self._stopping:
             return found
@@ -277,7 +295,7 @@ class Worker:
             if group.pending:  # a job ended during the look: settled with the next claim
                 return []
             cur = await slot.conn.execute(query, (self.worker_id, group.queues, group.free, lease,
-                                                  dt.timedelta(seconds=self.poll)))
+                                                  dt.timedelta(seconds=self.poll)), prepare=self._prepared)
             return await cur.fetchall()
         finally:
             group.waiting = False
