@@ -93,3 +93,28 @@ def test_stop_iteration_is_a_runtime_error() -> None:
         asyncio.run(run(threads))
     finally:
         threads.shutdown()
+
+
+def test_let_finish_takes_the_ends_of_handlers_that_end_at_once_and_not_a_running_one() -> None:
+    """What the dispatcher waits for before a settle (Threads.let_finish): a handler that ends
+    at once has its end on the way when it returns; one that goes on running is not waited
+    for past the bound (else this test would not end: its handler ends only after)."""
+    threads = Threads("test")
+    release = threading.Event()
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        quick = threads.run(handler, 3)
+        threads.let_finish(5.0)
+        assert [f for _, f, _ in threads._ends[loop]] == [quick]
+        assert await quick == 6
+        stuck = threads.run(release.wait)
+        threads.let_finish(0.01)
+        assert not stuck.done() and loop not in threads._ends
+        release.set()
+        assert await stuck is True
+
+    try:
+        asyncio.run(run())
+    finally:
+        threads.shutdown()

@@ -40,6 +40,8 @@ QUERY_CANCELED = "57014"
 NOT_KEPT = {"26000", "42P05", "08P01"}
 #: How much longer than its cancellation a handler is waited for before it is abandoned.
 ABANDON = 1.0
+#: How long, at most, the dispatcher lets plain handlers just started end before it settles.
+GATHER = 0.0002
 
 
 class _Held:
@@ -217,6 +219,8 @@ class Worker:
                 slot = None
                 for row in rows:
                     self._launch(group, row)
+                if rows and group.pending:
+                    await self._gather(group)
             except Exception as err:  # noqa: BLE001 (a worker never ends on a database error)
                 if slot is not None:
                     await self._give_back(group, slot, True)
@@ -232,6 +236,16 @@ class Worker:
                 wait = backoff.next()
                 self.log.warning("database error; trying again in %.1f s: %s", wait, first_line(err))
                 await self._pause(wait)
+
+    async def _gather(self, group: _Group) -> None:
+        """Lets the jobs just claimed start, and plain ones that end at once end, before the
+        jobs pending are settled: else those of one claim, split once (the first plain handler's
+        end seen before the others had run), are settled in two statements from then on."""
+        await asyncio.sleep(0)  # the new jobs start: plain handlers are handed to threads
+        if self._threads.busy:
+            self._threads.let_finish(GATHER)
+            await asyncio.sleep(0)  # their ends delivered
+            await asyncio.sleep(0)  # their jobs pending
 
     async def _settle(self, slot: Slot, group: _Group) -> list[tuple[Any, ...]]:
         batch, group.pending = group.pending, []
