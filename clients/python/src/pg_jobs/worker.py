@@ -220,7 +220,7 @@ class Worker:
                 for row in rows:
                     self._launch(group, row)
                 if rows and group.pending:
-                    await self._gather(group)
+                    await self._gather()
             except Exception as err:  # noqa: BLE001 (a worker never ends on a database error)
                 if slot is not None:
                     await self._give_back(group, slot, True)
@@ -237,7 +237,7 @@ class Worker:
                 self.log.warning("database error; trying again in %.1f s: %s", wait, first_line(err))
                 await self._pause(wait)
 
-    async def _gather(self, group: _Group) -> None:
+    async def _gather(self) -> None:
         """Lets the jobs just claimed start, and plain ones that end at once end, before the
         jobs pending are settled: else those of one claim, split once (the first plain handler's
         end seen before the others had run), are settled in two statements from then on."""
