@@ -248,6 +248,8 @@ class Worker:
             await asyncio.sleep(0)  # their jobs pending
 
     async def _settle(self, slot: Slot, group: _Group) -> list[tuple[Any, ...]]:
+        # The ids and claims go in binary (%b): psycopg writes a list of them in text element by
+        # element, at twice the cost.
         batch, group.pending = group.pending, []
         ids = [h.job.id for h, _, _ in batch]
         claims = [h.job.claim for h, _, _ in batch]
@@ -258,7 +260,7 @@ class Worker:
         try:
             if free > 0:
                 cur = await slot.conn.execute(
-                    f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%s, %s, %s, %s, %s, %s, %s::jsonb[])",
+                    f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%b, %b, %s, %s, %s, %s, %s::jsonb[])",
                     (ids, claims, self.worker_id, group.queues, free, dt.timedelta(seconds=self.lease), results),
                     prepare=self._prepared)
                 rows = await cur.fetchall()
@@ -276,7 +278,7 @@ class Worker:
 
     async def _complete_many(self, slot: Slot, ids: list[Any], claims: list[int],
                              results: list[Jsonb] | None) -> set[Any]:
-        cur = await slot.conn.execute("select id, landed from jobs.complete_many(%s, %s, %s::jsonb[])",
+        cur = await slot.conn.execute("select id, landed from jobs.complete_many(%b, %b, %s::jsonb[])",
                                       (ids, claims, results), prepare=self._prepared)
         return {r[0] for r in await cur.fetchall() if r[1]}
 
