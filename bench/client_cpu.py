@@ -72,7 +72,8 @@ def once(args, system):
         assert worker.stdout.readline().strip() == "ready", f"{system} worker did not start"
         time.sleep(1)  # its connections made
         if args.warm_up:  # drained first, uncounted: the connections it makes and warms stay
-            drain(args, system, args.warm_up)
+            with drain(args, system, args.warm_up):
+                pass
         with psycopg.connect(args.dsn, autocommit=True) as conn:
             backends = [pid for (pid,) in conn.execute(BACKENDS)]
         before = cpu_seconds(worker.pid)
