@@ -19,7 +19,9 @@ claiming while the other's jobs run: a worker fetching ahead); Python: `library-
 bare psycopg calls), `bare-threads` (that loop handing each job's plain no-op handler to a thread
 and back) and `procrastinate` (its release from PyPI, in bench/python/.venv).
 Prints a Markdown table of the medians and of each library's ratio to the others, and every
-run as JSON lines on stderr. The database needs pg_jobs; the peers make their schemas.
+run as JSON lines on stderr. The database needs pg_jobs; the peers make their schemas. A
+system named `S@DIR` is S from the checkout DIR, its bench/ and (Python) its library: an earlier
+commit's beside this one's in one run (`git worktree add DIR COMMIT`; Node.js: built there).
 """
 
 import argparse
@@ -51,17 +53,26 @@ LEFT = {
 
 
 def command(language, system):
+    system, _, root = system.partition("@")
+    bench = os.path.join(root, "bench") if root else BENCH
     if language == "python":
         python = os.path.join(PYTHON, ".venv", "bin", "python") if system == "procrastinate" else sys.executable
-        return [python, os.path.join(PYTHON, "workers.py"), "--system", system]
-    return [NODE22 if system == "pgboss" else "node", os.path.join(NODE, "workers.js"), "--system", system]
+        return [python, os.path.join(bench, "python", "workers.py"), "--system", system]
+    return [NODE22 if system == "pgboss" else "node", os.path.join(bench, "node", "workers.js"), "--system", system]
+
+
+def environment(system):
+    """A system `S@DIR` runs with DIR's Python library first on the path."""
+    _, _, root = system.partition("@")
+    return dict(os.environ, PYTHONPATH=os.path.join(root, "clients", "python", "src")) if root else None
 
 
 def enqueue_and_drain(dsn, language, system, jobs, timeout):
-    subprocess.run(command(language, system) + ["--dsn", dsn, "--enqueue", str(jobs)], check=True)
+    subprocess.run(command(language, system) + ["--dsn", dsn, "--enqueue", str(jobs)], check=True,
+                   env=environment(system))
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while conn.execute(LEFT.get(system, PG_JOBS_LEFT)).fetchone()[0] > 0:
+        while conn.execute(LEFT.get(system.partition("@")[0], PG_JOBS_LEFT)).fetchone()[0] > 0:
             assert time.monotonic() < deadline, f"{system} did not drain in {timeout} s"
             time.sleep(0.25)
 
@@ -69,7 +80,7 @@ def enqueue_and_drain(dsn, language, system, jobs, timeout):
 def run_once(dsn, language, system, concurrency, processes, jobs, timeout=600):
     """A warm-up of jobs/5 (connections made, code compiled), then the measured drain."""
     workers = [subprocess.Popen(command(language, system) + ["--dsn", dsn, "--concurrency", str(concurrency)],
-                                stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+                                stdout=subprocess.PIPE, text=True, env=environment(system)) for _ in range(processes)]
     try:
         for w in workers:
             assert w.stdout.readline().strip() == "ready", f"{system} worker did not start"
@@ -109,7 +120,7 @@ def main():
     # A peer's schema made before its first workers start (procrastinate's workers started
     # before it existed failed every job they took).
     for s in systems:
-        if s in LEFT:
+        if s.partition("@")[0] in LEFT:
             subprocess.run(command(args.language, s) + ["--dsn", args.dsn, "--enqueue", "0"], check=True)
     results = []
     for rep in range(args.reps):

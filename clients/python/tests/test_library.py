@@ -428,3 +428,33 @@ def test_a_plain_handler_reading_ctx_cancelled_after_its_cancel_finds_it_set(dsn
 
     asyncio.run(run())
     assert seen == [("cancelled", True)]
+
+
+def test_a_plain_handler_failing_in_a_shutdowns_grace_has_its_failure_recorded(dsn: str) -> None:
+    """A plain handler that fails within a shutdown's grace: its end, with the worker stopping,
+    starts a task that records the failure (a plain handler runs without a task of its own),
+    which the shutdown waits for: the attempt is used and its error kept, not handed back."""
+    started, release = threading.Event(), threading.Event()
+
+    @pg_jobs.job("fails_in_the_grace")
+    def fails_in_the_grace(payload: Any, ctx: pg_jobs.Context) -> None:
+        started.set()
+        release.wait(20)
+        raise RuntimeError("failed in the grace")
+
+    async def run() -> None:
+        worker = pg_jobs.Worker(dsn, jobs=[fails_in_the_grace], concurrency=1)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute("select jobs.enqueue('fails_in_the_grace')")
+        await worker.start()
+        while not started.is_set():
+            await asyncio.sleep(0.02)
+        stopping = asyncio.ensure_future(worker.stop(grace=20))
+        await asyncio.sleep(0.2)  # the shutdown waits for the handler
+        release.set()
+        await stopping
+
+    asyncio.run(run())
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("select attempt, last_error from jobs.jobs").fetchone()
+    assert row is not None and row[0] == 1 and "failed in the grace" in (row[1] or ""), row

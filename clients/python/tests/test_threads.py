@@ -106,7 +106,7 @@ def test_let_finish_takes_the_ends_of_handlers_that_end_at_once_and_not_a_runnin
         loop = asyncio.get_running_loop()
         quick = threads.run(handler, 3)
         threads.let_finish(5.0)
-        assert [f for _, f, _ in threads._ends[loop]] == [quick]
+        assert [end[1] for end in threads._ends[loop]] == [quick]
         assert await quick == 6
         stuck = threads.run(release.wait)
         threads.let_finish(0.01)

@@ -8,16 +8,40 @@ transaction another server connection, where they would not exist."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from typing import Any
 
 import psycopg
+from psycopg.types.json import JsonbBinaryLoader, set_json_loads
 
 from .errors import is_connection_error
 
 #: The prepare_threshold of a connection whose statements are prepared only when asked for
 #: (``execute(..., prepare=True)``): none of a handler's is.
 ONLY_WHEN_ASKED = 2**31 - 1
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _loads(data: str | bytes) -> Any:
+    """json.loads for the server's jsonb text, which has no whitespace around it: the decoder's
+    ``raw_decode`` on it, without json.loads's search for a byte order mark and for spaces (a
+    fifth of what a claimed job's payload cost to read). Anything else is json.loads's."""
+    text = data.decode() if isinstance(data, bytes) else data
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except ValueError:
+        end = -1
+    return value if end == len(text) else json.loads(text)
+
+
+def _read_payloads_fast(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The claims' payloads read with ``_loads``, unless the application set psycopg's
+    ``set_json_loads`` for every connection (then with its own)."""
+    if getattr(JsonbBinaryLoader, "_loads", json.loads) is json.loads:
+        set_json_loads(_loads, conn)
 
 
 class Backoff:
@@ -92,6 +116,7 @@ class Pool:
             conn = await psycopg.AsyncConnection.connect(
                 self.dsn, autocommit=True, prepare_threshold=ONLY_WHEN_ASKED if self.prepared else None,
                 application_name=self.application_name)
+            _read_payloads_fast(conn)
             slot = Slot(conn)
             self._all.add(slot)
             return slot

@@ -11,7 +11,7 @@ import inspect
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import psycopg
@@ -57,8 +57,15 @@ class Job:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> tuple[Job, float | None]:
-        """The job, and the seconds left to its deadline by the server's clock."""
-        return cls(*row[:16]), row[16]
+        """The job, and the seconds left to its deadline by the server's clock. Its fields are
+        set at once, not one by one as a frozen dataclass's ``__init__`` does (a third of the
+        time, which counted at thousands of jobs a second)."""
+        job = object.__new__(cls)
+        job.__dict__.update(zip(_JOB_FIELDS, row[:16], strict=True))
+        return job, row[16]
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-_Item = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
-_End = tuple[Callable[["asyncio.Future[Any]", Any], None], "asyncio.Future[Any]", Any]
+#: Told of a handler's end on the loop, with the future it ended and what run() was given as ``tag``.
+Ended = Callable[["asyncio.Future[Any]", Any], None]
+_Item = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], Ended | None, Any]
+_End = tuple[Callable[["asyncio.Future[Any]", Any], None], "asyncio.Future[Any]", Any, Ended | None, Any]
 
 
 class Threads:
@@ -33,19 +35,20 @@ class Threads:
         self._unstarted = 0
         self._starts: dict[int, float] = {}
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """``fn(*args)`` in a thread; the future ends with its result or what it raised."""
+    def run(self, fn: Callable[..., Any], *args: Any, ended: Ended | None = None, tag: Any = None
+            ) -> asyncio.Future[Any]:
+        """``fn(*args)`` in a thread; the future ends with its result or what it raised, and
+        ``ended(future, tag)`` is called on the loop as it does (before the future's callbacks)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._busy += 1
-        future.add_done_callback(self._ended)
         if self._busy > len(self._threads):
             thread = threading.Thread(target=self._work, name=f"{self.name}_{len(self._threads)}", daemon=True)
             self._threads.append(thread)
             thread.start()
         with self._lock:
             self._unstarted += 1
-        self._queue.put((loop, future, fn, args))
+        self._queue.put((loop, future, fn, args, ended, tag))
         return future
 
     @property
@@ -53,12 +56,9 @@ class Threads:
         """Handlers handed over whose ends the loop has not yet taken."""
         return self._busy
 
-    def _ended(self, _: asyncio.Future[Any]) -> None:
-        self._busy -= 1
-
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
-            loop, future, fn, args = item
+            loop, future, fn, args, ended, tag = item
             with self._changed:
                 self._unstarted -= 1
                 self._starts[id(future)] = time.monotonic()
@@ -66,26 +66,25 @@ class Threads:
             try:
                 result = fn(*args)
             except StopIteration as err:  # a future cannot hold one
-                self._hand(loop, _fail, future, RuntimeError(f"the handler raised StopIteration: {err}"))
+                self._hand(loop, (_fail, future, RuntimeError(f"the handler raised StopIteration: {err}"), ended, tag))
             except BaseException as err:  # noqa: BLE001 (the handler's, whatever it is: Parked too)
-                self._hand(loop, _fail, future, err)
+                self._hand(loop, (_fail, future, err, ended, tag))
             else:
-                self._hand(loop, _succeed, future, result)
-            del item, future, fn, args
+                self._hand(loop, (_succeed, future, result, ended, tag))
+            del item, future, fn, args, ended, tag
 
-    def _hand(self, loop: asyncio.AbstractEventLoop, how: Callable[[asyncio.Future[Any], Any], None],
-              future: asyncio.Future[Any], value: Any) -> None:
+    def _hand(self, loop: asyncio.AbstractEventLoop, end: _End) -> None:
         """Delivers a handler's end on its loop. Ends that come before the loop has taken the
         last ones go with them: one wake-up of the loop for all (a wake-up per handler cost a
         plain handler about a third of its time in the worker)."""
         with self._changed:
-            del self._starts[id(future)]
+            del self._starts[id(end[1])]
             self._changed.notify()
             waiting = self._ends.get(loop)
             if waiting is not None:
-                waiting.append((how, future, value))
+                waiting.append(end)
                 return
-            self._ends[loop] = [(how, future, value)]
+            self._ends[loop] = [end]
         try:
             loop.call_soon_threadsafe(self._deliver, loop)
         except RuntimeError:  # the loop is closed: nobody waits any more
@@ -106,8 +105,11 @@ class Threads:
     def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
             ends = self._ends.pop(loop, [])
-        for how, future, value in ends:
+        for how, future, value, ended, tag in ends:
+            self._busy -= 1
             how(future, value)
+            if ended is not None:
+                ended(future, tag)
 
     def shutdown(self) -> None:
         """Ends each thread once it is free; one still running a handler is left to it."""

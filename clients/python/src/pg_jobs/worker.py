@@ -26,6 +26,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from .connection import Backoff, OwnConnection, Pool, Slot
+from .deadlines import Deadlines
 from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
 from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_error
 from .jobs import JobDefinition
@@ -46,7 +47,7 @@ GATHER = 0.0002
 
 class _Held:
     __slots__ = ("job", "group", "started", "reason", "task", "threaded", "in_handler", "abandoned", "slot",
-                 "timer", "ctx")
+                 "tick", "ctx")
 
     def __init__(self, job: Job, group: _Group, started: float) -> None:
         self.job, self.group, self.started = job, group, started
@@ -60,7 +61,8 @@ class _Held:
         #: with (Worker._let_go); its attempt only ends when the handler does.
         self.abandoned = False
         self.slot: Slot | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        #: Its deadline's, in the worker's Deadlines; None for none.
+        self.tick: int | None = None
         self.ctx: AsyncContext | Context | None = None
 
 
@@ -111,7 +113,8 @@ class Worker:
         self._held: dict[Any, _Held] = {}
         self._claiming: set[int] = set()
         self._warned: set[str] = set()
-        self._running: set[asyncio.Task[None]] = set()
+        #: The jobs' tasks, and plain handlers' threads (their futures).
+        self._running: set[asyncio.Future[Any]] = set()
         self._letting_go: set[asyncio.Future[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -126,6 +129,7 @@ class Worker:
         self._control = OwnConnection(dsn, "pg-jobs heartbeat")
         self._listener = OwnConnection(dsn, "pg-jobs listener", listen="pg_jobs_cancel")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._deadlines: Deadlines  # made at start(), on the running loop
 
     @property
     def running(self) -> int:
@@ -136,6 +140,7 @@ class Worker:
         """Starts the dispatchers and the heartbeat; answers once the database was reached
         (trying again, with backoff, while it cannot be). Refuses a database without pg_jobs."""
         self._loop = asyncio.get_running_loop()
+        self._deadlines = Deadlines(self._loop, self._deadline_reached)
         backoff = Backoff(0.2, 10.0)
         while True:
             try:
@@ -215,7 +220,8 @@ class Worker:
                 slot = group.slots.pop() if group.slots else await self._pool.acquire()
                 rows = await (self._settle(slot, group) if group.pending else self._claim(slot, group))
                 backoff.reset()
-                await self._give_back(group, slot, False)
+                if not self._keep(group, slot, False):
+                    await self._pool.release(slot)
                 slot = None
                 for row in rows:
                     self._launch(group, row)
@@ -257,6 +263,7 @@ class Worker:
         results = None if all(r is None for _, r, _ in batch) else [Jsonb(r) for _, r, _ in batch]
         free = 0 if self._stopping else group.free
         rows: list[tuple[Any, ...]] = []
+        landed: set[Any] | None
         try:
             if free > 0:
                 cur = await slot.conn.execute(
@@ -264,7 +271,7 @@ class Worker:
                     (ids, claims, self.worker_id, group.queues, free, dt.timedelta(seconds=self.lease), results),
                     prepare=self._prepared)
                 rows = await cur.fetchall()
-                landed = set(ids)
+                landed = None  # all of them: else the statement raised lease_lost
             else:
                 landed = await self._complete_many(slot, ids, claims, results)
         except psycopg.Error as err:
@@ -273,7 +280,7 @@ class Worker:
                 raise
             landed = await self._complete_many(slot, ids, claims, results)
         for held, _, started in batch:
-            self._ended(held, "completed" if held.job.id in landed else "lost", started)
+            self._ended(held, "completed" if landed is None or held.job.id in landed else "lost", started)
         return rows
 
     async def _complete_many(self, slot: Slot, ids: list[Any], claims: list[int],
@@ -285,10 +292,15 @@ class Worker:
     async def _give_back(self, group: _Group, slot: Slot, broken: bool) -> None:
         """Keeps a connection for the group's next job or claim; a broken one is closed, and one
         goes back to the pool when the worker stops."""
-        if broken or slot.broken or self._stopping:
+        if not self._keep(group, slot, broken):
             await self._pool.release(slot, broken)
-        else:
-            group.slots.append(slot)
+
+    def _keep(self, group: _Group, slot: Slot, broken: bool) -> bool:
+        """_give_back's common case without a coroutine: whether the connection was kept."""
+        if broken or slot.broken or self._stopping:
+            return False
+        group.slots.append(slot)
+        return True
 
     async def _claim(self, slot: Slot, group: _Group) -> list[tuple[Any, ...]]:
         """Claims for the group's free slots: a look first, and only when it finds nothing a
@@ -319,9 +331,28 @@ class Worker:
 
     def _launch(self, group: _Group, row: tuple[Any, ...]) -> None:
         group.free -= 1
-        task = asyncio.create_task(self._run_job(group, row))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        job, time_left = Job.from_row(row)
+        definition = self._definition(job.name)
+        if definition is None:
+            self._running.add(asyncio.create_task(self._unknown(group, job)))
+            return
+        held = self._hold(group, job, time_left)
+        if definition.is_async or not group.slots or self._stopping:
+            # (An async handler takes its connection when its task runs: the jobs of a claim
+            # whose handlers never wait take turns with one.)
+            self._running.add(asyncio.create_task(self._run_job(held, None, definition)))
+        else:
+            slot = held.slot = group.slots.pop()
+            self._start_in_thread(held, slot, definition)
+        if len(self._running) > 4 * self.concurrency + 64:
+            # The ended ones are let go now and then, not each as it ends: a done callback per
+            # job cost about a microsecond of a no-op job's twenty-odd in the worker.
+            self._running = self._live()
+
+    def _live(self) -> set[asyncio.Future[Any]]:
+        """What a shutdown waits for: the jobs' tasks and plain handlers' threads that have not
+        ended."""
+        return {t for t in self._running if not t.done()}
 
     def _free_slot(self, group: _Group) -> None:
         group.free += 1
@@ -329,67 +360,112 @@ class Worker:
 
     # -- a job --------------------------------------------------------------------------------
 
-    async def _run_job(self, group: _Group, row: tuple[Any, ...]) -> None:
-        job, time_left = Job.from_row(row)
-        definition = self.jobs.get(job.name)
-        if definition is None and self.resolve is not None and job.name not in self._warned:
+    def _definition(self, name: str) -> JobDefinition[Any] | None:
+        definition = self.jobs.get(name)
+        if definition is None and self.resolve is not None and name not in self._warned:
             try:
-                definition = self.resolve(job.name)
+                definition = self.resolve(name)
             except Exception as err:  # noqa: BLE001 (an unknown name)
-                self.log.warning("could not resolve job name %r: %s", job.name, first_line(err))
+                self.log.warning("could not resolve job name %r: %s", name, first_line(err))
             if definition is not None:
-                self.jobs[job.name] = definition
-        started = time.monotonic()
-        if definition is None:
-            try:
-                await self._control.query("select jobs.snooze(%s, %s, clock_timestamp() + %s)",
-                                          (job.id, job.claim, dt.timedelta(seconds=self.unknown_snooze)))
-                if job.name not in self._warned:
-                    self._warned.add(job.name)
-                    self.log.warning("no handler for job name %r here; snoozed, no attempt used", job.name)
-                self._report(job, "unknown_name", 0.0, None)
-            except Exception as err:  # noqa: BLE001
-                self.log.warning("could not snooze job %s: %s", job.id, first_line(err))
-            finally:
-                self._free_slot(group)
-            return
-        held = _Held(job, group, started)
-        loop = asyncio.get_running_loop()
+                self.jobs[name] = definition
+        return definition
+
+    def _hold(self, group: _Group, job: Job, time_left: float | None) -> _Held:
+        held = _Held(job, group, time.monotonic())
         if time_left is not None:
-            held.timer = loop.call_later(max(0.0, time_left), self._abort, held, "deadline")
+            held.tick = self._deadlines.add(held, time_left)
         self._held[job.id] = held
         if self.metrics:
             self.metrics.running(len(self._held))
+        return held
+
+    def _start_in_thread(self, held: _Held, slot: Slot, definition: JobDefinition[Any]) -> None:
+        """A plain handler, on a connection at hand, without a task of its own (one cost a
+        no-op job more than the job): its thread's end is delivered to ``_thread_ended``, which
+        leaves the job to the dispatcher's next settle, or ends the attempt in a task when
+        there is more to do (a failure, a transaction, a cancellation)."""
+        job = held.job
+        ctx = held.ctx = Context(job, None, slot.view(False, definition.transactional), self._control.query,
+                                 asyncio.get_running_loop())
+        held.threaded = held.in_handler = True
+        held.task = self._threads.run(definition.handler, job.payload, ctx, ended=self._thread_ended, tag=held)
+        self._running.add(held.task)
+
+    def _thread_ended(self, future: asyncio.Future[Any], held: _Held) -> None:
+        held.in_handler = False
+        held.task = None
+        if held.abandoned:
+            return
+        group, slot = held.group, held.slot
+        assert slot is not None
+        error = asyncio.CancelledError() if future.cancelled() else future.exception()
+        result = None if error is not None else future.result()
+        if error is None and self._leave_to_dispatcher(held, slot, result):
+            group.slots.append(slot)
+            self._free_slot(group)
+            return
+        self._running.add(asyncio.create_task(self._run_job(held, slot, ended=(result, error))))
+
+    def _leave_to_dispatcher(self, held: _Held, slot: Slot, result: Any) -> bool:
+        """Leaves a job whose handler returned, outside a transaction, to be completed with the
+        dispatcher's next claim, unless it is stopped, stopping, or the dispatcher's claim is
+        sleeping in the server (then it completes itself)."""
+        group = held.group
+        if (held.reason is None and not self._stopping and not group.waiting and not slot.broken
+                and slot.conn.pgconn.transaction_status == TransactionStatus.IDLE):
+            group.pending.append((held, result, held.started))
+            return True
+        return False
+
+    async def _unknown(self, group: _Group, job: Job) -> None:
+        try:
+            await self._control.query("select jobs.snooze(%s, %s, clock_timestamp() + %s)",
+                                      (job.id, job.claim, dt.timedelta(seconds=self.unknown_snooze)))
+            if job.name not in self._warned:
+                self._warned.add(job.name)
+                self.log.warning("no handler for job name %r here; snoozed, no attempt used", job.name)
+            self._report(job, "unknown_name", 0.0, None)
+        except Exception as err:  # noqa: BLE001
+            self.log.warning("could not snooze job %s: %s", job.id, first_line(err))
+        finally:
+            self._free_slot(group)
+
+    async def _run_job(self, held: _Held, slot: Slot | None, definition: JobDefinition[Any] | None = None,
+                       ended: tuple[Any, BaseException | None] = (None, None)) -> None:
+        """An attempt in a task of its own: its handler runs here (``definition``), or ran in a
+        thread and ``ended`` (its result, what it raised) is followed up; then its connection is
+        kept and its slot freed. An outcome of None: left to the dispatcher's next settle."""
         outcome: Outcome | None = "lost"
         error: str | None = None
-        slot: Slot | None = None
         broken = False
         try:
-            slot = held.slot = group.slots.pop() if group.slots else await self._pool.acquire()
-            outcome, error = await self._attempt(group, slot, held, definition, started)
+            if slot is None:
+                slot = held.slot = held.group.slots.pop() if held.group.slots else await self._pool.acquire()
+            outcome, error = await (self._attempt(slot, held, definition) if definition is not None
+                                    else self._after(slot, held, *ended))
         except Exception as err:  # noqa: BLE001 (the job is left to its lease)
             broken = True
             error = first_line(err)
             if not is_connection_error(err) and not held.abandoned:
-                self.log.warning("job %s: %s", job.id, first_line(from_driver(err)))
+                self.log.warning("job %s: %s", held.job.id, first_line(from_driver(err)))
         finally:
             if not held.abandoned:  # (else let go already: its slot, outcome and connection)
-                if slot is not None:
-                    await self._give_back(group, slot, broken)
+                if slot is not None and not self._keep(held.group, slot, broken):
+                    await self._pool.release(slot, broken)
                 if outcome is not None:
-                    self._ended(held, outcome, started, error)
-                self._free_slot(group)
+                    self._ended(held, outcome, held.started, error)
+                self._free_slot(held.group)
 
-    async def _attempt(self, group: _Group, slot: Slot, held: _Held, definition: JobDefinition[Any],
-                       started: float) -> tuple[Outcome | None, str | None]:
-        job, conn = held.job, slot.conn
+    async def _attempt(self, slot: Slot, held: _Held,
+                       definition: JobDefinition[Any]) -> tuple[Outcome | None, str | None]:
+        job = held.job
         result: Any = None
         thrown: BaseException | None = None
         # Its first statement begins the transaction (when transactional) that the worker ends.
         view = slot.view(definition.is_async, definition.transactional)
-        loop = asyncio.get_running_loop()
         ctx: AsyncContext | Context = (AsyncContext(job, view, self._control.query) if definition.is_async else
-                                       Context(job, None, view, self._control.query, loop))
+                                       Context(job, None, view, self._control.query, asyncio.get_running_loop()))
         held.ctx = ctx
         if held.reason is not None:
             thrown = asyncio.CancelledError()  # stopped before it began
@@ -414,6 +490,15 @@ class Worker:
                     task.uncancel()  # the cancels were the handler's, not this task's
             if held.abandoned:
                 return None, None
+            if thrown is None and self._leave_to_dispatcher(held, slot, result):
+                return None, None
+        return await self._after(slot, held, result, thrown)
+
+    async def _after(self, slot: Slot, held: _Held, result: Any,
+                     thrown: BaseException | None) -> tuple[Outcome | None, str | None]:
+        """What the handler's end comes to: settled (now, or with the dispatcher's next claim),
+        failed, parked, or stopped."""
+        job, conn = held.job, slot.conn
         status = conn.pgconn.transaction_status
         in_tx = status != TransactionStatus.IDLE
         if held.reason is not None:
@@ -438,10 +523,8 @@ class Worker:
                                      (job.id, job.claim, error, retry_at, not isinstance(thrown, NonRetryable)))
             row = await cur.fetchone()
             return (row[0] if row and row[0] else "lost"), error
-        if not in_tx:
-            if not self._stopping and not group.waiting:
-                group.pending.append((held, result, started))  # completed by the dispatcher, with its next claim
-                return None, None
+        if not in_tx and self._leave_to_dispatcher(held, slot, result):
+            return None, None
         cur = await conn.execute("select jobs.complete(%s, %s, %s)", (job.id, job.claim, Jsonb(result)))
         row = await cur.fetchone()
         landed = bool(row and row[0])
@@ -497,11 +580,17 @@ class Worker:
         if held.in_handler and not held.threaded and held.task is not None:
             held.task.cancel()
 
+    def _deadline_reached(self, held: Any) -> None:
+        self._abort(held, "deadline")
+
     def _ended(self, held: _Held, outcome: Outcome, started: float, error: str | None = None) -> None:
-        if held.timer is not None:
-            held.timer.cancel()
-        if self._held.get(held.job.id) is held:
-            del self._held[held.job.id]
+        if held.tick is not None:
+            self._deadlines.remove(held, held.tick)
+            held.tick = None
+        job_id = held.job.id
+        other = self._held.pop(job_id, held)
+        if other is not held:
+            self._held[job_id] = other  # another attempt's of the same job, claimed since: kept
         if self.metrics:
             self.metrics.running(len(self._held))
         self._report(held.job, outcome, time.monotonic() - started, error)
@@ -560,6 +649,14 @@ class Worker:
         except asyncio.TimeoutError:
             pass
 
+    async def _wait_running(self, seconds: float) -> None:
+        """Until what runs has ended, ``seconds`` at most: a plain handler's end may start a
+        task that ends its attempt, waited for too."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while (live := self._live()) and (left := end - loop.time()) > 0:
+            await asyncio.wait(live, timeout=left)
+
     async def _shutdown(self, grace: float) -> None:
         self._stopping = True
         self._wake.set()
@@ -575,12 +672,11 @@ class Worker:
         dispatchers = self._loops[:len(self._groups)]
         others = self._loops[len(self._groups):]
         await asyncio.gather(*dispatchers, return_exceptions=True)
-        if self._running:
-            await asyncio.wait(set(self._running), timeout=grace)
-        if self._running:
+        await self._wait_running(grace)
+        if self._live():
             for held in list(self._held.values()):
                 self._abort(held, "shutdown")
-            await asyncio.wait(set(self._running), timeout=ABANDON + 0.5)
+            await self._wait_running(ABANDON + 0.5)
         if self._letting_go:
             await asyncio.gather(*self._letting_go, return_exceptions=True)
         for held in list(self._held.values()):
