@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import JsonbBinaryLoader, set_json_loads
 
+from . import arrays
 from .errors import is_connection_error
 
 #: The prepare_threshold of a connection whose statements are prepared only when asked for
@@ -117,6 +118,7 @@ class Pool:
                 self.dsn, autocommit=True, prepare_threshold=ONLY_WHEN_ASKED if self.prepared else None,
                 application_name=self.application_name)
             _read_payloads_fast(conn)
+            arrays.register(conn)
             slot = Slot(conn)
             self._all.add(slot)
             return slot

@@ -25,6 +25,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
+from .arrays import Int8Array, UuidArray, int8_array, uuid_array
 from .connection import Backoff, OwnConnection, Pool, Slot
 from .deadlines import Deadlines
 from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
@@ -254,11 +255,10 @@ class Worker:
             await asyncio.sleep(0)  # their jobs pending
 
     async def _settle(self, slot: Slot, group: _Group) -> list[tuple[Any, ...]]:
-        # The ids and claims go in binary (%b): psycopg writes a list of them in text element by
-        # element, at twice the cost.
+        # The ids and claims go as binary arrays made at once (pg_jobs.arrays).
         batch, group.pending = group.pending, []
-        ids = [h.job.id for h, _, _ in batch]
-        claims = [h.job.claim for h, _, _ in batch]
+        ids = uuid_array([h.job.id for h, _, _ in batch])
+        claims = int8_array([h.job.claim for h, _, _ in batch])
         # No results at all (handlers that answer nothing): none sent, none for the server to read.
         results = None if all(r is None for _, r, _ in batch) else [Jsonb(r) for _, r, _ in batch]
         free = 0 if self._stopping else group.free
@@ -283,7 +283,7 @@ class Worker:
             self._ended(held, "completed" if landed is None or held.job.id in landed else "lost", started)
         return rows
 
-    async def _complete_many(self, slot: Slot, ids: list[Any], claims: list[int],
+    async def _complete_many(self, slot: Slot, ids: UuidArray, claims: Int8Array,
                              results: list[Jsonb] | None) -> set[Any]:
         cur = await slot.conn.execute("select id, landed from jobs.complete_many(%b, %b, %s::jsonb[])",
                                       (ids, claims, results), prepare=self._prepared)
