@@ -16,7 +16,8 @@ from typing import Any
 #: Told of a handler's end on the loop, with the future it ended and what run() was given as ``tag``.
 Ended = Callable[["asyncio.Future[Any]", Any], None]
 _Item = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], Ended | None, Any]
-_End = tuple[Callable[["asyncio.Future[Any]", Any], None], "asyncio.Future[Any]", Any, Ended | None, Any]
+#: How the future ends (_succeed or _fail), the future, its result or error, and run()'s ``ended`` and ``tag``.
+_End = tuple[Ended, "asyncio.Future[Any]", Any, Ended | None, Any]
 
 
 class Threads:

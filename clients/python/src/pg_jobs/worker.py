@@ -27,8 +27,8 @@ from psycopg.types.json import Jsonb
 
 from .arrays import Int8Array, UuidArray, int8_array, uuid_array
 from .connection import Backoff, OwnConnection, Pool, Slot
-from .deadlines import Deadlines
 from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
+from .deadlines import Deadlines
 from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_error
 from .jobs import JobDefinition
 from .observe import Metrics, Outcome, first_line, log_outcome
@@ -402,7 +402,7 @@ class Worker:
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         result = None if error is not None else future.result()
         if error is None and self._leave_to_dispatcher(held, slot, result):
-            group.slots.append(slot)
+            group.slots.append(slot)  # (kept: it is neither broken nor the worker stopping)
             self._free_slot(group)
             return
         self._running.add(asyncio.create_task(self._run_job(held, slot, ended=(result, error))))
