@@ -7,10 +7,10 @@ export async function makeDatabase(prefix) {
   const server = process.env.PG_JOBS_DSN;
   assert.ok(server, 'PG_JOBS_DSN is not set (a superuser URL, e.g. postgres://postgres@127.0.0.1:54392/postgres)');
   const name = `${prefix}_${randomUUID().slice(0, 8)}`;
-  const admin = async (sql) => {
+  const admin = async (sql, params) => {
     const client = new pg.Client({ connectionString: server });
     await client.connect();
-    try { await client.query(sql); } finally { await client.end(); }
+    try { return (await client.query(sql, params)).rows; } finally { await client.end(); }
   };
   await admin(`create database ${name}`);
   const url = new URL(server);
@@ -22,6 +22,18 @@ export async function makeDatabase(prefix) {
     pool,
     async drop() {
       await pool.end();
+      // pool.end() resolves once each client was told to end, not once its backend left: a
+      // backend still reading its Terminate when the drop's force signals it answers with a
+      // FATAL the ending client raises as an uncaught error. Wait (5 s at most) for the clients'
+      // backends to go; the force is for the pg_jobs sweeper, whose backend comes and goes.
+      for (let waited = 0; waited < 5000; waited += 20) {
+        const [{ n }] = await admin(
+          "select count(*)::int as n from pg_stat_activity where datname = $1 and backend_type = 'client backend'",
+          [name],
+        );
+        if (n === 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
       await admin(`drop database ${name} with (force)`);
     },
   };
