@@ -131,6 +131,7 @@ class Abandoned extends Error {}
 export class Worker {
   private readonly pool: pg.Pool;
   private readonly ownPool: boolean;
+  private readonly ignorePoolError = (): void => {}; // an idle client's connection broke: the pool drops it
   private readonly control: OwnConnection;
   private readonly listener: OwnConnection;
   private readonly queues: string[];
@@ -183,7 +184,7 @@ export class Worker {
     this.pool = options.pool ?? new pg.Pool({
       connectionString: options.connectionString, max: this.concurrency, application_name: 'pg-jobs worker',
     });
-    this.pool.on('error', () => {}); // an idle client's connection broke: the pool drops it
+    this.pool.on('error', this.ignorePoolError);
     this.control = new OwnConnection({ ...config, application_name: 'pg-jobs heartbeat' });
     this.listener = new OwnConnection({ ...config, application_name: 'pg-jobs listener' }, async (client) => {
       client.on('notification', (n) => this.onCancel(n.payload ?? '*'));
@@ -274,6 +275,7 @@ export class Worker {
     await this.listener.close();
     await this.control.close();
     if (this.ownPool) await this.pool.end().catch(() => {});
+    else this.pool.off('error', this.ignorePoolError); // the application's pool outlives the worker
     this.logger.info('pg-jobs worker stopped', { workerId: this.workerId });
   }
 

@@ -61,12 +61,14 @@ test('a refusal is a PgJobsError with its SQLSTATE, and enqueues nothing', async
   assert.equal((await pool.query("select count(*)::int as n from jobs.jobs where name = 'dup'")).rows[0].n, 1);
 });
 
-test('runUntilEmpty drains a queue with the jobs given', async () => {
+test('runUntilEmpty drains a queue with the jobs given, and leaves the pool given as it was', async () => {
   const seen = [];
   const job = defineJob({ name: 'drained', queue: 'drain', handler: (payload) => { seen.push(payload.i); } });
   await enqueueMany(pool, [1, 2, 3].map((i) => ({ job, payload: { i } })));
+  const listeners = pool.listenerCount('error');
   await runUntilEmpty({ pool, queues: ['drain'], concurrency: 2, jobs: [job], logger: { info() {}, warn() {}, error() {} } });
   assert.deepEqual(seen.sort(), [1, 2, 3]);
+  assert.equal(pool.listenerCount('error'), listeners, 'the worker took its error listener off the pool');
 });
 
 test('ctx.sleep parks the job once, with no attempt used, and returns at once when it runs again', async () => {
