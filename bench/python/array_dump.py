@@ -1,7 +1,7 @@
 """What it takes to write a settle's ids and claims (a list of UUIDs and one of ints, 32 each,
 as the Python worker sends a settle of 32 jobs): psycopg's list in text (`%s`) and in binary
 (`%b`), and the binary arrays the worker makes at once (pg_jobs.arrays), without a server round
-trip: CPU per settle, best of 5 runs of 3,000.
+trip: CPU per settle, best of 5 runs of 3,000; then a claim's queue list, psycopg's or made once.
 
     .venv/bin/python bench/python/array_dump.py "host=127.0.0.1 port=54430 user=postgres" [32]
 """
@@ -31,3 +31,15 @@ with psycopg.connect(dsn) as conn:
                 Transformer(conn).dump_sequence(values(), [fmt, fmt])
             runs.append((time.process_time() - start) / 3000 * 1e6)
         print(f"{name}: {min(runs):.1f} µs per settle of {size}")
+    # A claim's queues (one name), at every claim and settle: psycopg's list, or the text[] the
+    # worker makes once.
+    queues, made = ["default"], arrays.text_array(["default"])
+    for name, fmt, value in (("queues, psycopg's list (%s)", PyFormat.TEXT, queues),
+                             ("queues, pg_jobs.arrays made once (%b)", PyFormat.BINARY, made)):
+        runs = []
+        for _ in range(5):
+            start = time.process_time()
+            for _ in range(3000):
+                Transformer(conn).dump_sequence([value], [fmt])
+            runs.append((time.process_time() - start) / 3000 * 1e6)
+        print(f"{name}: {min(runs):.1f} µs per claim")

@@ -34,3 +34,16 @@ def test_a_settle_of_claimed_jobs_lands_through_them(dsn: str) -> None:
         rows = conn.execute("select id, landed from jobs.complete_many(%b, %b, %s::jsonb[])",
                             (arrays.uuid_array(ids), arrays.int8_array(claims), None)).fetchall()
         assert sorted(rows) == sorted([(ids[0], True), (ids[1], False)])
+
+
+def test_queue_names_go_as_a_text_array_made_once_or_as_the_list(dsn: str) -> None:
+    """A claim's queues: ASCII names as a text[] made once, others as the list itself (written
+    in the connection's encoding by psycopg); the server reads both as given."""
+    ascii_names, other = ["default", "q-1", ""], ["émails", "default"]
+    assert isinstance(arrays.text_array(ascii_names), arrays.TextArray)
+    assert arrays.text_array(other) == other
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        arrays.register(conn)
+        row = conn.execute("select %b, pg_typeof(%b)::text, %b",
+                           (arrays.text_array(ascii_names), arrays.text_array(["x"]), arrays.text_array(other))).fetchone()
+    assert row == (ascii_names, "text[]", other)

@@ -458,3 +458,48 @@ def test_a_plain_handler_failing_in_a_shutdowns_grace_has_its_failure_recorded(d
     with psycopg.connect(dsn) as conn:
         row = conn.execute("select attempt, last_error from jobs.jobs").fetchone()
     assert row is not None and row[0] == 1 and "failed in the grace" in (row[1] or ""), row
+
+
+def test_a_cancel_notice_naming_no_held_job_changes_nothing_and_a_cancel_still_arrives(dsn: str) -> None:
+    """Any role may NOTIFY pg_jobs_cancel: a notice whose payload is not an id, or names a job
+    this worker does not hold, stops no handler and does not cost the listener its connection
+    (its backend is the same after them; checked to fail when the id's parse is not guarded),
+    and a cancel after them reaches the handler through it, well before a heartbeat would."""
+    started = asyncio.Event()
+    reasons: list[str | None] = []
+
+    @pg_jobs.job("waits_for_its_cancel")
+    async def waits(payload: Any, ctx: pg_jobs.AsyncContext) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            reasons.append(ctx.cancel_reason)
+
+    listener = ("select pid from pg_stat_activity where application_name = 'pg-jobs listener' "
+                "and query ilike 'listen%'")
+
+    async def run() -> None:
+        worker = pg_jobs.Worker(dsn, jobs=[waits], concurrency=1, lease=90)  # heartbeats every 30 s
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            job_id = (await (await conn.execute("select id from jobs.enqueue('waits_for_its_cancel')")).fetchone()
+                      or [None])[0]
+            await worker.start()
+            try:
+                await asyncio.wait_for(started.wait(), 20)
+                before = await (await conn.execute(listener)).fetchall()
+                for payload in ("not an id", str(uuid.uuid4()), "{" + "0" * 40 + "}"):
+                    await conn.execute("select pg_notify('pg_jobs_cancel', %s)", (payload,))
+                await asyncio.sleep(0.5)
+                assert reasons == [], reasons
+                assert await (await conn.execute(listener)).fetchall() == before != []
+                await conn.execute("select jobs.cancel(%s)", (job_id,))
+                for _ in range(250):
+                    if reasons:
+                        break
+                    await asyncio.sleep(0.02)
+            finally:
+                await worker.stop(grace=5)
+
+    asyncio.run(run())
+    assert reasons == ["cancelled"]

@@ -168,7 +168,11 @@ class AsyncContext:
         self.cancel_reason: str | None = None
         self._cancelled: threading.Event | None = None  # made at the first read: most never read it
         self._conn = conn
-        self._durable = _Durable(job, control)
+        self._control = control
+
+    @property
+    def _durable(self) -> _Durable:
+        return _Durable(self.job, self._control)  # at a durable call: most handlers make none
 
     @property
     def cancelled(self) -> threading.Event:
@@ -239,8 +243,12 @@ class Context:
         self.cancel_reason: str | None = None
         self._cancelled = cancelled  # made at the first read (most never read it): see below
         self._conn = conn
-        self._durable = _Durable(job, control)
+        self._control = control
         self._loop = loop
+
+    @property
+    def _durable(self) -> _Durable:
+        return _Durable(self.job, self._control)  # at a durable call: most handlers make none
 
     @property
     def cancelled(self) -> threading.Event:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 logger = logging.getLogger("pg_jobs")
 
@@ -47,9 +47,13 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+#: The level of an outcome's line.
+LEVELS: dict[str, int] = {o: logging.INFO if o in _QUIET else logging.WARNING for o in get_args(Outcome)}
+
+
 def log_outcome(log: logging.Logger, job_id: object, name: str, queue: str, attempt: int, seconds: float,
                 outcome: Outcome, error: str | None) -> None:
-    level = logging.INFO if outcome in _QUIET else logging.WARNING
+    level = LEVELS[outcome]
     if log.isEnabledFor(level):
         text = (f"job {outcome}: id={job_id} name={name} queue={queue} attempt={attempt} "
                 f"duration_ms={round(seconds * 1000)}")

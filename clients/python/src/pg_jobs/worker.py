@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +26,13 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
-from .arrays import Int8Array, UuidArray, int8_array, uuid_array
+from .arrays import Int8Array, TextArray, UuidArray, int8_array, text_array, uuid_array
 from .connection import Backoff, OwnConnection, Pool, Slot
 from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
 from .deadlines import Deadlines
 from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_error
 from .jobs import JobDefinition
-from .observe import Metrics, Outcome, first_line, log_outcome
+from .observe import LEVELS, Metrics, Outcome, first_line, log_outcome
 from .observe import logger as default_logger
 from .threads import Threads
 
@@ -53,8 +54,9 @@ class _Held:
     def __init__(self, job: Job, group: _Group, started: float) -> None:
         self.job, self.group, self.started = job, group, started
         self.reason: str | None = None
-        #: While the handler runs (``in_handler``), the attempt's task: an ``async def`` handler
-        #: runs in it, a plain one in a thread it waits for (``threaded``).
+        #: The attempt's task, read while the handler runs (``in_handler``): an ``async def``
+        #: handler runs in it, a plain one in a thread it waits for (``threaded``), or the
+        #: thread's future when no task waits for it.
         self.task: asyncio.Future[Any] | None = None
         self.threaded = False
         self.in_handler = False
@@ -71,6 +73,8 @@ class _Held:
 class _Group:
     queues: list[str]
     free: int
+    #: ``queues`` as the claims send them, made once (pg_jobs.arrays).
+    queue_array: TextArray | list[str] = field(init=False)
     pending: list[tuple[_Held, Any, float]] = field(default_factory=list)
     waiting: bool = False  # the dispatcher's claim sleeps in the server: an ending job completes itself
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -78,6 +82,9 @@ class _Group:
     #: more than the job); given back before a waiting claim, so an idle worker holds one. At
     #: most as many as its slots are in use at once: the dispatcher runs only while one is free.
     slots: list[Slot] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.queue_array = text_array(self.queues)
 
 
 class Worker:
@@ -102,6 +109,7 @@ class Worker:
             raise ValueError("pg_jobs.Worker: concurrency must be at least 1")
         self.jobs = {j.name: j for j in jobs}
         self.lease, self.shutdown_grace, self.poll = lease, shutdown_grace, poll
+        self._lease = dt.timedelta(seconds=lease)  # as the claims send it, made once
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.log = logger or default_logger
         self.metrics = metrics
@@ -111,7 +119,8 @@ class Worker:
         #: Finds the job of a name not in ``jobs`` (e.g. a Django task by its module path);
         #: None, or a name it answers None for, is an unknown name.
         self.resolve = resolve
-        self._held: dict[Any, _Held] = {}
+        #: The jobs held, by their id's number (``UUID.int``: a UUID's hash is Python code).
+        self._held: dict[int, _Held] = {}
         self._claiming: set[int] = set()
         self._warned: set[str] = set()
         #: The jobs' tasks, and plain handlers' threads (their futures).
@@ -129,7 +138,7 @@ class Worker:
         self._pool = Pool(dsn, self.concurrency, "pg-jobs worker", prepared_statements)
         self._control = OwnConnection(dsn, "pg-jobs heartbeat")
         self._listener = OwnConnection(dsn, "pg-jobs listener", listen="pg_jobs_cancel")
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop  # the running loop, at start()
         self._deadlines: Deadlines  # made at start(), on the running loop
 
     @property
@@ -226,6 +235,8 @@ class Worker:
                 slot = None
                 for row in rows:
                     self._launch(group, row)
+                if rows and self.metrics:
+                    self.metrics.running(len(self._held))
                 if rows and group.pending:
                     await self._gather()
             except Exception as err:  # noqa: BLE001 (a worker never ends on a database error)
@@ -259,17 +270,18 @@ class Worker:
         batch, group.pending = group.pending, []
         ids = uuid_array([h.job.id for h, _, _ in batch])
         claims = int8_array([h.job.claim for h, _, _ in batch])
+        answers = [r for _, r, _ in batch]
         # No results at all (handlers that answer nothing): none sent, none for the server to read.
-        results = None if all(r is None for _, r, _ in batch) else [Jsonb(r) for _, r, _ in batch]
+        results = None if answers.count(None) == len(answers) else [Jsonb(r) for r in answers]
         free = 0 if self._stopping else group.free
         rows: list[tuple[Any, ...]] = []
         landed: set[Any] | None
         try:
             if free > 0:
                 cur = await slot.conn.execute(
-                    f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%b, %b, %s, %s, %s, %s, %s::jsonb[])",
-                    (ids, claims, self.worker_id, group.queues, free, dt.timedelta(seconds=self.lease), results),
-                    prepare=self._prepared)
+                    f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%b, %b, %s, %b, %s, %s, %s::jsonb[])",
+                    (ids, claims, self.worker_id, group.queue_array, free, self._lease, results),
+                    prepare=self._prepared, binary=True)
                 rows = await cur.fetchall()
                 landed = None  # all of them: else the statement raised lease_lost
             else:
@@ -280,7 +292,9 @@ class Worker:
                 raise
             landed = await self._complete_many(slot, ids, claims, results)
         for held, _, started in batch:
-            self._ended(held, "completed" if landed is None or held.job.id in landed else "lost", started)
+            self._ended(held, "completed" if landed is None or held.job.id in landed else "lost", started, None, False)
+        if self.metrics:
+            self.metrics.running(len(self._held))
         return rows
 
     async def _complete_many(self, slot: Slot, ids: UuidArray, claims: Int8Array,
@@ -307,10 +321,10 @@ class Worker:
         claim that sleeps in the server for work (while it does, an ending job completes
         itself). Without the look, a claim answered short was followed by a sleeping one, and
         every job of the batch running then completed with a commit of its own."""
-        query = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %s, %s, %s, %s)"
-        lease = dt.timedelta(seconds=self.lease)
-        cur = await slot.conn.execute(query, (self.worker_id, group.queues, group.free, lease, None),
-                                      prepare=self._prepared)
+        query = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %b, %s, %s, %s)"
+        lease = self._lease
+        cur = await slot.conn.execute(query, (self.worker_id, group.queue_array, group.free, lease, None),
+                                      prepare=self._prepared, binary=True)
         found = await cur.fetchall()
         if found or self._stopping:
             return found
@@ -322,8 +336,8 @@ class Worker:
         try:
             if group.pending:  # a job ended during the look: settled with the next claim
                 return []
-            cur = await slot.conn.execute(query, (self.worker_id, group.queues, group.free, lease,
-                                                  dt.timedelta(seconds=self.poll)), prepare=self._prepared)
+            cur = await slot.conn.execute(query, (self.worker_id, group.queue_array, group.free, lease,
+                                                  dt.timedelta(seconds=self.poll)), prepare=self._prepared, binary=True)
             return await cur.fetchall()
         finally:
             group.waiting = False
@@ -332,15 +346,16 @@ class Worker:
     def _launch(self, group: _Group, row: tuple[Any, ...]) -> None:
         group.free -= 1
         job, time_left = Job.from_row(row)
-        definition = self._definition(job.name)
+        definition = self.jobs.get(job.name) or self._definition(job.name)
         if definition is None:
-            self._running.add(asyncio.create_task(self._unknown(group, job)))
+            self._running.add(self._loop.create_task(self._unknown(group, job)))
             return
         held = self._hold(group, job, time_left)
         if definition.is_async or not group.slots or self._stopping:
             # (An async handler takes its connection when its task runs: the jobs of a claim
             # whose handlers never wait take turns with one.)
-            self._running.add(asyncio.create_task(self._run_job(held, None, definition)))
+            held.task = self._loop.create_task(self._run_job(held, None, definition))
+            self._running.add(held.task)
         else:
             slot = held.slot = group.slots.pop()
             self._start_in_thread(held, slot, definition)
@@ -356,7 +371,8 @@ class Worker:
 
     def _free_slot(self, group: _Group) -> None:
         group.free += 1
-        group.wake.set()
+        if group.free == 1:  # (the dispatcher waits only while none is free)
+            group.wake.set()
 
     # -- a job --------------------------------------------------------------------------------
 
@@ -375,9 +391,7 @@ class Worker:
         held = _Held(job, group, time.monotonic())
         if time_left is not None:
             held.tick = self._deadlines.add(held, time_left)
-        self._held[job.id] = held
-        if self.metrics:
-            self.metrics.running(len(self._held))
+        self._held[job.id.int] = held  # (the dispatcher reports the running count, once a claim)
         return held
 
     def _start_in_thread(self, held: _Held, slot: Slot, definition: JobDefinition[Any]) -> None:
@@ -405,7 +419,7 @@ class Worker:
             group.slots.append(slot)  # (kept: it is neither broken nor the worker stopping)
             self._free_slot(group)
             return
-        self._running.add(asyncio.create_task(self._run_job(held, slot, ended=(result, error))))
+        self._running.add(self._loop.create_task(self._run_job(held, slot, ended=(result, error))))
 
     def _leave_to_dispatcher(self, held: _Held, slot: Slot, result: Any) -> bool:
         """Leaves a job whose handler returned, outside a transaction, to be completed with the
@@ -474,10 +488,10 @@ class Worker:
             # the job), and a cancel reaches it by cancelling this task while it runs; a plain
             # one in a thread, told by ctx.cancelled. Either is let go from outside if it
             # ignores its cancellation (Worker._abandon).
-            task = asyncio.current_task()
+            task = held.task  # this task, made by _launch
+            assert isinstance(task, asyncio.Task)
             held.threaded = not definition.is_async
             thread = None if definition.is_async else self._threads.run(definition.handler, job.payload, ctx)
-            held.task = task
             held.in_handler = True
             try:
                 result = await (definition.handler(job.payload, ctx) if thread is None else thread)
@@ -486,7 +500,7 @@ class Worker:
             finally:
                 held.in_handler = False
                 held.task = None
-                while task is not None and task.cancelling():
+                while task.cancelling():
                     task.uncancel()  # the cancels were the handler's, not this task's
             if held.abandoned:
                 return None, None
@@ -583,22 +597,26 @@ class Worker:
     def _deadline_reached(self, held: Any) -> None:
         self._abort(held, "deadline")
 
-    def _ended(self, held: _Held, outcome: Outcome, started: float, error: str | None = None) -> None:
+    def _ended(self, held: _Held, outcome: Outcome, started: float, error: str | None = None,
+               count: bool = True) -> None:
+        """An attempt ended: reported; ``count``: and the running count (a settle reports it
+        once for its jobs)."""
         if held.tick is not None:
             self._deadlines.remove(held, held.tick)
             held.tick = None
-        job_id = held.job.id
+        job_id = held.job.id.int
         other = self._held.pop(job_id, held)
         if other is not held:
             self._held[job_id] = other  # another attempt's of the same job, claimed since: kept
-        if self.metrics:
+        if count and self.metrics:
             self.metrics.running(len(self._held))
         self._report(held.job, outcome, time.monotonic() - started, error)
 
     def _report(self, job: Job, outcome: Outcome, seconds: float, error: str | None) -> None:
         if self.metrics:
             self.metrics.attempt_ended(job.queue, job.name, outcome, seconds)
-        log_outcome(self.log, job.id, job.name, job.queue, job.attempt, seconds, outcome, error)
+        if self.log.isEnabledFor(LEVELS[outcome]):
+            log_outcome(self.log, job.id, job.name, job.queue, job.attempt, seconds, outcome, error)
         if self.tracer is not None:
             from .tracing import record_attempt
             record_attempt(self.tracer, job, outcome, seconds, error)
@@ -611,7 +629,7 @@ class Worker:
             await asyncio.sleep(max(self.lease / 3, 0.1))
             await self._beat(list(self._held), "lost")
 
-    async def _beat(self, ids: list[Any], reason: str) -> None:
+    async def _beat(self, ids: list[int], reason: str) -> None:
         helds = [self._held[i] for i in ids if i in self._held]
         if not helds:
             return
@@ -623,7 +641,7 @@ class Worker:
             self.log.warning("heartbeat failed; trying again: %s", first_line(err))
             return
         for job_id, until in rows:
-            held = self._held.get(job_id)
+            held = self._held.get(job_id.int)
             if until is None and held is not None:
                 self._abort(held, reason)
 
@@ -635,13 +653,20 @@ class Worker:
                 backoff.reset()
                 await self._beat(list(self._held), "cancelled")  # cancels missed while away
                 async for note in conn.notifies():
-                    ids = list(self._held) if note.payload in ("", "*") else [
-                        i for i in self._held if str(i) == note.payload]
+                    ids = list(self._held) if note.payload in ("", "*") else self._held_of(note.payload)
                     if ids:
                         await self._beat(ids, "cancelled")
             except Exception:  # noqa: BLE001 (made again)
                 self._listener.conn = None
                 await self._pause(backoff.next())
+
+    def _held_of(self, job_id: str) -> list[int]:
+        """The held job a cancel notice names, in a list; none for another's or a bad id."""
+        try:
+            key = uuid.UUID(job_id).int
+        except ValueError:
+            return []
+        return [key] if key in self._held else []
 
     async def _pause(self, seconds: float) -> None:
         try:
