@@ -503,3 +503,39 @@ def test_a_cancel_notice_naming_no_held_job_changes_nothing_and_a_cancel_still_a
 
     asyncio.run(run())
     assert reasons == ["cancelled"]
+
+
+@pytest.mark.parametrize("concurrency", [2, 4])
+def test_the_running_count_is_told_after_a_claim_and_after_the_jobs_end(dsn: str, concurrency: int) -> None:
+    """``metrics.running``: the jobs held, told after the claim that took them and again once
+    they ended: with no slot free the two are completed by the dispatcher's settle, with two
+    free (its claim asleep in the server) each completes itself. Checked to fail without the
+    settle's report and without a self-completing job's."""
+    metrics = pg_jobs.CountingMetrics()
+    started, release = asyncio.Event(), asyncio.Event()
+    seen: list[int] = []
+
+    @pg_jobs.job("counted")
+    async def counted(payload: Any, ctx: pg_jobs.AsyncContext) -> None:
+        started.set()
+        await release.wait()
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute("select jobs.enqueue('counted') from generate_series(1, 2)")
+        worker = pg_jobs.Worker(dsn, jobs=[counted], concurrency=concurrency, metrics=metrics)
+        await worker.start()
+        try:
+            await asyncio.wait_for(started.wait(), 20)
+            seen.append(metrics.running_now)
+            release.set()
+            for _ in range(500):
+                if metrics.count("completed") == 2:
+                    break
+                await asyncio.sleep(0.02)
+            seen.append(metrics.running_now)
+        finally:
+            await worker.stop(grace=5)
+
+    asyncio.run(run())
+    assert seen == [2, 0] and metrics.count("completed") == 2, (seen, metrics.outcomes)

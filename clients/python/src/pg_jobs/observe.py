@@ -21,7 +21,8 @@ class Metrics(Protocol):
         """An attempt ended: its queue, name, outcome and duration."""
 
     def running(self, count: int) -> None:
-        """The number of handlers running in this worker changed."""
+        """The number of jobs this worker holds: told after each claim and after jobs end
+        (once for the jobs a settle completes)."""
 
 
 class CountingMetrics:
