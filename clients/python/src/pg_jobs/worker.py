@@ -54,9 +54,9 @@ class _Held:
     def __init__(self, job: Job, group: _Group, started: float) -> None:
         self.job, self.group, self.started = job, group, started
         self.reason: str | None = None
-        #: The attempt's task, read while the handler runs (``in_handler``): an ``async def``
-        #: handler runs in it, a plain one in a thread it waits for (``threaded``), or the
-        #: thread's future when no task waits for it.
+        #: While the handler runs (``in_handler``), the attempt's task: an ``async def`` handler
+        #: runs in it, a plain one in a thread it waits for (``threaded``); or the thread's
+        #: future when no task waits for it.
         self.task: asyncio.Future[Any] | None = None
         self.threaded = False
         self.in_handler = False
@@ -354,8 +354,7 @@ class Worker:
         if definition.is_async or not group.slots or self._stopping:
             # (An async handler takes its connection when its task runs: the jobs of a claim
             # whose handlers never wait take turns with one.)
-            held.task = self._loop.create_task(self._run_job(held, None, definition))
-            self._running.add(held.task)
+            self._running.add(self._loop.create_task(self._run_job(held, None, definition)))
         else:
             slot = held.slot = group.slots.pop()
             self._start_in_thread(held, slot, definition)
@@ -488,10 +487,13 @@ class Worker:
             # the job), and a cancel reaches it by cancelling this task while it runs; a plain
             # one in a thread, told by ctx.cancelled. Either is let go from outside if it
             # ignores its cancellation (Worker._abandon).
-            task = held.task  # this task, made by _launch
-            assert isinstance(task, asyncio.Task)
+            # (Not the task _launch made: an application's eager task factory, Python 3.12's,
+            # starts it before create_task answers it.)
+            task = asyncio.current_task()
+            assert task is not None
             held.threaded = not definition.is_async
             thread = None if definition.is_async else self._threads.run(definition.handler, job.payload, ctx)
+            held.task = task
             held.in_handler = True
             try:
                 result = await (definition.handler(job.payload, ctx) if thread is None else thread)
