@@ -54,11 +54,11 @@ LEVELS: dict[str, int] = {o: logging.INFO if o in _QUIET else logging.WARNING fo
 
 def log_outcome(log: logging.Logger, job_id: object, name: str, queue: str, attempt: int, seconds: float,
                 outcome: Outcome, error: str | None) -> None:
-    level = LEVELS[outcome]
-    if log.isEnabledFor(level):
-        text = (f"job {outcome}: id={job_id} name={name} queue={queue} attempt={attempt} "
-                f"duration_ms={round(seconds * 1000)}")
-        if error:
-            text += f" error={error.splitlines()[0] if error else ''}"
-        log.log(level, text, extra={"job_id": str(job_id), "job_name": name, "queue": queue, "attempt": attempt,
-                                    "duration_ms": round(seconds * 1000), "outcome": outcome, "error": error})
+    """An outcome's line, at its level (LEVELS); the caller has checked that the level is on."""
+    text = (f"job {outcome}: id={job_id} name={name} queue={queue} attempt={attempt} "
+            f"duration_ms={round(seconds * 1000)}")
+    if error:
+        text += f" error={error.splitlines()[0]}"
+    log.log(LEVELS[outcome], text, extra={"job_id": str(job_id), "job_name": name, "queue": queue,
+                                          "attempt": attempt, "duration_ms": round(seconds * 1000),
+                                          "outcome": outcome, "error": error})

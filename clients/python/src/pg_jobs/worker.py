@@ -292,7 +292,7 @@ class Worker:
                 raise
             landed = await self._complete_many(slot, ids, claims, results)
         for held, _, started in batch:
-            self._ended(held, "completed" if landed is None or held.job.id in landed else "lost", started, None, False)
+            self._ended(held, "completed" if landed is None or held.job.id in landed else "lost", started, count=False)
         if self.metrics:
             self.metrics.running(len(self._held))
         return rows
