@@ -162,6 +162,49 @@ def test_an_action_without_its_csrf_token_or_from_another_site_is_refused_and_ch
         assert one(dsn, "select paused from jobs.queues where queue = 'reports'") is True
 
 
+def test_a_page_of_another_site_rebound_to_this_address_reads_and_does_nothing(filled):
+    """DNS rebinding: a page of attacker.example whose name now resolves to 127.0.0.1 sends
+    requests with its own Host and Origin. They are answered 421, read nothing and change
+    nothing; the dashboard's own names (127.0.0.1, localhost, [::1] with its port) and a name
+    given with --allowed-host are answered, and a form posted from a page of another port
+    (another origin) is refused. Checked to fail without the guard: at d7d86e0 (the Origin
+    compared with the request's own Host, no Host check) the rebound page read /jobs and its
+    POST paused the queue."""
+    dsn = filled["dsn"]
+    evil = f"attacker.example:{PORT}"
+    with ui(dsn, "--allowed-host", "jobs.example.com") as base:
+        csrf = csrf_of(base)
+        before = snapshot(dsn)
+        status, _, text = request(base, "GET", "/jobs", headers={"Host": evil})
+        assert status == 421 and "hostile" not in text and csrf not in text
+        assert request(base, "POST", "/queues/reports/pause", {"csrf": csrf},
+                       {"Host": evil, "Origin": f"http://{evil}"})[0] == 421
+        assert request(base, "POST", "/queues/reports/pause", {"csrf": csrf},
+                       {"Origin": f"http://127.0.0.1:{PORT + 1}"})[0] == 403
+        assert snapshot(dsn) == before
+        for host in (f"localhost:{PORT}", f"[::1]:{PORT}", "jobs.example.com", f"127.0.0.1:{PORT}"):
+            assert request(base, "GET", "/jobs", headers={"Host": host})[0] == 200, host
+        status, _, _ = request(base, "POST", "/queues/reports/pause", {"csrf": csrf},
+                               {"Host": "jobs.example.com", "Origin": "https://jobs.example.com"})
+        assert status == 200
+        assert one(dsn, "select paused from jobs.queues where queue = 'reports'") is True
+
+
+def test_the_token_comes_from_a_file_and_its_link_leads_only_to_this_dashboard(dsn, tmp_path):
+    """--token-file (an argument is visible in ps): its first line is the token. The link that
+    sets the token's cookie redirects to a page of this dashboard only: a path that a browser
+    reads as another site's (//evil.example) goes to /. Checked to fail without the guard: with
+    the redirect's path check removed, the link redirected to //evil.example."""
+    token = "t0ken-from-a-file-1234"
+    path = tmp_path / "token"
+    path.write_text(token + "\n")
+    with ui(dsn, "--token-file", str(path)) as base:
+        assert request(base, "GET", "/")[0] == 401
+        assert request(base, "GET", "/", headers={"Authorization": f"Bearer {token}"})[0] == 200
+        status, headers, _ = request(base, "GET", f"//evil.example?token={token}")
+        assert status == 303 and headers["location"] == "/", headers
+
+
 def test_read_only_shows_no_action_and_refuses_every_one(filled):
     dsn = filled["dsn"]
     with ui(dsn, "--read-only") as base:

@@ -116,9 +116,16 @@ enum Command {
         #[arg(long)]
         read_only: bool,
         /// Required of every request (a ?token= link, a cookie, or Authorization: Bearer);
-        /// also read from PGJOBS_UI_TOKEN
+        /// also read from PGJOBS_UI_TOKEN or --token-file (an argument is visible in ps)
         #[arg(long, env = "PGJOBS_UI_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Read the token from this file (its first line)
+        #[arg(long, value_name = "PATH", conflicts_with = "token")]
+        token_file: Option<std::path::PathBuf>,
+        /// Also answer requests addressed to this host name (a reverse proxy's), beside the
+        /// listen address; repeatable
+        #[arg(long, value_name = "HOST")]
+        allowed_host: Vec<String>,
         /// Ask browsers for this user name and the password in PGJOBS_UI_PASSWORD (HTTP basic
         /// authentication; behind TLS when it crosses a network)
         #[arg(long, value_name = "USER")]
@@ -141,13 +148,28 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         listen,
         read_only,
         token,
+        token_file,
+        allowed_host,
         basic_auth,
     } = &cli.command
     {
+        let token = match token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", path.display()))?
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned(),
+            ),
+            None => token.clone(),
+        };
         let opts = ui::Options {
             listen: listen.clone(),
             read_only: *read_only,
-            token: token.clone(),
+            token,
+            allowed_hosts: allowed_host.clone(),
             basic_auth: match basic_auth {
                 Some(user) => Some(ui::BasicAuth::new(
                     user,

@@ -4,7 +4,9 @@
 //! Security: it listens on the loopback address unless told otherwise, and then only with a
 //! token or a user name and password (HTTP basic authentication); `--read-only` renders no
 //! action and refuses every POST; every action is a POST that carries this process's CSRF
-//! token and, when the browser sends one, an Origin of this host.
+//! token and, when the browser sends one, an Origin of this dashboard. It answers only requests
+//! addressed to it (a `Host` it listens on, or one named with `--allowed-host`; 421 otherwise),
+//! so a page of another site whose name was rebound to 127.0.0.1 reads and does nothing.
 //! It reaches the database as the role it connects as, through the `jobs` functions and
 //! views: what that role may not do, the page says, with the grant that would allow it.
 
@@ -31,6 +33,8 @@ pub struct Options {
     pub read_only: bool,
     pub token: Option<String>,
     pub basic_auth: Option<BasicAuth>,
+    /// Host names (a reverse proxy's) requests may be addressed to, beside the listen address.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// A user name and password every request must present (`Authorization: Basic`), as the
@@ -82,6 +86,7 @@ pub struct App {
     read_only: bool,
     token: Option<String>,
     basic_auth: Option<BasicAuth>,
+    hosts: Hosts,
     /// Forms carry it; a POST without it is refused (another site cannot read it).
     csrf: String,
     history: std::sync::Mutex<live::History>,
@@ -126,6 +131,43 @@ impl App {
         let client = Arc::new(client);
         *held = Some(client.clone());
         Ok(client)
+    }
+}
+
+/// The hosts a request may be addressed to: the listen address by any loopback name when it is
+/// a loopback one (127.0.0.1, localhost, [::1]), an IP address that is the listen address (any,
+/// for 0.0.0.0 or [::]: no name is rebound to a literal address), and the names given with
+/// `--allowed-host`, each with the listen port (or the one the name gives).
+struct Hosts {
+    listen: SocketAddr,
+    names: Vec<String>,
+}
+
+impl Hosts {
+    /// Whether `host` (a `Host` header, or an Origin's host) names this dashboard.
+    fn allows(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        let (name, port) = match host
+            .rsplit_once(':')
+            .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            Some((name, port)) => (name.to_owned(), port.parse::<u16>().ok()),
+            None => (host.clone(), None),
+        };
+        let name = name.trim_start_matches('[').trim_end_matches(']');
+        if self.names.iter().any(|n| *n == host || *n == name) {
+            return true;
+        }
+        if port.unwrap_or(80) != self.listen.port() {
+            return false;
+        }
+        let ip = self.listen.ip();
+        match name.parse::<std::net::IpAddr>() {
+            Ok(given) => {
+                given == ip || ip.is_unspecified() || (ip.is_loopback() && given.is_loopback())
+            }
+            Err(_) => name == "localhost" && (ip.is_loopback() || ip.is_unspecified()),
+        }
     }
 }
 
@@ -178,6 +220,14 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
         read_only: opts.read_only,
         token: opts.token,
         basic_auth: opts.basic_auth,
+        hosts: Hosts {
+            listen: addr,
+            names: opts
+                .allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+        },
         csrf: random_hex(32)?,
         history: std::sync::Mutex::new(live::History::default()),
         finished: std::sync::Mutex::new(None),
@@ -261,6 +311,20 @@ async fn guard(State(app): State<Arc<App>>, request: Request<Body>, next: Next) 
 
 #[allow(clippy::result_large_err)]
 fn check(app: &App, request: &Request<Body>) -> std::result::Result<Option<Response>, Response> {
+    // Addressed to this dashboard (HTTP/1.1 always names the host): a page of another site
+    // whose name now resolves to this address (DNS rebinding) names its own.
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    if !host.is_some_and(|h| app.hosts.allows(h)) {
+        return Err(refuse(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this dashboard answers requests addressed to the address it listens on, or to a host named \
+             with --allowed-host (behind a reverse proxy: --allowed-host the name it serves)",
+        ));
+    }
     // A user name and password, when set, will do in place of the token.
     let by_password = app
         .basic_auth
@@ -290,7 +354,14 @@ fn check(app: &App, request: &Request<Body>) -> std::result::Result<Option<Respo
                 return Err(refuse(StatusCode::UNAUTHORIZED, "wrong token"));
             }
             let cookie = format!("pgjobs_token={token}; HttpOnly; SameSite=Strict; Path=/");
-            let mut r = Redirect::to(request.uri().path()).into_response();
+            // To a page of this dashboard only: a path of "//another.site" is another site's.
+            let path = request.uri().path();
+            let path = if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') {
+                path
+            } else {
+                "/"
+            };
+            let mut r = Redirect::to(path).into_response();
             r.headers_mut().insert(
                 header::SET_COOKIE,
                 HeaderValue::from_str(&cookie).expect("a token of safe characters"),
@@ -311,18 +382,16 @@ fn check(app: &App, request: &Request<Body>) -> std::result::Result<Option<Respo
                 "read-only: this dashboard was started with --read-only",
             ));
         }
-        let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok());
+        // The Origin a browser sends names the page the form was on: one of this dashboard's.
         if let Some(origin) = request
             .headers()
             .get(header::ORIGIN)
             .and_then(|o| o.to_str().ok())
         {
-            let from_here = host.is_some_and(|h| {
-                origin == format!("http://{h}") || origin == format!("https://{h}")
-            });
+            let from_here = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"))
+                .is_some_and(|h| app.hosts.allows(h));
             if !from_here {
                 return Err(refuse(
                     StatusCode::FORBIDDEN,
