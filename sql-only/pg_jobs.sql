@@ -570,20 +570,43 @@ language sql stable strict parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$ select jobs_config.setting('max_payload_size') * 1024 $$;
 
+-- `jobs._size(value)`: a value's size uncompressed, as every limit measures it. A value stored
+-- uncompressed is measured as it is (pg_column_size); one that came compressed from a table is
+-- measured as its text, as SQL cannot read the size in its header (the extension does).
+create function jobs._size(p_value anyelement)
+returns bigint
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select case when pg_column_compression(p_value) is null then pg_column_size(p_value)
+                  else octet_length(p_value::text) end $$;
+
 -- `jobs._tenants()`: the tenants the session's login role is bound to, or NULL for a role that
--- is not bound. A binding that is not a JSON array of strings binds the role to no tenant at
--- all, so a mistyped binding refuses rather than allows. (No setting a session may SET counts.)
+-- is not bound, by the rule of jobs._binding() (sql/privileges.sql: its own binding, else its
+-- bound roles' through membership; refused where a role bound to none lends it rights too). A
+-- binding that is not a JSON array of strings binds the role to no tenant at all, so a
+-- mistyped binding refuses rather than allows. (No setting a session may SET counts.) A
+-- database that binds no role answers at once.
 create function jobs._tenants()
 returns text[]
 language sql stable strict parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$
-  select case when jsonb_typeof(b.tenants) = 'array'
-                   and not jsonb_path_exists(b.tenants, '$[*] ? (@.type() != "string")')
-              then array(select jsonb_array_elements_text(b.tenants))
-              else '{}'::text[] end
-  from jobs_config.tenant_bindings as b
-  where b.role = session_user::regrole
+  select case when not exists (select from jobs_config.tenant_bindings) then null
+              else (select case when left(b.binding, 1) = '{' then jobs._binding_refused(b.binding::jsonb)
+                                else array(select jsonb_array_elements_text(jobs._binding_array(b.binding))) end
+                    from jobs._binding() as b(binding) where b.binding is not null) end
+$$;
+
+-- A binding jobs._binding() refuses (insufficient_privilege, 42501), as the extension's
+-- jobs._tenants raises it.
+create function jobs._binding_refused(p_refusal jsonb)
+returns text[]
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception using errcode = '42501', message = p_refusal->>'refusal', hint = p_refusal->>'hint';
+end
 $$;
 
 create function jobs._cron_problem(cron text)
@@ -740,7 +763,8 @@ as $$
     ('null_value_not_allowed', '22004', 'NULL where a value is required'),
     ('serialization_failure', '40001', 'an idempotency key was taken and freed twice during one enqueue: retry the call'),
     ('tenant_not_allowed', 'PJ007', 'the role is bound to other tenants (jobs.grant_producer / grant_worker with a tenant)'),
-    ('wait_needs_read_committed', 'PJ008', 'claim with wait runs in READ COMMITTED: a REPEATABLE READ or SERIALIZABLE snapshot never sees new work')
+    ('wait_needs_read_committed', 'PJ008', 'claim with wait runs in READ COMMITTED: a REPEATABLE READ or SERIALIZABLE snapshot never sees new work'),
+    ('insufficient_privilege', '42501', 'the role holds pg_jobs rights through roles bound to tenants and through one bound to none: bind the role itself')
 $$;
 
 -- The SQL-only edition's counts of live children (src/family.rs in the extension). The
@@ -1248,9 +1272,9 @@ returns void
 language plpgsql stable
 as $$
 begin
-  if pg_column_size(p_value) > jobs._max_payload_size() then
+  if jobs._size(p_value) > jobs._max_payload_size() then
     perform jobs._raise('22023', format('%s must be at most %s bytes (pg_jobs.max_payload_size), got %s',
-      p_what, jobs._max_payload_size(), pg_column_size(p_value)),
+      p_what, jobs._max_payload_size(), jobs._size(p_value)),
       'keep large data elsewhere (a table, object storage) and return a reference to it');
   end if;
 end
@@ -1281,9 +1305,9 @@ begin atomic
       'name must be 1 to 200 characters, got ' || length(s.name),
       'use a short, stable job name; put data in the payload']
     when s.payload is null then array['22004', 'payload must not be NULL', 'pass ''{}'' for no payload']
-    when pg_column_size(s.payload) > jobs._max_payload_size() then array['22023',
+    when jobs._size(s.payload) > jobs._max_payload_size() then array['22023',
       format('payload must be at most %s bytes (pg_jobs.max_payload_size), got %s',
-             jobs._max_payload_size(), pg_column_size(s.payload)),
+             jobs._max_payload_size(), jobs._size(s.payload)),
       'store large data elsewhere (a table, object storage) and pass its key in the payload']
     when s.queue is null then array['22004', 'queue must not be NULL', 'omit queue to use ''default''']
     when length(s.queue) not between 1 and 128 then array['22023',
@@ -1347,8 +1371,8 @@ begin atomic
     when jsonb_typeof(s.meta) <> 'object' then array['22023',
       'meta must be a JSON object, got a JSON ' || jsonb_typeof(s.meta),
       'pass an object, e.g. ''{"traceparent": "00-..."}'', or NULL']
-    when pg_column_size(s.meta) > 8192 then array['22023',
-      'meta must be at most 8192 bytes, got ' || pg_column_size(s.meta),
+    when jobs._size(s.meta) > 8192 then array['22023',
+      'meta must be at most 8192 bytes, got ' || jobs._size(s.meta),
       'keep meta to small values (trace context, labels); data belongs in the payload']
     when length(s.ordering_key) not between 1 and 200 then array['22023',
       'ordering_key must be 1 to 200 characters, got ' || length(s.ordering_key),
@@ -2625,7 +2649,7 @@ begin
   if complete.id is null or complete.claim is null then
     perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
   end if;
-  if pg_column_size(complete.result) > jobs._max_payload_size() then
+  if jobs._size(complete.result) > jobs._max_payload_size() then
     perform jobs._check_size('jobs.complete: result', complete.result);
   end if;
   if jobs._keeps_no_completed() then
@@ -3179,9 +3203,9 @@ begin
   end if;
   perform jobs._check_interval('jobs.publish: ttl', publish.ttl, interval '10 years',
     'pass how long the event stays receivable, e.g. interval ''1 day''');
-  if pg_column_size(publish.payload) > jobs._max_payload_size() then
+  if jobs._size(publish.payload) > jobs._max_payload_size() then
     perform jobs._raise('22023', format('jobs.publish: payload must be at most %s bytes '
-      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), pg_column_size(publish.payload)),
+      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), jobs._size(publish.payload)),
       'store large data elsewhere (a table, object storage) and pass its key in the payload');
   end if;
   perform jobs._event_lock(publish.name, v_key, v_tenant, false);
@@ -4830,7 +4854,7 @@ begin atomic
                         where j.queue = p_queue and j.state = 'ready' and j.priority < l.priority
                         order by j.priority desc, j.run_at limit 1) as n
   )
-  select min(l.run_at) from levels as l;
+  select min(l.run_at) from levels as l where (select jobs._tenants()) is null;
 end;
 
 create view jobs_data.queue_stats as
@@ -5041,11 +5065,20 @@ begin
 end
 $$;
 
+create function jobs.max_payload_size()
+returns bigint
+language sql stable
+as $$ select jobs._max_payload_size() $$;
+
+comment on function jobs.max_payload_size() is
+  'The largest payload, result, step output or event payload the server takes, in bytes (pg_jobs.max_payload_size)';
+
 create function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job'],
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
+                               'max_payload_size'],
                          false);
       select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
 
@@ -5055,7 +5088,8 @@ create function jobs.grant_worker(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job', 'claim',
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
+                               'max_payload_size', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
@@ -5108,6 +5142,82 @@ begin
 end
 $$;
 
+-- `jobs._bindings()`: the bound roles and their tenants, for jobs._binding().
+create function jobs._bindings()
+returns table (role oid, tenants text)
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$ select b.role::oid, b.tenants::text from jobs_config.tenant_bindings as b $$;
+
+create function jobs._binding_array(p_text text)
+returns jsonb
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_tenants jsonb;
+begin
+  v_tenants := p_text::jsonb;
+  if jsonb_typeof(v_tenants) = 'array'
+     and not jsonb_path_exists(v_tenants, '$[*] ? (@.type() != "string")') then
+    return v_tenants;
+  end if;
+  return '[]';
+exception when others then
+  return '[]';
+end
+$$;
+
+create function jobs._binding()
+returns text
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_user oid;
+  v_super boolean;
+  v_own text;
+  v_through name[];
+  v_tenants jsonb;
+  v_unbound name;
+begin
+  select r.oid, r.rolsuper into v_user, v_super from pg_catalog.pg_roles as r where r.rolname = session_user;
+  select b.tenants into v_own from jobs._bindings() as b where b.role = v_user;
+  if v_own is not null or v_super then
+    return v_own;
+  end if;
+  select array_agg(distinct r.rolname),
+         coalesce(jsonb_agg(distinct t.tenant) filter (where t.tenant is not null), '[]')
+  into v_through, v_tenants
+  from jobs._bindings() as b
+  join pg_catalog.pg_roles as r on r.oid = b.role
+  left join lateral jsonb_array_elements_text(jobs._binding_array(b.tenants)) as t(tenant) on true
+  where pg_catalog.pg_has_role(v_user, b.role, 'MEMBER');
+  if v_through is null then
+    return null;
+  end if;
+  select r.rolname into v_unbound
+  from pg_catalog.pg_roles as r
+  where pg_catalog.pg_has_role(v_user, r.oid, 'MEMBER')
+    and not exists (select from jobs._bindings() as b where b.role = r.oid)
+    and exists (select from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+                where p.pronamespace = 'jobs'::regnamespace and a.grantee = r.oid
+                  and a.grantee <> p.proowner)
+  order by r.rolname
+  limit 1;
+  if v_unbound is not null then
+    return jsonb_build_object(
+      'refusal', format('role %I holds pg_jobs rights through roles bound to tenants (%s) and through %I, '
+        'which is bound to none: pg_jobs does not widen a binding through a grant',
+        session_user, array_to_string(v_through, ', '), v_unbound),
+      'hint', format('bind %I itself (jobs.grant_producer(%L, tenant => ...) or alter role %I in database %I '
+        'set pg_jobs.tenants = ...), or revoke its membership of %I or of the bound roles',
+        session_user, session_user, session_user, current_database(), v_unbound))::text;
+  end if;
+  return v_tenants::text;
+end
+$$;
+
 create function jobs.grant_producer(role name, tenant text)
 returns text
 language sql volatile
@@ -5142,7 +5252,8 @@ language plpgsql volatile
 as $$
 begin
   perform jobs._grant('jobs.grant_monitor', role,
-    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats', '_tenants'], false);
+    array['clock', '_oldest_ready', 'queue_stats', 'outcome_stats', '_tenants', '_binding', '_bindings',
+          '_binding_array'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
   return format('%I may read jobs.queue_stats and jobs.outcome_stats (monitor)', role);
 end
@@ -5186,8 +5297,9 @@ declare
 begin
   perform jobs._check_admin_kind('jobs.grant_admin', role, true);
   perform jobs._grant('jobs.grant_admin', role,
-    array['clock', 'error_codes', '_tenants', '_oldest_ready', '_outcome_stats', 'queue_stats',
-          'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote'], false);
+    array['clock', 'error_codes', '_tenants', '_binding', '_bindings', '_binding_array', 'queue_stats',
+          'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote',
+          'max_payload_size'], false);
   v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
   execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
                  'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
@@ -5222,7 +5334,7 @@ begin
                         'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
-                        '_queue_fairness_set')
+                        '_queue_fairness_set', 'max_payload_size')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '

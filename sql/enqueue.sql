@@ -35,9 +35,9 @@ begin atomic
       'name must be 1 to 200 characters, got ' || length(s.name),
       'use a short, stable job name; put data in the payload']
     when s.payload is null then array['22004', 'payload must not be NULL', 'pass ''{}'' for no payload']
-    when pg_column_size(s.payload) > jobs._max_payload_size() then array['22023',
+    when jobs._size(s.payload) > jobs._max_payload_size() then array['22023',
       format('payload must be at most %s bytes (pg_jobs.max_payload_size), got %s',
-             jobs._max_payload_size(), pg_column_size(s.payload)),
+             jobs._max_payload_size(), jobs._size(s.payload)),
       'store large data elsewhere (a table, object storage) and pass its key in the payload']
     when s.queue is null then array['22004', 'queue must not be NULL', 'omit queue to use ''default''']
     when length(s.queue) not between 1 and 128 then array['22023',
@@ -101,8 +101,8 @@ begin atomic
     when jsonb_typeof(s.meta) <> 'object' then array['22023',
       'meta must be a JSON object, got a JSON ' || jsonb_typeof(s.meta),
       'pass an object, e.g. ''{"traceparent": "00-..."}'', or NULL']
-    when pg_column_size(s.meta) > 8192 then array['22023',
-      'meta must be at most 8192 bytes, got ' || pg_column_size(s.meta),
+    when jobs._size(s.meta) > 8192 then array['22023',
+      'meta must be at most 8192 bytes, got ' || jobs._size(s.meta),
       'keep meta to small values (trace context, labels); data belongs in the payload']
     when length(s.ordering_key) not between 1 and 200 then array['22023',
       'ordering_key must be 1 to 200 characters, got ' || length(s.ordering_key),

@@ -96,9 +96,9 @@ begin
   end if;
   perform jobs._check_interval('jobs.publish: ttl', publish.ttl, interval '10 years',
     'pass how long the event stays receivable, e.g. interval ''1 day''');
-  if pg_column_size(publish.payload) > jobs._max_payload_size() then
+  if jobs._size(publish.payload) > jobs._max_payload_size() then
     perform jobs._raise('22023', format('jobs.publish: payload must be at most %s bytes '
-      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), pg_column_size(publish.payload)),
+      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), jobs._size(publish.payload)),
       'store large data elsewhere (a table, object storage) and pass its key in the payload');
   end if;
   perform jobs._event_lock(publish.name, v_key, v_tenant, false);

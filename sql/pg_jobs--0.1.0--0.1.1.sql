@@ -54,6 +54,10 @@
 --     jobs_fair_idx (sql/fairness.sql), and the trigger that checks and applies a change.
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
+-- 29. Limits measure values uncompressed (jobs._size, src/sizes.rs); jobs.max_payload_size()
+--     tells producers and workers the limit. A binding follows the grant (jobs._binding): a
+--     member of a bound role is bound as it is, and one holding rights both bound and unbound
+--     is refused (insufficient_privilege, 42501).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -926,9 +930,9 @@ returns void
 language plpgsql stable
 as $$
 begin
-  if pg_column_size(p_value) > jobs._max_payload_size() then
+  if jobs._size(p_value) > jobs._max_payload_size() then
     perform jobs._raise('22023', format('%s must be at most %s bytes (pg_jobs.max_payload_size), got %s',
-      p_what, jobs._max_payload_size(), pg_column_size(p_value)),
+      p_what, jobs._max_payload_size(), jobs._size(p_value)),
       'keep large data elsewhere (a table, object storage) and return a reference to it');
   end if;
 end
@@ -959,9 +963,9 @@ begin atomic
       'name must be 1 to 200 characters, got ' || length(s.name),
       'use a short, stable job name; put data in the payload']
     when s.payload is null then array['22004', 'payload must not be NULL', 'pass ''{}'' for no payload']
-    when pg_column_size(s.payload) > jobs._max_payload_size() then array['22023',
+    when jobs._size(s.payload) > jobs._max_payload_size() then array['22023',
       format('payload must be at most %s bytes (pg_jobs.max_payload_size), got %s',
-             jobs._max_payload_size(), pg_column_size(s.payload)),
+             jobs._max_payload_size(), jobs._size(s.payload)),
       'store large data elsewhere (a table, object storage) and pass its key in the payload']
     when s.queue is null then array['22004', 'queue must not be NULL', 'omit queue to use ''default''']
     when length(s.queue) not between 1 and 128 then array['22023',
@@ -1025,8 +1029,8 @@ begin atomic
     when jsonb_typeof(s.meta) <> 'object' then array['22023',
       'meta must be a JSON object, got a JSON ' || jsonb_typeof(s.meta),
       'pass an object, e.g. ''{"traceparent": "00-..."}'', or NULL']
-    when pg_column_size(s.meta) > 8192 then array['22023',
-      'meta must be at most 8192 bytes, got ' || pg_column_size(s.meta),
+    when jobs._size(s.meta) > 8192 then array['22023',
+      'meta must be at most 8192 bytes, got ' || jobs._size(s.meta),
       'keep meta to small values (trace context, labels); data belongs in the payload']
     when length(s.ordering_key) not between 1 and 200 then array['22023',
       'ordering_key must be 1 to 200 characters, got ' || length(s.ordering_key),
@@ -2303,7 +2307,7 @@ begin
   if complete.id is null or complete.claim is null then
     perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
   end if;
-  if pg_column_size(complete.result) > jobs._max_payload_size() then
+  if jobs._size(complete.result) > jobs._max_payload_size() then
     perform jobs._check_size('jobs.complete: result', complete.result);
   end if;
   if jobs._keeps_no_completed() then
@@ -2827,9 +2831,9 @@ begin
   end if;
   perform jobs._check_interval('jobs.publish: ttl', publish.ttl, interval '10 years',
     'pass how long the event stays receivable, e.g. interval ''1 day''');
-  if pg_column_size(publish.payload) > jobs._max_payload_size() then
+  if jobs._size(publish.payload) > jobs._max_payload_size() then
     perform jobs._raise('22023', format('jobs.publish: payload must be at most %s bytes '
-      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), pg_column_size(publish.payload)),
+      '(pg_jobs.max_payload_size), got %s', jobs._max_payload_size(), jobs._size(publish.payload)),
       'store large data elsewhere (a table, object storage) and pass its key in the payload');
   end if;
   perform jobs._event_lock(publish.name, v_key, v_tenant, false);
@@ -4414,7 +4418,7 @@ begin atomic
                         where j.queue = p_queue and j.state = 'ready' and j.priority < l.priority
                         order by j.priority desc, j.run_at limit 1) as n
   )
-  select min(l.run_at) from levels as l;
+  select min(l.run_at) from levels as l where (select jobs._tenants()) is null;
 end;
 
 create or replace view jobs_data.queue_stats as
@@ -4625,11 +4629,20 @@ begin
 end
 $$;
 
+create or replace function jobs.max_payload_size()
+returns bigint
+language sql stable
+as $$ select jobs._max_payload_size() $$;
+
+comment on function jobs.max_payload_size() is
+  'The largest payload, result, step output or event payload the server takes, in bytes (pg_jobs.max_payload_size)';
+
 create or replace function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job'],
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
+                               'max_payload_size'],
                          false);
       select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
 
@@ -4639,7 +4652,8 @@ create or replace function jobs.grant_worker(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job', 'claim',
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
+                               'max_payload_size', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
@@ -4692,6 +4706,88 @@ begin
 end
 $$;
 
+create or replace function jobs._bindings()
+returns table (role oid, tenants text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select distinct on (s.setrole) s.setrole, substr(c.setting, length('pg_jobs.tenants=') + 1)
+  from pg_catalog.pg_db_role_setting as s, unnest(s.setconfig) as c(setting)
+  where s.setdatabase in (0, (select d.oid from pg_catalog.pg_database as d
+                              where d.datname = pg_catalog.current_database()))
+    and c.setting like 'pg_jobs.tenants=%'
+  order by s.setrole, s.setdatabase desc
+$$;
+
+create or replace function jobs._binding_array(p_text text)
+returns jsonb
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_tenants jsonb;
+begin
+  v_tenants := p_text::jsonb;
+  if jsonb_typeof(v_tenants) = 'array'
+     and not jsonb_path_exists(v_tenants, '$[*] ? (@.type() != "string")') then
+    return v_tenants;
+  end if;
+  return '[]';
+exception when others then
+  return '[]';
+end
+$$;
+
+create or replace function jobs._binding()
+returns text
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_user oid;
+  v_super boolean;
+  v_own text;
+  v_through name[];
+  v_tenants jsonb;
+  v_unbound name;
+begin
+  select r.oid, r.rolsuper into v_user, v_super from pg_catalog.pg_roles as r where r.rolname = session_user;
+  select b.tenants into v_own from jobs._bindings() as b where b.role = v_user;
+  if v_own is not null or v_super then
+    return v_own;
+  end if;
+  select array_agg(distinct r.rolname),
+         coalesce(jsonb_agg(distinct t.tenant) filter (where t.tenant is not null), '[]')
+  into v_through, v_tenants
+  from jobs._bindings() as b
+  join pg_catalog.pg_roles as r on r.oid = b.role
+  left join lateral jsonb_array_elements_text(jobs._binding_array(b.tenants)) as t(tenant) on true
+  where pg_catalog.pg_has_role(v_user, b.role, 'MEMBER');
+  if v_through is null then
+    return null;
+  end if;
+  select r.rolname into v_unbound
+  from pg_catalog.pg_roles as r
+  where pg_catalog.pg_has_role(v_user, r.oid, 'MEMBER')
+    and not exists (select from jobs._bindings() as b where b.role = r.oid)
+    and exists (select from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+                where p.pronamespace = 'jobs'::regnamespace and a.grantee = r.oid
+                  and a.grantee <> p.proowner)
+  order by r.rolname
+  limit 1;
+  if v_unbound is not null then
+    return jsonb_build_object(
+      'refusal', format('role %I holds pg_jobs rights through roles bound to tenants (%s) and through %I, '
+        'which is bound to none: pg_jobs does not widen a binding through a grant',
+        session_user, array_to_string(v_through, ', '), v_unbound),
+      'hint', format('bind %I itself (jobs.grant_producer(%L, tenant => ...) or alter role %I in database %I '
+        'set pg_jobs.tenants = ...), or revoke its membership of %I or of the bound roles',
+        session_user, session_user, session_user, current_database(), v_unbound))::text;
+  end if;
+  return v_tenants::text;
+end
+$$;
+
 create or replace function jobs.grant_producer(role name, tenant text)
 returns text
 language sql volatile
@@ -4726,7 +4822,8 @@ language plpgsql volatile
 as $$
 begin
   perform jobs._grant('jobs.grant_monitor', role,
-    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats', '_tenants'], false);
+    array['clock', '_oldest_ready', 'queue_stats', 'outcome_stats', '_tenants', '_binding', '_bindings',
+          '_binding_array'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
   return format('%I may read jobs.queue_stats and jobs.outcome_stats (monitor)', role);
 end
@@ -4770,8 +4867,9 @@ declare
 begin
   perform jobs._check_admin_kind('jobs.grant_admin', role, true);
   perform jobs._grant('jobs.grant_admin', role,
-    array['clock', 'error_codes', '_tenants', '_oldest_ready', '_outcome_stats', 'queue_stats',
-          'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote'], false);
+    array['clock', 'error_codes', '_tenants', '_binding', '_bindings', '_binding_array', 'queue_stats',
+          'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote',
+          'max_payload_size'], false);
   v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
   execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
                  'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
@@ -4806,7 +4904,7 @@ begin
                         'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
-                        '_queue_fairness_set')
+                        '_queue_fairness_set', 'max_payload_size')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '
@@ -4913,7 +5011,6 @@ begin
     and a.privilege_type = 'SELECT' and a.grantee <> c.relowner and a.grantee <> 0;
   if v_grantees is not null then
     execute 'grant select on jobs.outcome_stats to ' || v_grantees;
-    execute 'grant execute on function jobs._outcome_stats() to ' || v_grantees;
   end if;
 end
 $$;
@@ -4969,7 +5066,7 @@ create trigger queues_fairness_set
 before insert or update of fairness on jobs_data.queues
 for each row
 execute function jobs._queue_fairness_set();
--- 12., 18., 22. and 24. The roles that may call a function of 0.1.0 may call the new ones beside
+-- 12., 18., 22., 24. and 29. The roles that may call a function of 0.1.0 may call the new ones beside
 -- it: who may complete a batch may complete it and claim the next in one call; the workers
 -- (who may save a step) may spawn and await children, and sleep; the producers and workers (who may
 -- enqueue) may read their jobs' state.
@@ -4984,7 +5081,9 @@ begin
        'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])'),
       ('jobs.save_step(uuid, bigint, text, jsonb)',
        'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz)'),
-      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval)')) as g(held, added)
+      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval), '
+                                    'jobs.max_payload_size()'),
+      ('jobs._tenants()', 'jobs._binding(), jobs._bindings(), jobs._binding_array(text)')) as g(held, added)
   loop
     select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
     from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a

@@ -130,15 +130,17 @@ end;
 -- pg_jobs.completed_retention or pg_jobs.dead_retention.
 
 -- A result or a step's output larger than pg_jobs.max_payload_size is refused (22023), as a
--- payload is: a worker could otherwise store 50 MB a job.
+-- payload is: a worker could otherwise store 50 MB a job. Every limit measures a value
+-- uncompressed (jobs._size, src/sizes.rs): pg_column_size() would measure one read from a
+-- table compressed.
 create function jobs._check_size(p_what text, p_value jsonb)
 returns void
 language plpgsql stable
 as $$
 begin
-  if pg_column_size(p_value) > jobs._max_payload_size() then
+  if jobs._size(p_value) > jobs._max_payload_size() then
     perform jobs._raise('22023', format('%s must be at most %s bytes (pg_jobs.max_payload_size), got %s',
-      p_what, jobs._max_payload_size(), pg_column_size(p_value)),
+      p_what, jobs._max_payload_size(), jobs._size(p_value)),
       'keep large data elsewhere (a table, object storage) and return a reference to it');
   end if;
 end

@@ -60,12 +60,22 @@ begin
 end
 $$;
 
+-- The largest payload, result, step output or event payload the server takes, in bytes
+-- (pg_jobs.max_payload_size): the libraries check a result against it before they settle it.
+create function jobs.max_payload_size()
+returns bigint
+language sql stable
+as $$ select jobs._max_payload_size() $$;
+comment on function jobs.max_payload_size() is
+  'The largest payload, result, step output or event payload the server takes, in bytes (pg_jobs.max_payload_size)';
+
 -- Each grant answers what the role may now do, so psql shows more than an empty row.
 create function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job'],
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
+                               'max_payload_size'],
                          false);
       select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
 comment on function jobs.grant_producer(name) is 'Let a role enqueue, read its jobs'' state and publish';
@@ -74,7 +84,8 @@ create function jobs.grant_worker(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
-                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job', 'claim',
+                         array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
+                               'max_payload_size', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
@@ -134,6 +145,103 @@ begin
 end
 $$;
 
+-- The bindings of this database's roles: each bound role and the text of its pg_jobs.tenants,
+-- its setting for this database over one for every database (the order PostgreSQL applies
+-- them in at login). The SQL-only edition keeps its bindings in a table
+-- (sql-only/src/config.sql).
+create function jobs._bindings()
+returns table (role oid, tenants text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select distinct on (s.setrole) s.setrole, substr(c.setting, length('pg_jobs.tenants=') + 1)
+  from pg_catalog.pg_db_role_setting as s, unnest(s.setconfig) as c(setting)
+  where s.setdatabase in (0, (select d.oid from pg_catalog.pg_database as d
+                              where d.datname = pg_catalog.current_database()))
+    and c.setting like 'pg_jobs.tenants=%'
+  order by s.setrole, s.setdatabase desc
+$$;
+
+-- A binding's tenants as a JSON array of strings; anything else binds to no tenant at all ('[]'),
+-- so a mistyped binding refuses rather than allows.
+create function jobs._binding_array(p_text text)
+returns jsonb
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_tenants jsonb;
+begin
+  v_tenants := p_text::jsonb;
+  if jsonb_typeof(v_tenants) = 'array'
+     and not jsonb_path_exists(v_tenants, '$[*] ? (@.type() != "string")') then
+    return v_tenants;
+  end if;
+  return '[]';
+exception when others then
+  return '[]';
+end
+$$;
+
+-- The binding of the session's login role, as the text of a JSON array of tenants (NULL for a
+-- role bound to none), or of a refusal, a JSON object with its message and hint (jobs._tenants
+-- raises it: insufficient_privilege, 42501). A binding follows the grant:
+--   * the role's own binding, where it has one (a superuser's is only its own);
+--   * else the union of the bindings of the roles it is a member of (it acts with their
+--     grants, as itself or after SET ROLE): grant grp_acme, bound to acme, to svc, and svc is
+--     bound to acme;
+--   * refused when it is also a member of a role bound to none that holds rights in jobs (or
+--     holds them itself): pg_jobs does not widen a binding through a grant.
+create function jobs._binding()
+returns text
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_user oid;
+  v_super boolean;
+  v_own text;
+  v_through name[];
+  v_tenants jsonb;
+  v_unbound name;
+begin
+  select r.oid, r.rolsuper into v_user, v_super from pg_catalog.pg_roles as r where r.rolname = session_user;
+  select b.tenants into v_own from jobs._bindings() as b where b.role = v_user;
+  if v_own is not null or v_super then
+    return v_own;
+  end if;
+  select array_agg(distinct r.rolname),
+         coalesce(jsonb_agg(distinct t.tenant) filter (where t.tenant is not null), '[]')
+  into v_through, v_tenants
+  from jobs._bindings() as b
+  join pg_catalog.pg_roles as r on r.oid = b.role
+  left join lateral jsonb_array_elements_text(jobs._binding_array(b.tenants)) as t(tenant) on true
+  where pg_catalog.pg_has_role(v_user, b.role, 'MEMBER');
+  if v_through is null then
+    return null;
+  end if;
+  select r.rolname into v_unbound
+  from pg_catalog.pg_roles as r
+  where pg_catalog.pg_has_role(v_user, r.oid, 'MEMBER')
+    and not exists (select from jobs._bindings() as b where b.role = r.oid)
+    and exists (select from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+                where p.pronamespace = 'jobs'::regnamespace and a.grantee = r.oid
+                  and a.grantee <> p.proowner)
+  order by r.rolname
+  limit 1;
+  if v_unbound is not null then
+    return jsonb_build_object(
+      'refusal', format('role %I holds pg_jobs rights through roles bound to tenants (%s) and through %I, '
+        'which is bound to none: pg_jobs does not widen a binding through a grant',
+        session_user, array_to_string(v_through, ', '), v_unbound),
+      'hint', format('bind %I itself (jobs.grant_producer(%L, tenant => ...) or alter role %I in database %I '
+        'set pg_jobs.tenants = ...), or revoke its membership of %I or of the bound roles',
+        session_user, session_user, session_user, current_database(), v_unbound))::text;
+  end if;
+  return v_tenants::text;
+end
+$$;
+
 create function jobs.grant_producer(role name, tenant text)
 returns text
 language sql volatile
@@ -159,13 +267,17 @@ as $$ select jobs._check_admin_kind('jobs.grant_admin', $1, false);
 comment on function jobs.grant_admin(name) is
   'Let a role do everything: every function, and read and write every table';
 
+-- (jobs.outcome_stats() runs as its owner: no role is granted the counters themselves,
+-- jobs._outcome_stats(), which count every tenant's jobs; jobs._oldest_ready answers a role
+-- bound to tenants nothing.)
 create function jobs.grant_monitor(role name)
 returns text
 language plpgsql volatile
 as $$
 begin
   perform jobs._grant('jobs.grant_monitor', role,
-    array['clock', '_oldest_ready', '_outcome_stats', 'queue_stats', 'outcome_stats', '_tenants'], false);
+    array['clock', '_oldest_ready', 'queue_stats', 'outcome_stats', '_tenants', '_binding', '_bindings',
+          '_binding_array'], false);
   execute format('grant select on jobs.queue_stats, jobs.outcome_stats to %I', role);
   return format('%I may read jobs.queue_stats and jobs.outcome_stats (monitor)', role);
 end
@@ -220,8 +332,9 @@ declare
 begin
   perform jobs._check_admin_kind('jobs.grant_admin', role, true);
   perform jobs._grant('jobs.grant_admin', role,
-    array['clock', 'error_codes', '_tenants', '_oldest_ready', '_outcome_stats', 'queue_stats',
-          'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote'], false);
+    array['clock', 'error_codes', '_tenants', '_binding', '_bindings', '_binding_array', 'queue_stats',
+          'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote',
+          'max_payload_size'], false);
   v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
   execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
                  'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
@@ -254,7 +367,7 @@ begin
                         'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
-                        '_queue_fairness_set')
+                        '_queue_fairness_set', 'max_payload_size')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '

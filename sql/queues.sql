@@ -7,7 +7,8 @@
 
 -- The run_at of the oldest ready job of a queue: the first entry of jobs_ready_idx at each
 -- priority (a loose index scan), so it reads a few entries per distinct priority, not the
--- backlog.
+-- backlog. NULL for a role bound to tenants: it counts every tenant's jobs (monitors may call
+-- it; a bound one reads its own tenants' ages in jobs.queue_stats()).
 create function jobs._oldest_ready(p_queue text)
 returns timestamptz
 language sql stable
@@ -23,7 +24,7 @@ begin atomic
                         where j.queue = p_queue and j.state = 'ready' and j.priority < l.priority
                         order by j.priority desc, j.run_at limit 1) as n
   )
-  select min(l.run_at) from levels as l;
+  select min(l.run_at) from levels as l where (select jobs._tenants()) is null;
 end;
 
 -- The counts per queue. The query is a view in jobs_data, which no role but admins may name:

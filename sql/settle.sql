@@ -139,7 +139,7 @@ begin
   if complete.id is null or complete.claim is null then
     perform jobs._check_hold_args('jobs.complete', complete.id, complete.claim);
   end if;
-  if pg_column_size(complete.result) > jobs._max_payload_size() then
+  if jobs._size(complete.result) > jobs._max_payload_size() then
     perform jobs._check_size('jobs.complete: result', complete.result);
   end if;
   if jobs._keeps_no_completed() then

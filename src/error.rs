@@ -21,10 +21,13 @@ pub enum JobError {
     TenantNotAllowed,
     /// A claim asked to wait in a transaction whose snapshot would never see new work.
     WaitNeedsReadCommitted,
+    /// A role holding pg_jobs rights both through roles bound to tenants and through one bound
+    /// to none.
+    InsufficientPrivilege,
 }
 
 impl JobError {
-    pub const ALL: [JobError; 11] = [
+    pub const ALL: [JobError; 12] = [
         JobError::LeaseLost,
         JobError::DuplicateJob,
         JobError::JobNotFound,
@@ -36,6 +39,7 @@ impl JobError {
         JobError::SerializationFailure,
         JobError::TenantNotAllowed,
         JobError::WaitNeedsReadCommitted,
+        JobError::InsufficientPrivilege,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -51,6 +55,7 @@ impl JobError {
             JobError::SerializationFailure => "serialization_failure",
             JobError::TenantNotAllowed => "tenant_not_allowed",
             JobError::WaitNeedsReadCommitted => "wait_needs_read_committed",
+            JobError::InsufficientPrivilege => "insufficient_privilege",
         }
     }
 
@@ -67,6 +72,7 @@ impl JobError {
             JobError::SerializationFailure => "40001",
             JobError::TenantNotAllowed => "PJ007",
             JobError::WaitNeedsReadCommitted => "PJ008",
+            JobError::InsufficientPrivilege => "42501",
         }
     }
 
@@ -98,6 +104,9 @@ impl JobError {
             }
             JobError::WaitNeedsReadCommitted => {
                 "claim with wait runs in READ COMMITTED: a REPEATABLE READ or SERIALIZABLE snapshot never sees new work"
+            }
+            JobError::InsufficientPrivilege => {
+                "the role holds pg_jobs rights through roles bound to tenants and through one bound to none: bind the role itself"
             }
         }
     }

@@ -103,7 +103,7 @@ pub fn init(preloaded: bool) {
         c"pg_jobs.max_payload_size",
         c"The largest payload a job or an event may have.",
         c"Superuser only. Larger ones are refused with 22023 (invalid_parameter_value). \
-          Measured as stored (pg_column_size), before compression.",
+          Measured uncompressed.",
         &MAX_PAYLOAD_KB,
         1,
         1024 * 1024,
@@ -173,11 +173,12 @@ pub fn max_payload_size() -> i64 {
 }
 
 /// `jobs._tenants()`: the tenants the connected role is bound to, or NULL for a role that is
-/// not bound. The binding is the role's own setting of pg_jobs.tenants in the catalog
-/// (`pg_db_role_setting`, written by jobs.grant_producer and jobs.grant_worker: for this
-/// database, else for every database), read once per backend for the session's login role;
-/// the session's value of the setting counts only where the catalog binds nothing. So a role
-/// cannot unbind itself by connecting with the setting emptied (`PGOPTIONS='-c
+/// not bound. The binding is read from the catalog by `jobs._binding()` (sql/privileges.sql:
+/// the login role's own pg_jobs.tenants, written by jobs.grant_producer and the other grants,
+/// else those of the roles whose grants it holds through membership; refused (42501) when it
+/// holds rights through a role bound to none as well), once per backend for the session's
+/// login role; the session's value of the setting counts only where the catalog binds nothing.
+/// So a role cannot unbind itself by connecting with the setting emptied (`PGOPTIONS='-c
 /// pg_jobs.tenants='`): without preload, PostgreSQL drops such a value when the library loads
 /// and the compiled default, unbound, would apply. A value that is not a JSON array of
 /// strings binds the role to no tenant at all, so a mistyped binding refuses rather than
@@ -209,9 +210,26 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// The session's login role's pg_jobs.tenants in the catalog: for this database, else for
-/// every database (the order in which PostgreSQL applies them at login). Read once per backend
-/// and login role (a binding applies from the role's next connection).
+/// A binding jobs._binding() refuses: why, and what to do.
+#[derive(serde::Deserialize)]
+struct Refusal {
+    refusal: String,
+    hint: Option<String>,
+}
+
+/// The login role's own pg_jobs.tenants in the catalog, for this database, else for every one.
+const OWN_BINDING: &str = "select substr(c.setting, length('pg_jobs.tenants=') + 1)
+     from pg_catalog.pg_db_role_setting as s, unnest(s.setconfig) as c(setting)
+     where s.setrole = (select r.oid from pg_catalog.pg_roles as r where r.rolname = session_user)
+       and s.setdatabase in (0, (select d.oid from pg_catalog.pg_database as d
+                                 where d.datname = pg_catalog.current_database()))
+       and c.setting like 'pg_jobs.tenants=%'
+     order by s.setdatabase desc limit 1";
+
+/// The session's login role's binding in the catalog (`jobs._binding()`). Read once per
+/// backend and login role (a binding applies from the role's next connection); a refusal is
+/// not kept, so it is raised at every call, as insufficient_privilege (42501: an error raised
+/// inside SPI would reach the caller as an internal error, its SQLSTATE lost).
 fn catalog_binding() -> Option<String> {
     let role = unsafe { pgrx::pg_sys::GetSessionUserId() };
     if let Some(text) = BINDING.with(|b| {
@@ -222,25 +240,44 @@ fn catalog_binding() -> Option<String> {
     }) {
         return text;
     }
-    // Read-only (Spi::get_one_with_args would give the transaction an id).
+    // Read-only (Spi::get_one would give the transaction an id). A schema of 0.1.0, before
+    // its ALTER EXTENSION UPDATE, has no jobs._binding(): the role's own setting only.
     let text = pgrx::spi::Spi::connect(|client| {
-        client
+        let current = client
             .select(
-                "select substr(c.setting, length('pg_jobs.tenants=') + 1)
-                 from pg_catalog.pg_db_role_setting as s, unnest(s.setconfig) as c(setting)
-                 where s.setrole = $1
-                   and s.setdatabase in (0, (select d.oid from pg_catalog.pg_database as d
-                                             where d.datname = pg_catalog.current_database()))
-                   and c.setting like 'pg_jobs.tenants=%'
-                 order by s.setdatabase desc limit 1",
+                "select to_regprocedure('jobs._binding()') is not null",
                 Some(1),
-                &[role.into()],
+                &[],
             )?
+            .first()
+            .get_one::<bool>()?
+            .unwrap_or(false);
+        let query = if current {
+            "select jobs._binding()"
+        } else {
+            OWN_BINDING
+        };
+        client
+            .select(query, Some(1), &[])?
             .first()
             .get_one::<String>()
     })
-    .ok()
-    .flatten();
+    .unwrap_or_else(|err| pgrx::error!("jobs._tenants: {err}"));
+    if let Some(Ok(refusal)) = text
+        .as_deref()
+        .filter(|t| t.starts_with('{'))
+        .map(serde_json::from_str::<Refusal>)
+    {
+        let mut report = pgrx::pg_sys::panic::ErrorReport::new(
+            pgrx::PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            refusal.refusal,
+            "jobs._tenants",
+        );
+        if let Some(hint) = refusal.hint {
+            report = report.set_hint(hint);
+        }
+        report.report(pgrx::PgLogLevel::ERROR);
+    }
     BINDING.with(|b| *b.borrow_mut() = Some((role, text.clone())));
     text
 }

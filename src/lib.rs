@@ -32,6 +32,7 @@ mod launcher;
 mod outcomes;
 mod random;
 mod relay;
+mod sizes;
 mod statement;
 mod tokens;
 mod unknown_queues;

@@ -173,21 +173,51 @@ language sql stable strict parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$ select jobs_config.setting('max_payload_size') * 1024 $$;
 
+-- `jobs._size(value)`: a value's size uncompressed, as every limit measures it. A value stored
+-- uncompressed is measured as it is (pg_column_size); one that came compressed from a table is
+-- measured as its text, as SQL cannot read the size in its header (the extension does).
+create function jobs._size(p_value anyelement)
+returns bigint
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select case when pg_column_compression(p_value) is null then pg_column_size(p_value)
+                  else octet_length(p_value::text) end $$;
+
 -- `jobs._tenants()`: the tenants the session's login role is bound to, or NULL for a role that
--- is not bound. A binding that is not a JSON array of strings binds the role to no tenant at
--- all, so a mistyped binding refuses rather than allows. (No setting a session may SET counts.)
+-- is not bound, by the rule of jobs._binding() (sql/privileges.sql: its own binding, else its
+-- bound roles' through membership; refused where a role bound to none lends it rights too). A
+-- binding that is not a JSON array of strings binds the role to no tenant at all, so a
+-- mistyped binding refuses rather than allows. (No setting a session may SET counts.) A
+-- database that binds no role answers at once.
 create function jobs._tenants()
 returns text[]
 language sql stable strict parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$
-  select case when jsonb_typeof(b.tenants) = 'array'
-                   and not jsonb_path_exists(b.tenants, '$[*] ? (@.type() != "string")')
-              then array(select jsonb_array_elements_text(b.tenants))
-              else '{}'::text[] end
-  from jobs_config.tenant_bindings as b
-  where b.role = session_user::regrole
+  select case when not exists (select from jobs_config.tenant_bindings) then null
+              else (select case when left(b.binding, 1) = '{' then jobs._binding_refused(b.binding::jsonb)
+                                else array(select jsonb_array_elements_text(jobs._binding_array(b.binding))) end
+                    from jobs._binding() as b(binding) where b.binding is not null) end
 $$;
+
+-- A binding jobs._binding() refuses (insufficient_privilege, 42501), as the extension's
+-- jobs._tenants raises it.
+create function jobs._binding_refused(p_refusal jsonb)
+returns text[]
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception using errcode = '42501', message = p_refusal->>'refusal', hint = p_refusal->>'hint';
+end
+$$;
+
+-- `jobs._bindings()`: the bound roles and their tenants, for jobs._binding().
+create function jobs._bindings()
+returns table (role oid, tenants text)
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$ select b.role::oid, b.tenants::text from jobs_config.tenant_bindings as b $$;
 
 -- Binding a role to a tenant: a row of jobs_config.tenant_bindings, which the role cannot
 -- change. A bound role enqueues (and dedupes) for its tenants only, is handed only their jobs

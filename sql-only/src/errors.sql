@@ -15,5 +15,6 @@ as $$
     ('null_value_not_allowed', '22004', 'NULL where a value is required'),
     ('serialization_failure', '40001', 'an idempotency key was taken and freed twice during one enqueue: retry the call'),
     ('tenant_not_allowed', 'PJ007', 'the role is bound to other tenants (jobs.grant_producer / grant_worker with a tenant)'),
-    ('wait_needs_read_committed', 'PJ008', 'claim with wait runs in READ COMMITTED: a REPEATABLE READ or SERIALIZABLE snapshot never sees new work')
+    ('wait_needs_read_committed', 'PJ008', 'claim with wait runs in READ COMMITTED: a REPEATABLE READ or SERIALIZABLE snapshot never sees new work'),
+    ('insufficient_privilege', '42501', 'the role holds pg_jobs rights through roles bound to tenants and through one bound to none: bind the role itself')
 $$;

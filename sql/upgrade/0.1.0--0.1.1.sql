@@ -52,6 +52,10 @@
 --     jobs_fair_idx (sql/fairness.sql), and the trigger that checks and applies a change.
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
+-- 29. Limits measure values uncompressed (jobs._size, src/sizes.rs); jobs.max_payload_size()
+--     tells producers and workers the limit. A binding follows the grant (jobs._binding): a
+--     member of a bound role is bound as it is, and one holding rights both bound and unbound
+--     is refused (insufficient_privilege, 42501).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -398,7 +402,6 @@ begin
     and a.privilege_type = 'SELECT' and a.grantee <> c.relowner and a.grantee <> 0;
   if v_grantees is not null then
     execute 'grant select on jobs.outcome_stats to ' || v_grantees;
-    execute 'grant execute on function jobs._outcome_stats() to ' || v_grantees;
   end if;
 end
 $$;
@@ -426,7 +429,7 @@ $$;
 -- @include sql/children_triggers.sql
 -- @include sql/ordering_triggers.sql
 -- @include sql/fairness_triggers.sql
--- 12., 18., 22. and 24. The roles that may call a function of 0.1.0 may call the new ones beside
+-- 12., 18., 22., 24. and 29. The roles that may call a function of 0.1.0 may call the new ones beside
 -- it: who may complete a batch may complete it and claim the next in one call; the workers
 -- (who may save a step) may spawn and await children, and sleep; the producers and workers (who may
 -- enqueue) may read their jobs' state.
@@ -441,7 +444,9 @@ begin
        'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])'),
       ('jobs.save_step(uuid, bigint, text, jsonb)',
        'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz)'),
-      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval)')) as g(held, added)
+      ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval), '
+                                    'jobs.max_payload_size()'),
+      ('jobs._tenants()', 'jobs._binding(), jobs._bindings(), jobs._binding_array(text)')) as g(held, added)
   loop
     select string_agg(quote_ident(a.grantee::regrole::text), ',') into v_grantees
     from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
