@@ -223,6 +223,33 @@ def test_a_fair_queue_runs_a_small_tenants_job_among_a_big_ones_backlog(db, star
     assert before <= 4, f"{before} of big's jobs finished before small's"
 
 
+def test_a_result_that_cannot_be_settled_fails_its_own_job_only(db, start_worker):
+    """18. Among 100 jobs at concurrency 8, three whose results cannot be settled: one of 2 MB
+    (over pg_jobs.max_payload_size, checked by the worker before it settles), one JSON cannot
+    encode (checked as the handler returns), one the server refuses (a NUL character: the
+    settle of its batch is refused, so its jobs are settled one by one). Each of the three
+    fails for good with its cause, the 97 others complete, the worker goes on claiming and
+    stops when told. Checked to fail without the guard: at d7d86e0 the 2 MB result got its
+    whole batch refused and sent again for ever (0 of the others completed after 12 s, and
+    the stop never returned)."""
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'noop')) "
+               "from generate_series(1, 97)))")
+    bad = {name: db.enqueue(name, max_attempts=5) for name in ("big_result", "unencodable_result", "refused_result")}
+    worker = start_worker(db, concurrency=8)
+    db.eventually("select count(*) from jobs.jobs where name = 'noop' and state = 'completed'", 97, timeout=60)
+    for name, job in bad.items():
+        db.eventually("select state::text from jobs.jobs where id = %s", "dead", args=(job,), timeout=30)
+        attempt, error = db.one("select attempt, last_error from jobs.jobs where id = %s", (job,))
+        assert attempt == 1, (name, error)
+    assert "max_payload_size" in db.one("select last_error from jobs.jobs where id = %s", (bad["big_result"],))[0]
+    assert "JSON" in db.one("select last_error from jobs.jobs where id = %s", (bad["unencodable_result"],))[0]
+    assert "refused" in db.one("select last_error from jobs.jobs where id = %s", (bad["refused_result"],))[0]
+    after = db.enqueue("noop")
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(after,), timeout=30)
+    worker.terminate()
+    assert worker.wait(timeout=20) == 0, worker.output()
+
+
 def test_a_worker_started_before_the_server_accepts_connections_keeps_trying(db, start_worker):
     """A database error never ends the worker: with connections refused for its role at first
     (CONNECTION LIMIT 0), it retries with backoff and works once they are allowed."""

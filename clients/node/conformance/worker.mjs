@@ -105,6 +105,10 @@ const jobs = [
     },
   }),
   defineJob({ name: 'job_info', handler: (_payload, ctx) => ({ tags: ctx.job.tags, meta: ctx.job.meta }) }),
+  defineJob({ name: 'big_result', handler: (payload) => ({ text: 'x'.repeat(payload.bytes ?? 2_000_000) }) }),
+  // A BigInt: JSON.stringify refuses it.
+  defineJob({ name: 'unencodable_result', handler: () => ({ n: 1n }) }),
+  defineJob({ name: 'refused_result', handler: () => ({ text: 'a\u0000b' }) }),
 ];
 
 // Prometheus metrics on 127.0.0.1:--metrics-port/metrics, when asked for.

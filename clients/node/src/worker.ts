@@ -16,6 +16,7 @@ import { codes, fromDriver, isConnectionError, NonRetryableError, RetryAfterErro
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
 import { Backoff, OwnConnection, sleep } from './connection.js';
+import { encodeResult, isTransient, longTimeout } from './results.js';
 import { defaultTracer, endAttemptSpan, type SpanLike, startAttemptSpan, type TracerLike } from './tracing.js';
 
 export interface WorkerOptions {
@@ -60,7 +61,7 @@ class Held implements AttemptHandle {
   controller: AbortController | undefined = undefined;
   /** Set while the worker waits for the handler: called when the attempt must stop. */
   onAbort: (() => void) | undefined = undefined;
-  timer: NodeJS.Timeout | undefined = undefined;
+  timer: { clear(): void } | undefined = undefined;
   /** The connection the handler's ctx.tx gives, and whether its transaction is open. */
   client: pg.PoolClient | undefined = undefined;
   inTx = false;
@@ -154,6 +155,11 @@ export class Worker {
   private stopped: Promise<void> | undefined;
   private prepared: boolean;
   private wake: (() => void)[] = [];
+  /** pg_jobs.max_payload_size as the server reads it (jobs.max_payload_size()); null when the
+   * server cannot say (the engine still refuses a result over it). */
+  private maxResultBytes: number | null = null;
+  /** When a stop gives up settling what its handlers completed (the end of its grace). */
+  private giveUpAt = Infinity;
 
   constructor(private readonly options: WorkerOptions) {
     if (!options.pool && !options.connectionString) {
@@ -220,6 +226,8 @@ export class Worker {
       throw new Error('pg-jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser), '
         + 'or install the SQL-only edition (sql-only/pg_jobs.sql, docs/EDITIONS.md), first');
     }
+    this.maxResultBytes = await this.control.query<{ size: string | null }>('select jobs.max_payload_size() as size')
+      .then(([row]) => (row?.size == null ? null : Number(row.size)), () => null);
     this.logger.info('pg-jobs worker started', {
       workerId: this.workerId, queues: this.groups.flatMap((g) => g.queues), concurrency: this.concurrency,
       jobs: [...this.jobs.keys()], serverVersion: info.version, preloaded: info.preloaded,
@@ -259,6 +267,7 @@ export class Worker {
 
   private async shutdown(graceMs: number): Promise<void> {
     this.stopping = true;
+    this.giveUpAt = Date.now() + graceMs;
     for (const wake of this.wake.splice(0)) wake();
     for (const g of this.groups) g.wake?.();
     await this.cancelWaitingClaims();
@@ -338,6 +347,10 @@ export class Worker {
       } catch (err) {
         if (client) this.giveBack(group, client, true);
         if (this.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) continue;
+        if (this.isStopping() && Date.now() >= this.giveUpAt) {
+          this.giveUp(group, err);
+          return;
+        }
         if (this.prepared && NOT_KEPT.has((err as { code?: string }).code ?? '')) {
           this.prepared = false;
           this.logger.warn('the server did not keep this worker\'s prepared statements (a transaction-pooling '
@@ -353,7 +366,9 @@ export class Worker {
   }
 
   /** Completes the group's pending jobs and claims for its free slots, in one statement; a
-   * claim among them no longer held completes each on its own (the others still land). */
+   * claim among them no longer held completes each on its own (the others still land). A
+   * statement refused for what it carries (not for a lost connection or a passing conflict)
+   * is never sent again: its jobs are settled one by one, and the one refused fails alone. */
   private async settle(client: pg.PoolClient, group: Group): Promise<ClaimedRow[]> {
     const batch = group.pending.splice(0);
     const ids = batch.map((p) => p.held.job.id);
@@ -375,14 +390,68 @@ export class Worker {
         landed = await this.completeMany(client, ids, claims, results);
       }
     } catch (err) {
-      if ((err as { code?: string }).code !== codes.leaseLost) {
+      const code = (err as { code?: string }).code;
+      if (code === codes.leaseLost) {
+        landed = await this.completeMany(client, ids, claims, results);
+      } else if (isTransient(err) || NOT_KEPT.has(code ?? '')) {
         group.pending.unshift(...batch);
         throw err;
+      } else {
+        this.logger.warn('a settle was refused for what it carries; its jobs are settled one by one',
+          { jobs: batch.length, error: firstLine(err) });
+        await this.settleEach(client, group, batch);
+        return [];
       }
-      landed = await this.completeMany(client, ids, claims, results);
     }
     for (const p of batch) this.ended(group, p.held, landed.has(p.held.job.id) ? 'completed' : 'lost', p.started, p.span);
     return rows;
+  }
+
+  /** Completes each job on its own: one the server refuses for its result fails for good with
+   * the server's message; one it cannot reach now goes back to be settled later. */
+  private async settleEach(client: pg.PoolClient, group: Group, batch: Group['pending']): Promise<void> {
+    for (const [i, p] of batch.entries()) {
+      const { job } = p.held;
+      let outcome: Outcome;
+      let error: string | undefined;
+      try {
+        const { rows } = await client.query<{ landed: boolean }>(
+          'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, p.result]);
+        outcome = rows[0]?.landed === true ? 'completed' : 'lost';
+      } catch (err) {
+        if (isTransient(err)) {
+          group.pending.unshift(...batch.slice(i));
+          throw err;
+        }
+        error = `the result was refused: ${firstLine(err)}`;
+        outcome = await this.failForGood(client, job, error);
+      }
+      this.ended(group, p.held, outcome, p.started, p.span, error);
+    }
+  }
+
+  /** Fails a held job for good (no retry): its result could not be settled. */
+  private async failForGood(client: pg.PoolClient, job: Job, error: string): Promise<Outcome> {
+    try {
+      const { rows } = await client.query<{ outcome: Outcome | null }>(
+        'select jobs.fail($1, $2::bigint, $3, null, false) as outcome', [job.id, job.claim, error]);
+      return rows[0]?.outcome ?? 'lost';
+    } catch (err) {
+      if (isTransient(err)) throw err;
+      this.logger.warn('could not fail the job; it is left to its lease', { id: job.id, error: firstLine(err) });
+      return 'lost';
+    }
+  }
+
+  /** A stop past its grace that still cannot settle what its handlers completed: those jobs
+   * are left to their leases (they run again once the leases lapse). */
+  private giveUp(group: Group, err: unknown): void {
+    const batch = group.pending.splice(0);
+    if (batch.length > 0) {
+      this.logger.warn('stopping: could not settle completed jobs within the grace; they are left to their leases',
+        { jobs: batch.length, error: firstLine(err) });
+    }
+    for (const p of batch) this.ended(group, p.held, 'lost', p.started, p.span);
   }
 
   private async completeMany(client: pg.PoolClient, ids: string[], claims: string[], results: string[] | null): Promise<Set<string>> {
@@ -456,7 +525,7 @@ export class Worker {
 
   /** An attempt ended (or was handed to the dispatcher to complete): frees its slot. */
   private ended(group: Group, held: Held, outcome: Outcome, started: number, span: SpanLike | undefined, error?: string): void {
-    clearTimeout(held.timer);
+    held.timer?.clear();
     if (this.held.get(held.job.id) === held) this.held.delete(held.job.id);
     this.options.metrics?.running(this.held.size);
     this.report(held.job, outcome, Date.now() - started, error);
@@ -478,7 +547,7 @@ export class Worker {
     const started = Date.now();
     const held = new Held(job, def.transactional);
     const timeLeftMs = row[16];
-    if (timeLeftMs !== null) held.timer = setTimeout(() => this.abort(held, 'deadline'), Math.max(0, timeLeftMs));
+    if (timeLeftMs !== null) held.timer = longTimeout(() => this.abort(held, 'deadline'), timeLeftMs);
     this.held.set(job.id, held);
     this.options.metrics?.running(this.held.size);
     const tracer = this.options.tracer ?? defaultTracer();
@@ -507,13 +576,22 @@ export class Worker {
         thrown = err;
         failed = true;
       }
+      let encoded = 'null';
+      if (!failed) {
+        try {
+          encoded = encodeResult(result, this.maxResultBytes);
+        } catch (err) {
+          thrown = new NonRetryableError(describe(err));
+          failed = true;
+        }
+      }
       if (!failed && held.reason === undefined && !held.inTx && !this.stopping && !group.waiting) {
         // Completed by the dispatcher with the group's next claim; the slot frees now.
-        group.pending.push({ held, result: result == null ? 'null' : JSON.stringify(result), started, span });
+        group.pending.push({ held, result: encoded, started, span });
         outcome = null;
         return;
       }
-      [outcome, error] = await this.afterHandler(held, result, failed, thrown);
+      [outcome, error] = await this.afterHandler(held, encoded, failed, thrown);
     } catch (err) {
       broken = true;
       this.logger.warn('database error; the job is left to its lease',
@@ -527,7 +605,7 @@ export class Worker {
 
   /** The settlement of an attempt on its own connection: told to stop, parked, failed, or
    * completed in the transaction its handler opened (or with nobody to complete it with). */
-  private async afterHandler(held: Held, result: unknown, failed: boolean, thrown: unknown): Promise<[Outcome, string?]> {
+  private async afterHandler(held: Held, result: string, failed: boolean, thrown: unknown): Promise<[Outcome, string?]> {
     const job = held.job;
     const c = held.client as pg.PoolClient;
     if (held.reason !== undefined) {
@@ -550,9 +628,17 @@ export class Worker {
         'select jobs.fail($1, $2::bigint, $3, $4, $5) as outcome', [job.id, job.claim, error, retryAt, retryable]);
       return [rows[0]?.outcome ?? 'lost', error];
     }
-    const { rows } = await c.query<{ landed: boolean }>(
-      'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, JSON.stringify(result ?? null)]);
-    const landed = rows[0]?.landed === true;
+    let landed: boolean;
+    try {
+      const { rows } = await c.query<{ landed: boolean }>(
+        'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, result]);
+      landed = rows[0]?.landed === true;
+    } catch (err) {
+      if (isTransient(err)) throw err;
+      if (held.inTx) await c.query('rollback');
+      const error = `the result was refused: ${firstLine(err)}`;
+      return [await this.failForGood(c, job, error), error];
+    }
     if (held.inTx) await c.query(landed ? 'commit' : 'rollback'); // a lost claim: the handler's writes are undone
     return [landed ? 'completed' : 'lost'];
   }
@@ -661,9 +747,14 @@ export class Worker {
   }
 }
 
+/** What was thrown, as text: anything at all may be (a value without toString, a BigInt). */
 function describe(err: unknown): string {
-  if (err instanceof Error) return `${err.name}: ${err.message}`;
-  return String(err);
+  try {
+    if (err instanceof Error) return `${err.name}: ${err.message}`;
+    return String(err);
+  } catch {
+    return Object.prototype.toString.call(err);
+  }
 }
 
 function firstLine(err: unknown): string {

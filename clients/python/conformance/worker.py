@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -113,7 +115,29 @@ def sync_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     def job_info(payload: Any, ctx: Context) -> Any:
         return {"tags": ctx.job.tags, "meta": ctx.job.meta}
 
-    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info]
+    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info, *result_jobs(False)]
+
+
+def result_jobs(is_async: bool) -> list[pg_jobs.JobDefinition[Any]]:
+    """Handlers whose results cannot be settled: one too large, one JSON cannot encode (a
+    datetime), one the server refuses (a NUL character)."""
+    answers: dict[str, Callable[[Any], Any]] = {
+        "big_result": lambda payload: {"text": "x" * payload.get("bytes", 2_000_000)},
+        "unencodable_result": lambda payload: {"at": datetime.datetime.now(datetime.timezone.utc)},
+        "refused_result": lambda payload: {"text": "a\u0000b"},
+    }
+
+    def define(name: str, answer: Callable[[Any], Any]) -> pg_jobs.JobDefinition[Any]:
+        if is_async:
+            async def answer_async(payload: Any, ctx: AsyncContext) -> Any:
+                return answer(payload)
+            return pg_jobs.job(name)(answer_async)
+
+        def answer_sync(payload: Any, ctx: Context) -> Any:
+            return answer(payload)
+        return pg_jobs.job(name)(answer_sync)
+
+    return [define(name, answer) for name, answer in answers.items()]
 
 
 # -- async handlers (the event loop) -----------------------------------------------------------
@@ -192,7 +216,7 @@ def async_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     async def job_info(payload: Any, ctx: AsyncContext) -> Any:
         return {"tags": ctx.job.tags, "meta": ctx.job.meta}
 
-    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info]
+    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info, *result_jobs(True)]
 
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

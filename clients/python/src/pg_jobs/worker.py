@@ -24,7 +24,6 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.types.json import Jsonb
 
 from .arrays import Int8Array, TextArray, UuidArray, int8_array, text_array, uuid_array
 from .connection import Backoff, OwnConnection, Pool, Slot
@@ -34,6 +33,7 @@ from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_
 from .jobs import JobDefinition
 from .observe import LEVELS, Metrics, Outcome, first_line, log_outcome
 from .observe import logger as default_logger
+from .results import ResultRefused, encode_result, encoded, is_transient
 from .threads import Threads
 
 QUERY_CANCELED = "57014"
@@ -49,7 +49,7 @@ GATHER = 0.0002
 
 class _Held:
     __slots__ = ("job", "group", "started", "reason", "task", "threaded", "in_handler", "abandoned", "slot",
-                 "tick", "ctx")
+                 "tick", "ctx", "encoded")
 
     def __init__(self, job: Job, group: _Group, started: float) -> None:
         self.job, self.group, self.started = job, group, started
@@ -67,6 +67,8 @@ class _Held:
         #: Its deadline's, in the worker's Deadlines; None for none.
         self.tick: int | None = None
         self.ctx: AsyncContext | Context | None = None
+        #: The handler's result as JSON text, once encoded (pg_jobs.results).
+        self.encoded: str | None = None
 
 
 @dataclass(eq=False)
@@ -129,6 +131,11 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         self._stopped: asyncio.Future[None] | None = None
+        #: When a stop gives up settling what its handlers completed (the end of its grace).
+        self._give_up_at = float("inf")
+        #: pg_jobs.max_payload_size as the server reads it (jobs.max_payload_size()); None when
+        #: the server cannot say (the engine still refuses a result over it).
+        self._max_result: int | None = None
         self._wake = asyncio.Event()
         self._threads = Threads("pg_jobs")
         #: Whether the claims and settles are prepared statements, kept by the server for each
@@ -170,6 +177,10 @@ class Worker:
         if not installed:
             raise RuntimeError("pg_jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser), "
                                "or install the SQL-only edition (sql-only/pg_jobs.sql, docs/EDITIONS.md), first")
+        try:
+            self._max_result = (await self._control.query("select jobs.max_payload_size()"))[0][0]
+        except Exception:  # noqa: BLE001 (an older server: the engine's limit alone)
+            self._max_result = None
         if self.metrics_port is not None:
             from . import prometheus
             self.metrics = self.metrics or prometheus.PrometheusMetrics()
@@ -244,6 +255,9 @@ class Worker:
                     await self._give_back(group, slot, True)
                 if self._stopping and isinstance(err, psycopg.Error) and err.sqlstate == QUERY_CANCELED:
                     continue
+                if self._stopping and time.monotonic() >= self._give_up_at:
+                    self._give_up(group, err)
+                    return
                 if self._prepared and isinstance(err, psycopg.Error) and err.sqlstate in NOT_KEPT:
                     self._prepared = self._pool.prepared = False
                     self.log.warning("the server did not keep this worker's prepared statements (a transaction-"
@@ -272,7 +286,7 @@ class Worker:
         claims = int8_array([h.job.claim for h, _, _ in batch])
         answers = [r for _, r, _ in batch]
         # No results at all (handlers that answer nothing): none sent, none for the server to read.
-        results = None if answers.count(None) == len(answers) else [Jsonb(r) for r in answers]
+        results = None if answers.count("null") == len(answers) else [encoded(r) for r in answers]
         free = 0 if self._stopping else group.free
         rows: list[tuple[Any, ...]] = []
         landed: set[Any] | None
@@ -288,8 +302,14 @@ class Worker:
                 landed = await self._complete_many(slot, ids, claims, results)
         except psycopg.Error as err:
             if err.sqlstate != CODES["lease_lost"]:
-                group.pending[:0] = batch
-                raise
+                if is_transient(err) or err.sqlstate in NOT_KEPT:
+                    group.pending[:0] = batch
+                    raise
+                # Refused for what it carries: never sent again; its jobs settled one by one.
+                self.log.warning("a settle of %d jobs was refused for what it carries; settling them one by one: %s",
+                                 len(batch), first_line(err))
+                await self._settle_each(slot, group, batch)
+                return []
             landed = await self._complete_many(slot, ids, claims, results)
         for held, _, started in batch:
             self._ended(held, "completed" if landed is None or held.job.id in landed else "lost", started, count=False)
@@ -297,8 +317,49 @@ class Worker:
             self.metrics.running(len(self._held))
         return rows
 
+    async def _settle_each(self, slot: Slot, group: _Group, batch: list[tuple[_Held, Any, float]]) -> None:
+        """Completes each job on its own: one the server refuses for its result fails for good
+        with the server's message; one it cannot reach now goes back to be settled later."""
+        for i, (held, result, started) in enumerate(batch):
+            job = held.job
+            error: str | None = None
+            try:
+                cur = await slot.conn.execute("select jobs.complete(%s, %s, %s)", (job.id, job.claim, encoded(result)))
+                row = await cur.fetchone()
+                outcome: Outcome = "completed" if row and row[0] else "lost"
+            except psycopg.Error as err:
+                if is_transient(err):
+                    group.pending[:0] = batch[i:]
+                    raise
+                error = f"the result was refused: {first_line(err)}"
+                outcome = await self._fail_for_good(slot, held, error)
+            self._ended(held, outcome, started, error)
+
+    async def _fail_for_good(self, slot: Slot, held: _Held, error: str) -> Outcome:
+        """Fails a held job for good (no retry): its result could not be settled."""
+        job = held.job
+        try:
+            cur = await slot.conn.execute("select jobs.fail(%s, %s, %s, null, false)", (job.id, job.claim, error))
+            row = await cur.fetchone()
+            return row[0] if row and row[0] else "lost"
+        except psycopg.Error as err:
+            if is_transient(err):
+                raise
+            self.log.warning("could not fail job %s; it is left to its lease: %s", job.id, first_line(err))
+            return "lost"
+
+    def _give_up(self, group: _Group, err: BaseException) -> None:
+        """A stop past its grace that still cannot settle what its handlers completed: those
+        jobs are left to their leases (they run again once the leases lapse)."""
+        batch, group.pending = group.pending, []
+        if batch:
+            self.log.warning("stopping: could not settle %d completed jobs within the grace; they are left to "
+                             "their leases: %s", len(batch), first_line(err))
+        for held, _, started in batch:
+            self._ended(held, "lost", started)
+
     async def _complete_many(self, slot: Slot, ids: UuidArray, claims: Int8Array,
-                             results: list[Jsonb] | None) -> set[Any]:
+                             results: list[Any] | None) -> set[Any]:
         cur = await slot.conn.execute("select id, landed from jobs.complete_many(%b, %b, %s::jsonb[])",
                                       (ids, claims, results), prepare=self._prepared)
         return {r[0] for r in await cur.fetchall() if r[1]}
@@ -414,20 +475,29 @@ class Worker:
         assert slot is not None
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         result = None if error is not None else future.result()
-        if error is None and self._leave_to_dispatcher(held, slot, result):
+        if error is None and self._encode(held, result) and self._leave_to_dispatcher(held, slot):
             group.slots.append(slot)  # (kept: it is neither broken nor the worker stopping)
             self._free_slot(group)
             return
         self._running.add(self._loop.create_task(self._run_job(held, slot, ended=(result, error))))
 
-    def _leave_to_dispatcher(self, held: _Held, slot: Slot, result: Any) -> bool:
-        """Leaves a job whose handler returned, outside a transaction, to be completed with the
-        dispatcher's next claim, unless it is stopped, stopping, or the dispatcher's claim is
-        sleeping in the server (then it completes itself)."""
+    def _encode(self, held: _Held, result: Any) -> bool:
+        """Encodes the handler's result (``held.encoded``); False when it cannot be settled
+        (``_after`` fails the job for good)."""
+        try:
+            held.encoded = encode_result(result, self._max_result)
+        except ResultRefused:
+            return False
+        return True
+
+    def _leave_to_dispatcher(self, held: _Held, slot: Slot) -> bool:
+        """Leaves a job whose handler returned, outside a transaction, its result encoded, to
+        be completed with the dispatcher's next claim, unless it is stopped, stopping, or the
+        dispatcher's claim is sleeping in the server (then it completes itself)."""
         group = held.group
         if (held.reason is None and not self._stopping and not group.waiting and not slot.broken
                 and slot.conn.pgconn.transaction_status == TransactionStatus.IDLE):
-            group.pending.append((held, result, held.started))
+            group.pending.append((held, held.encoded, held.started))
             return True
         return False
 
@@ -506,7 +576,7 @@ class Worker:
                     task.uncancel()  # the cancels were the handler's, not this task's
             if held.abandoned:
                 return None, None
-            if thrown is None and self._leave_to_dispatcher(held, slot, result):
+            if thrown is None and self._encode(held, result) and self._leave_to_dispatcher(held, slot):
                 return None, None
         return await self._after(slot, held, result, thrown)
 
@@ -529,6 +599,11 @@ class Worker:
             return "parked", None
         if thrown is None and status == TransactionStatus.INERROR:
             thrown = RuntimeError("the handler's transaction failed (a statement of it raised) and was rolled back")
+        if thrown is None and held.encoded is None:
+            try:
+                held.encoded = encode_result(result, self._max_result)
+            except ResultRefused as err:
+                thrown = NonRetryable(str(err))
         if thrown is not None:
             await self._rollback(slot, in_tx)
             if isinstance(thrown, asyncio.CancelledError):
@@ -539,9 +614,16 @@ class Worker:
                                      (job.id, job.claim, error, retry_at, not isinstance(thrown, NonRetryable)))
             row = await cur.fetchone()
             return (row[0] if row and row[0] else "lost"), error
-        if not in_tx and self._leave_to_dispatcher(held, slot, result):
+        if not in_tx and self._leave_to_dispatcher(held, slot):
             return None, None
-        cur = await conn.execute("select jobs.complete(%s, %s, %s)", (job.id, job.claim, Jsonb(result)))
+        try:
+            cur = await conn.execute("select jobs.complete(%s, %s, %s)", (job.id, job.claim, encoded(held.encoded or "null")))
+        except psycopg.Error as err:
+            if is_transient(err):
+                raise
+            await self._rollback(slot, in_tx)
+            error = f"the result was refused: {first_line(err)}"
+            return await self._fail_for_good(slot, held, error), error
         row = await cur.fetchone()
         landed = bool(row and row[0])
         if in_tx:
@@ -686,6 +768,7 @@ class Worker:
 
     async def _shutdown(self, grace: float) -> None:
         self._stopping = True
+        self._give_up_at = time.monotonic() + grace
         self._wake.set()
         for g in self._groups:
             g.wake.set()
