@@ -102,7 +102,10 @@ CONF
   as_pg /usr/lib/postgresql/15/bin/pg_ctl -D "$work/data15" -l "$work/log15" -w start >/dev/null
   psql "host=127.0.0.1 port=$port15 user=postgres" -qc "create role pgj_installer login nosuperuser nocreaterole nocreatedb"
   # (ports of their own: the extension's run of tests/ may be running beside this one)
-  PG_JOBS_EDITION=sql PG_JOBS_SQL_INSTALLER=pgj_installer \
+  # The tests act as the superuser postgres on an edition pgj_installer owns, a role they made
+  # and trust: pgjobs and the libraries' workers are told so (PGJOBS_TRUST_OWNER), as they
+  # refuse a less trusted owner.
+  PG_JOBS_EDITION=sql PG_JOBS_SQL_INSTALLER=pgj_installer PGJOBS_TRUST_OWNER=1 \
     PG_JOBS_DSN="host=127.0.0.1 port=$port15 user=postgres dbname=postgres" \
     PG_JOBS_PGBOUNCER_PORT=54486 PG_JOBS_LANGUAGES_PGBOUNCER_PORT=54487 PG_JOBS_UI_PORT=54488 \
     PG_JOBS_CLI_PORT=54489 .venv/bin/python -m pytest -q -p no:cacheprovider tests

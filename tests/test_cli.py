@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -534,3 +535,39 @@ def test_tls_follows_sslmode_as_libpq_does():
             assert code == 2 and "others may read it" in err and "chmod 0600" in err, err
     finally:
         shutil.rmtree(certs)
+
+
+def test_a_superuser_calls_no_code_a_less_trusted_role_owns(dsn):
+    """Schema jobs and jobs._tenants (which pgjobs calls at every connection) owned by a role
+    that is not a superuser (as the SQL-only edition is, by the role that ran its file), the
+    function replaced by that owner with code that would make it a superuser: pgjobs status,
+    doctor and ui as a superuser refuse, naming the owner and the fix, and run nothing;
+    --trust-owner overrides it. Checked to fail without the guard: at d7d86e0 pgjobs status
+    made the owner a superuser."""
+    owner = f"owner_{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if k != "PGJOBS_TRUST_OWNER"}
+    was = one(dsn, "select nspowner::regrole::text from pg_namespace where nspname = 'jobs'")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"create role {owner} login")
+        conn.execute(f"alter schema jobs owner to {owner}")
+        conn.execute(f"alter function jobs._tenants() owner to {owner}")
+    try:
+        with psycopg.connect(f"{dsn} user={owner}", autocommit=True) as mallory:
+            mallory.execute("create or replace function jobs._tenants() returns text[] language plpgsql "
+                            f"security invoker as $$ begin execute 'alter role {owner} superuser'; "
+                            "return null; end $$")
+        for args in (["status"], ["doctor"]):
+            code, _, err = pgjobs(dsn, *args, env=env)
+            assert code == 2 and owner in err and "--trust-owner" in err, err
+        run = subprocess.run([BIN, "--dsn", dsn, "ui", "--listen", "127.0.0.1:0"], capture_output=True,
+                             text=True, timeout=60, env=env)
+        assert run.returncode == 2 and owner in run.stderr, run.stderr
+        assert one(dsn, "select rolsuper from pg_roles where rolname = %s", (owner,)) is False
+        code, _, err = pgjobs(dsn, "--trust-owner", "status", env=env)
+        assert code == 0, err
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"alter schema jobs owner to {was}")
+            conn.execute(f"alter function jobs._tenants() owner to {was}")
+            conn.execute(f"drop owned by {owner}")
+            conn.execute(f"drop role {owner}")

@@ -96,6 +96,7 @@ pub async fn connect(dsn: Option<&str>) -> Result<Client> {
         .batch_execute("set jit = off")
         .await
         .map_err(|e| anyhow::anyhow!(crate::output::describe(&e)))?;
+    crate::owner::check(&client).await?;
     crate::role::learn(&client).await;
     Ok(client)
 }

@@ -7,6 +7,7 @@ mod doctor;
 mod filter;
 mod jobs;
 mod output;
+mod owner;
 mod queues;
 mod role;
 mod status;
@@ -30,6 +31,10 @@ struct Cli {
     /// Print JSON instead of tables
     #[arg(long, global = true)]
     json: bool,
+    /// Call pg_jobs as a superuser even where a role that is not one owns schema jobs or its
+    /// functions (that role could run code as this session); also PGJOBS_TRUST_OWNER=1
+    #[arg(long, global = true, env = "PGJOBS_TRUST_OWNER")]
+    trust_owner: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -144,6 +149,7 @@ enum Command {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<bool> {
+    owner::TRUSTED.store(cli.trust_owner, std::sync::atomic::Ordering::Relaxed);
     if let Command::Ui {
         listen,
         read_only,

@@ -250,6 +250,36 @@ def test_a_result_that_cannot_be_settled_fails_its_own_job_only(db, start_worker
     assert worker.wait(timeout=20) == 0, worker.output()
 
 
+def test_a_superusers_worker_calls_no_code_a_less_trusted_role_owns(db, start_worker):
+    """19. A function of jobs owned by a role that is not a superuser (as the SQL-only edition's
+    are, by the role that ran its file), replaced by that owner with code that would make it a
+    superuser: a worker started as a superuser refuses to start, naming the owner and the fix,
+    and runs nothing (the job stays ready, the owner is no superuser). Checked to fail without
+    the guard: with the owner check skipped, the worker started and ran the planted code."""
+    owner = "owner_" + db.url.rsplit("/", 1)[1]
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute(f"create role {owner} login")
+        conn.execute(f"grant create on schema public to {owner}")
+        conn.execute(f"alter function jobs.max_payload_size() owner to {owner}")
+        conn.execute(f"alter schema jobs owner to {owner}")
+    try:
+        mallory = type(db)(db.dsn, db.url.replace("postgresql://postgres@", f"postgresql://{owner}@"))
+        mallory.execute("create or replace function jobs.max_payload_size() returns bigint language plpgsql "
+                        f"security invoker as $$ begin execute 'alter role {owner} superuser'; return 1048576; end $$")
+        job = db.enqueue("noop")
+        worker = start_worker(db, concurrency=1)
+        assert worker.wait(timeout=30) != 0
+        assert owner in worker.output() and "superuser" in worker.output()
+        assert db.one("select rolsuper from pg_roles where rolname = %s", (owner,))[0] is False
+        assert db.one("select state::text from jobs.jobs where id = %s", (job,))[0] == "ready"
+    finally:
+        with psycopg.connect(db.dsn, autocommit=True) as conn:
+            conn.execute("alter schema jobs owner to postgres")
+            conn.execute("alter function jobs.max_payload_size() owner to postgres")
+            conn.execute(f"drop owned by {owner}")
+            conn.execute(f"drop role {owner}")
+
+
 def test_a_worker_started_before_the_server_accepts_connections_keeps_trying(db, start_worker):
     """A database error never ends the worker: with connections refused for its role at first
     (CONNECTION LIMIT 0), it retries with backoff and works once they are allowed."""

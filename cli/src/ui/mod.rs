@@ -127,6 +127,7 @@ impl App {
             )
             .await
             .map_err(|e| anyhow::anyhow!(crate::output::describe(&e)))?;
+        crate::owner::check(&client).await?;
         crate::role::learn(&client).await;
         let client = Arc::new(client);
         *held = Some(client.clone());

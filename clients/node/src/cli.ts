@@ -22,6 +22,8 @@ options:
   --worker-id ID            the name in jobs.jobs.claimed_by (default: host:pid)
   --no-prepared-statements  claim and settle without prepared statements (behind a
                             transaction-pooling PgBouncer before 1.21)
+  --trust-owner             work as a superuser even where a role that is not one owns
+                            schema jobs or its functions
   --help                    this text
 `;
 
@@ -34,6 +36,7 @@ interface Args {
   poll: number;
   workerId: string | undefined;
   prepared: boolean;
+  trustOwner: boolean;
   module: string | undefined;
 }
 
@@ -51,7 +54,7 @@ function number(flag: string, value: string | undefined): number {
 export function parse(argv: string[]): Args {
   const args: Args = {
     dsn: process.env.PG_JOBS_DSN ?? process.env.DATABASE_URL, queues: [], concurrency: 10, lease: 30,
-    grace: 10, poll: 5, workerId: undefined, prepared: true, module: undefined,
+    grace: 10, poll: 5, workerId: undefined, prepared: true, trustOwner: false, module: undefined,
   };
   const rest = [...argv];
   if (rest[0] === '--help' || rest[0] === '-h') {
@@ -71,6 +74,7 @@ export function parse(argv: string[]): Args {
       case '--poll': args.poll = number(flag, rest.shift()); break;
       case '--worker-id': args.workerId = rest.shift(); break;
       case '--no-prepared-statements': args.prepared = false; break;
+      case '--trust-owner': args.trustOwner = true; break;
       default:
         if (flag.startsWith('-')) fail(`unknown option ${flag}`);
         if (args.module !== undefined) fail(`one module only, got ${args.module} and ${flag}`);
@@ -106,7 +110,7 @@ async function main(): Promise<void> {
   await createWorker({
     connectionString: args.dsn, queues: args.queues, concurrency: args.concurrency, jobs,
     leaseMs: args.lease * 1000, shutdownGraceMs: args.grace * 1000, pollMs: args.poll * 1000,
-    workerId: args.workerId, preparedStatements: args.prepared,
+    workerId: args.workerId, preparedStatements: args.prepared, trustOwner: args.trustOwner,
   }).run();
 }
 

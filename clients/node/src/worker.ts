@@ -17,6 +17,7 @@ import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
 import { Backoff, OwnConnection, sleep } from './connection.js';
 import { encodeResult, isTransient, longTimeout } from './results.js';
+import { UNTRUSTED_OWNERS, untrustedOwners } from './owner.js';
 import { defaultTracer, endAttemptSpan, type SpanLike, startAttemptSpan, type TracerLike } from './tracing.js';
 
 export interface WorkerOptions {
@@ -48,6 +49,10 @@ export interface WorkerOptions {
    * server connection without them; a worker that meets that turns them off by itself, with a
    * warning. */
   preparedStatements?: boolean;
+  /** Work as a superuser even where a role that is not one owns schema jobs or its functions
+   * (that role could run code as the worker): refused unless true (default: whether
+   * PGJOBS_TRUST_OWNER is 1). */
+  trustOwner?: boolean;
 }
 
 type Reason = 'lost' | 'cancelled' | 'deadline' | 'shutdown';
@@ -225,6 +230,10 @@ export class Worker {
     if (!info.installed) {
       throw new Error('pg-jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser), '
         + 'or install the SQL-only edition (sql-only/pg_jobs.sql, docs/EDITIONS.md), first');
+    }
+    if (!(this.options.trustOwner ?? process.env.PGJOBS_TRUST_OWNER === '1')) {
+      const [found] = await this.control.query<{ owners: string | null }>(UNTRUSTED_OWNERS);
+      if (found?.owners) throw untrustedOwners(found.owners);
     }
     this.maxResultBytes = await this.control.query<{ size: string | null }>('select jobs.max_payload_size() as size')
       .then(([row]) => (row?.size == null ? null : Number(row.size)), () => null);

@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--no-prepared-statements", action="store_false", dest="prepared",
                    help="claim and settle without prepared statements (behind a transaction-pooling PgBouncer "
                         "before 1.21)")
+    w.add_argument("--trust-owner", action="store_true",
+                   help="work as a superuser even where a role that is not one owns schema jobs or its functions")
     e = sub.add_parser("enqueue", help="enqueue one job", description="Enqueues one job and prints its id.")
     e.add_argument("name", metavar="NAME")
     e.add_argument("payload", metavar="PAYLOAD", nargs="?", default="{}", help="a JSON value (default: {})")
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail("--concurrency must be at least 1")
     worker = Worker(dsn, jobs=jobs, queues=args.queues or ["default"], concurrency=args.concurrency, lease=args.lease,
                     shutdown_grace=args.shutdown_grace, poll=args.poll, metrics_port=args.metrics_port,
-                    prepared_statements=args.prepared)
+                    prepared_statements=args.prepared, trust_owner=args.trust_owner or None)
     try:
         worker.run()
     except RuntimeError as err:

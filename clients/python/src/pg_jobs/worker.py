@@ -33,6 +33,7 @@ from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_
 from .jobs import JobDefinition
 from .observe import LEVELS, Metrics, Outcome, first_line, log_outcome
 from .observe import logger as default_logger
+from .owner import UNTRUSTED_OWNERS, UntrustedOwner
 from .results import ResultRefused, encode_result, encoded, is_transient
 from .threads import Threads
 
@@ -99,8 +100,12 @@ class Worker:
                  metrics_port: int | None = None, logger: logging.Logger | None = None, tracer: Any = None,
                  unknown_snooze: float = 60.0,
                  resolve: Callable[[str], JobDefinition[Any] | None] | None = None,
-                 prepared_statements: bool = True) -> None:
+                 prepared_statements: bool = True, trust_owner: bool | None = None) -> None:
         self.dsn = dsn
+        #: Work as a superuser even where a role that is not one owns schema jobs or its
+        #: functions (that role could run code as the worker); refused unless True (default:
+        #: whether PGJOBS_TRUST_OWNER is 1).
+        self.trust_owner = os.environ.get("PGJOBS_TRUST_OWNER") == "1" if trust_owner is None else trust_owner
         self.queues = list(queues) or ["default"]
         if isinstance(concurrency, int):
             self._groups = [_Group(self.queues, concurrency)]
@@ -177,6 +182,10 @@ class Worker:
         if not installed:
             raise RuntimeError("pg_jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser), "
                                "or install the SQL-only edition (sql-only/pg_jobs.sql, docs/EDITIONS.md), first")
+        if not self.trust_owner:
+            owners = (await self._control.query(UNTRUSTED_OWNERS))[0][0]
+            if owners:
+                raise UntrustedOwner(owners)
         try:
             self._max_result = (await self._control.query("select jobs.max_payload_size()"))[0][0]
         except Exception:  # noqa: BLE001 (an older server: the engine's limit alone)
