@@ -69,10 +69,48 @@ pub struct Detail {
     pub children: Vec<Row>,
 }
 
-pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Detail>> {
+/// How much of a job `detail` reads: a payload or result larger than `value_bytes` as text
+/// (a step's output larger than `step_bytes`) comes cut, as `NAME_cut` (its first bytes) and
+/// `NAME_bytes` (its size) instead of `NAME`; `page` attempts and steps after the `seq`s
+/// given, and `page` children after the id given, each with one more row when there are more.
+pub struct Bounds {
+    pub value_bytes: i32,
+    pub step_bytes: i32,
+    pub page: i64,
+    pub attempts_after: i64,
+    pub steps_after: i64,
+    pub children_after: Option<String>,
+}
+
+impl Bounds {
+    /// Everything, as `pgjobs show` prints it.
+    pub fn all() -> Bounds {
+        Bounds {
+            value_bytes: i32::MAX,
+            step_bytes: i32::MAX,
+            page: i64::MAX,
+            attempts_after: 0,
+            steps_after: 0,
+            children_after: None,
+        }
+    }
+}
+
+/// A JSON value `expr` (of a lateral `src`) as the columns `name` or `name_cut`, and
+/// `name_bytes`, cut at $2 bytes of text.
+fn bounded(expr: &str, name: &str) -> String {
+    format!(
+        "case when octet_length(({expr})::text) <= $2 then {expr} end as {name}, \
+         case when octet_length(({expr})::text) > $2 then left(({expr})::text, $2) end as {name}_cut, \
+         case when octet_length(({expr})::text) > $2 then octet_length(({expr})::text) end as {name}_bytes"
+    )
+}
+
+pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result<Option<Detail>> {
     let job = output::rows(
         client,
-        "select row_to_json(x) from (
+        &format!(
+            "select row_to_json(x) from (
            select j.id, j.run_id, j.name, j.queue, j.state, j.attempt, j.max_attempts, j.priority,
                   j.tenant_id, j.idempotency_key, j.concurrency_key, j.parent_id,
                   j.claimed_by, date_trunc('second', j.enqueued_at) as enqueued_at,
@@ -84,9 +122,12 @@ pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Deta
                   j.wait_event, j.wait_key, date_trunc('second', j.wait_until) as wait_until,
                   j.children_live, j.tags, j.ordering_key,
                   date_trunc('second', j.run_deadline) as run_deadline,
-                  j.last_error, j.payload, j.meta, j.result
+                  j.last_error, j.meta, {}, {}
            from jobs.jobs as j where j.id = $1::text::uuid) as x",
-        &[&id],
+            bounded("j.payload", "payload"),
+            bounded("j.result", "result")
+        ),
+        &[&id, &b.value_bytes],
     )
     .await?;
     let Some(job) = job.into_iter().next() else {
@@ -95,28 +136,41 @@ pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Deta
     let attempts = output::rows(
         client,
         "select row_to_json(x) from (
-           select a.attempt, a.outcome, a.worker, date_trunc('second', a.claimed_at) as claimed_at,
+           select a.seq, a.attempt, a.outcome, a.worker, date_trunc('second', a.claimed_at) as claimed_at,
                   date_trunc('second', a.finished_at) as finished_at, a.error
-           from jobs.attempts as a where a.job_id = $1::text::uuid order by a.seq) as x",
-        &[&id],
+           from jobs.attempts as a where a.job_id = $1::text::uuid and a.seq > $2::bigint
+           order by a.seq limit $3::bigint) as x",
+        &[&id, &b.attempts_after, &b.page.saturating_add(1)],
     )
     .await?;
     let steps = output::rows(
         client,
-        "select row_to_json(x) from (
-           select s.step, s.attempt, date_trunc('second', s.saved_at) as saved_at, s.output
+        &format!(
+            "select row_to_json(x) from (
+           select s.seq, s.step, s.attempt, date_trunc('second', s.saved_at) as saved_at, {}
            from jobs.steps as s
            where s.run_id = (select j.run_id from jobs.jobs as j where j.id = $1::text::uuid)
-           order by s.seq) as x",
-        &[&id],
+             and s.seq > $3::bigint
+           order by s.seq limit $4::bigint) as x",
+            bounded("s.output", "output")
+        ),
+        &[
+            &id,
+            &b.step_bytes,
+            &b.steps_after,
+            &b.page.saturating_add(1),
+        ],
     )
     .await?;
-    // Each level by jobs_children_idx; bounded in depth and count whatever the tree holds.
+    // Each level by jobs_children_idx; bounded in depth and count whatever the tree holds: the
+    // first level a page at a time (by id), 500 rows in all.
     let children = output::rows(
         client,
         "with recursive tree as (
            (select c.id, c.parent_id, c.name, c.state, c.attempt, c.max_attempts, c.last_error, 1 as depth
-            from jobs.jobs as c where c.parent_id = $1::text::uuid order by c.id limit 500)
+            from jobs.jobs as c where c.parent_id = $1::text::uuid
+              and ($3::text is null or c.id > $3::text::uuid)
+            order by c.id limit least($4::bigint, 500))
            union all
            select c.id, c.parent_id, c.name, c.state, c.attempt, c.max_attempts, c.last_error, t.depth + 1
            from tree as t join jobs.jobs as c on c.parent_id = t.id
@@ -125,9 +179,14 @@ pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Deta
            select t.id, t.parent_id, t.name, t.state, t.attempt || '/' || t.max_attempts as attempts,
                   t.last_error, t.depth
            from tree as t order by t.depth, t.id limit 500) as x",
-        &[&id, &depth],
+        &[&id, &depth, &b.children_after, &b.page.saturating_add(1)],
     )
     .await?;
+    let mut job = job;
+    let mut steps = steps;
+    for row in std::iter::once(&mut job).chain(steps.iter_mut()) {
+        row.retain(|k, v| !(v.is_null() && (k.ends_with("_cut") || k.ends_with("_bytes"))));
+    }
     Ok(Some(Detail {
         job,
         attempts,
@@ -137,9 +196,12 @@ pub async fn detail(client: &Client, id: &str, depth: i32) -> Result<Option<Deta
 }
 
 pub async fn show(client: &Client, id: &str, json: bool) -> Result<bool> {
-    let Some(d) = detail(client, id, 1).await? else {
+    let Some(mut d) = detail(client, id, 1, &Bounds::all()).await? else {
         bail!("no job has id {id}\n  fix: check the id; finished jobs are deleted after their retention period");
     };
+    for row in d.attempts.iter_mut().chain(d.steps.iter_mut()) {
+        row.shift_remove("seq");
+    }
     if json {
         let all =
             json!({"job": d.job, "attempts": d.attempts, "steps": d.steps, "children": d.children});

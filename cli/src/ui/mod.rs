@@ -243,6 +243,8 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
         .route("/live", get(live::events))
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/{id}/{what}", get(pages::job_value))
+        .route("/jobs/{id}/steps/{step}", get(pages::job_step))
         .route("/dead", get(pages::dead))
         .route("/schedules", get(pages::schedules))
         .route("/types", get(pages::types).post(pages::type_op))

@@ -417,9 +417,31 @@ fn job_table(rows: &[Row], selectable: Option<()>) -> Markup {
     }
 }
 
-pub async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> Page {
+/// The most of a payload or result a job's page shows, and of each step's output in its list
+/// of 50; the rest is a download (`/jobs/ID/payload`, `/jobs/ID/steps/STEP`, ...).
+const VALUE_BYTES: i32 = 64 * 1024;
+const STEP_BYTES: i32 = 4 * 1024;
+
+/// A job's page: its fields, payload and result, then its attempts, steps and children a page
+/// of each at a time (`?attempts_after=SEQ`, `?steps_after=SEQ`, `?children_after=ID`), so
+/// that whatever the job holds, the page and the dashboard's memory stay bounded.
+pub async fn job(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Page {
+    let q = pairs(raw.as_deref());
+    let after = |key: &str| get(&q, key).parse::<i64>().unwrap_or(0);
+    let bounds = jobs::Bounds {
+        value_bytes: VALUE_BYTES,
+        step_bytes: STEP_BYTES,
+        page: PAGE_SIZE,
+        attempts_after: after("attempts_after"),
+        steps_after: after("steps_after"),
+        children_after: opt(&q, "children_after").filter(|v| uuid_like(v)),
+    };
     let detail = match app.db().await {
-        Ok(db) => jobs::detail(&db, &id, 5).await,
+        Ok(db) => jobs::detail(&db, &id, 5, &bounds).await,
         Err(e) => Err(e),
     };
     let d = match detail {
@@ -440,8 +462,37 @@ pub async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> Page {
     let promotable = state == "delayed"
         || (state == "suspended" && d.job.get("wait_event").is_none_or(Value::is_null));
     let mut fields = d.job.clone();
-    let payload = fields.shift_remove("payload");
-    let result = fields.shift_remove("result");
+    for key in ["payload_cut", "payload_bytes", "result_cut", "result_bytes"] {
+        fields.shift_remove(key);
+    }
+    let payload = value(&d.job, "payload", &format!("/jobs/{id}/payload"));
+    let result = value(&d.job, "result", &format!("/jobs/{id}/result"));
+    let (attempts, more_attempts) = page_of(&d.attempts);
+    let (steps, more_steps) = page_of(&d.steps);
+    let first_level = d
+        .children
+        .iter()
+        .filter(|c| c.get("depth").and_then(Value::as_i64) == Some(1))
+        .count();
+    let more_children = first_level as i64 > PAGE_SIZE;
+    let last_child = d
+        .children
+        .iter()
+        .filter(|c| c.get("depth").and_then(Value::as_i64) == Some(1))
+        .take(PAGE_SIZE as usize)
+        .last()
+        .map(|c| render::text(c, "id"));
+    let children: Vec<Row> = d
+        .children
+        .iter()
+        .filter(|c| {
+            c.get("depth").and_then(Value::as_i64) != Some(1)
+                || last_child
+                    .as_ref()
+                    .is_none_or(|l| render::text(c, "id") <= *l)
+        })
+        .cloned()
+        .collect();
     let body = html! {
         @if !app.read_only {
             div.actions {
@@ -477,12 +528,12 @@ pub async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> Page {
                 } }
             }
         } }
-        h2 { "Payload" } (render::json(payload.as_ref()))
-        h2 { "Result" } (render::json(result.as_ref()))
+        h2 { "Payload" } (payload)
+        h2 { "Result" } (result)
         h2 { "Attempts that did not complete" }
-        @if d.attempts.is_empty() { p.none { "None." } }
+        @if attempts.is_empty() { p.none { "None." } }
         ol.timeline {
-            @for a in &d.attempts {
+            @for a in attempts {
                 li {
                     strong { "attempt " (render::text(a, "attempt")) ": " (render::text(a, "outcome")) }
                     " · " (render::text(a, "worker")) " · " (render::text(a, "claimed_at")) " → " (render::text(a, "finished_at"))
@@ -490,18 +541,146 @@ pub async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> Page {
                 }
             }
         }
+        @if let Some(last) = more_attempts { p { a href={ "/jobs/" (id) "?attempts_after=" (last) } { "later attempts →" } } }
         h2 { "Steps" }
-        @if d.steps.is_empty() { p.none { "None." } }
+        @if steps.is_empty() { p.none { "None." } }
         ol.steps {
-            @for s in &d.steps {
-                li { strong { (render::text(s, "step")) } " · attempt " (render::text(s, "attempt")) " · " (render::text(s, "saved_at"))
-                     (render::json(s.get("output"))) }
+            @for s in steps {
+                @let step = render::text(s, "step");
+                li { strong { (step) } " · attempt " (render::text(s, "attempt")) " · " (render::text(s, "saved_at"))
+                     (value(s, "output", &format!("/jobs/{id}/steps/{}", urlencoding(&step)))) }
             }
         }
+        @if let Some(last) = more_steps { p { a href={ "/jobs/" (id) "?steps_after=" (last) } { "later steps →" } } }
         h2 { "Children" }
-        (tree(&d.children, &id))
+        (tree(&children, &id))
+        @if more_children {
+            @if let Some(last) = &last_child { p { a href={ "/jobs/" (id) "?children_after=" (last) } { "more children →" } } }
+        }
     };
     ok(&app, &format!("Job {id}"), body)
+}
+
+/// A page of rows (the query read one more when there are more): the page, and the `seq` of
+/// its last row when there are more.
+fn page_of(rows: &[Row]) -> (&[Row], Option<i64>) {
+    let n = rows.len().min(PAGE_SIZE as usize);
+    let more = (rows.len() > n)
+        .then(|| rows[n - 1].get("seq").and_then(Value::as_i64))
+        .flatten();
+    (&rows[..n], more)
+}
+
+fn uuid_like(v: &str) -> bool {
+    v.len() == 36 && v.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+/// A path segment: every byte but a letter, a digit, `-`, `_`, `.` and `~` as %XX.
+fn urlencoding(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A JSON value of a row (`name`), or its first bytes when it was cut (`name_cut`), with its
+/// size and a link that downloads it whole.
+fn value(row: &Row, name: &str, download: &str) -> Markup {
+    match row.get(&format!("{name}_cut")).and_then(Value::as_str) {
+        Some(head) => {
+            let bytes = row
+                .get(&format!("{name}_bytes"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            html! {
+                pre.cut { (head) "…" }
+                p { "Cut at " (head.len() / 1024) " kB of " (bytes) " bytes: "
+                    a href=(download) download { "download it whole" } }
+            }
+        }
+        None => render::json(row.get(name)),
+    }
+}
+
+/// A job's payload or result whole, as a JSON file (`/jobs/ID/payload`, `/jobs/ID/result`).
+pub async fn job_value(
+    State(app): State<Arc<App>>,
+    Path((id, what)): Path<(String, String)>,
+) -> axum::response::Response {
+    let sql = match what.as_str() {
+        "payload" => {
+            "select j.payload from jobs.jobs as j where j.id = $1::text::uuid and $2::text is null"
+        }
+        "result" => {
+            "select j.result from jobs.jobs as j where j.id = $1::text::uuid and $2::text is null"
+        }
+        _ => return not_found(),
+    };
+    download(&app, sql, &id, None).await
+}
+
+/// A step's output whole, as a JSON file (`/jobs/ID/steps/STEP`).
+pub async fn job_step(
+    State(app): State<Arc<App>>,
+    Path((id, step)): Path<(String, String)>,
+) -> axum::response::Response {
+    download(
+        &app,
+        "select s.output from jobs.steps as s where s.run_id = \
+         (select j.run_id from jobs.jobs as j where j.id = $1::text::uuid) and s.step = $2",
+        &id,
+        Some(step),
+    )
+    .await
+}
+
+fn not_found() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        StatusCode::NOT_FOUND,
+        render::message_page("Not found", "no such job, value or step"),
+    )
+        .into_response()
+}
+
+async fn download(
+    app: &App,
+    sql: &str,
+    id: &str,
+    step: Option<String>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !uuid_like(id) {
+        return not_found();
+    }
+    let found = match app.db().await {
+        Ok(db) => db
+            .query_opt(crate::role::for_role(sql).as_ref(), &[&id, &step])
+            .await
+            .map_err(|e| anyhow::anyhow!(output::describe(&e))),
+        Err(e) => Err(e),
+    };
+    match found {
+        Ok(Some(row)) => (
+            [
+                (axum::http::header::CONTENT_TYPE, "application/json"),
+                (
+                    axum::http::header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"value.json\"",
+                ),
+            ],
+            row.get::<_, Option<Value>>(0)
+                .unwrap_or(Value::Null)
+                .to_string(),
+        )
+            .into_response(),
+        Ok(None) => not_found(),
+        Err(e) => failed(app, "Job", e).into_response(),
+    }
 }
 
 /// The descendants as nested lists, from the rows' parent ids.
