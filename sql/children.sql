@@ -186,6 +186,16 @@ begin
 end
 $$;
 
+-- A child's id: its parent's and key's digest, as a version 8 UUID (RFC 9562's for ids of an
+-- application's own making), which only jobs.spawn may enqueue (jobs._enqueue).
+create function jobs._child_id(p_parent uuid, p_key text)
+returns uuid
+language sql immutable parallel safe
+begin atomic
+  select overlay(overlay(md5(p_parent::text || '/' || p_key) placing '8' from 13 for 1)
+                 placing '8' from 17 for 1)::uuid;
+end;
+
 create function jobs.spawn(id uuid, claim bigint, spec jsonb)
 returns jobs.enqueued
 language plpgsql volatile
@@ -243,16 +253,16 @@ begin
       'leave tenant_id out of the spec');
   end if;
 
-  -- The child's id is its parent's and key's (a caller-allocated id): one child per key,
-  -- whatever its state, found again by a parent that runs again, and race-free as any
-  -- enqueue of one id is.
-  -- enqueue_batch counts it among the parent's live children (jobs._attach_children).
+  -- The child's id is its parent's and key's (a caller-allocated id, jobs._child_id): one
+  -- child per key, whatever its state, found again by a parent that runs again, and race-free
+  -- as any enqueue of one id is. No producer may enqueue an id of its kind (version 8).
+  -- The enqueue counts it among the parent's live children (jobs._attach_children).
   v_spec := (spec - 'child_key')
-            || jsonb_build_object('id', md5(spawn.id::text || '/' || v_key)::uuid,
+            || jsonb_build_object('id', jobs._child_id(spawn.id, v_key),
                                   'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
                                   'close_policy', v_policy);
   select e.id, e.run_id, e.deduped into v_row
-  from jobs.enqueue_batch(jsonb_build_array(v_spec)) as e;
+  from jobs._enqueue_json(jsonb_build_array(v_spec), 'jobs.spawn') as e;
   if v_row.deduped then
     select c.parent_id into v_child from jobs_data.jobs as c where c.id = v_row.id;
     if v_child.parent_id is distinct from spawn.id then

@@ -1212,6 +1212,17 @@ begin
       jobs._spec_ref(p_caller, v_i) || v_problem[2], v_problem[3]);
   end if;
   if exists (select from unnest(p_specs) as s where s.run_id is not null or s.id is not null) then
+    -- Version 8 ids are the children's that jobs.spawn derives (jobs._child_id): a producer
+    -- that learned a parent's id could otherwise take its children's ids before it spawns them.
+    if p_caller <> 'jobs.spawn' then
+      select s.ordinality into v_i from unnest(p_specs) with ordinality as s
+      where substr(s.id::text, 15, 1) = '8' order by s.ordinality limit 1;
+      if v_i is not null then
+        perform jobs._raise('22023', jobs._spec_ref(p_caller, v_i)
+          || 'id: a version 8 UUID is the id of a child that jobs.spawn makes',
+          'pass an id of another version (jobs use UUIDv7: gen_random_uuid() gives a v4)');
+      end if;
+    end if;
     v_i := jobs._run_problem(p_specs);
     if v_i is not null then
       perform jobs._raise('22023',
@@ -1470,7 +1481,7 @@ comment on function jobs.enqueue is
   'same name and tenant already holds idempotency_key (or the caller-allocated id exists), and '
   'action says what was done: inserted, returned, replaced or debounced.';
 
-create or replace function jobs.enqueue_batch(specs jsonb)
+create or replace function jobs._enqueue_json(specs jsonb, p_caller text)
 returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
 language plpgsql volatile
 as $$
@@ -1480,13 +1491,13 @@ declare
   v_bad   text;
 begin
   if specs is null then
-    perform jobs._raise('22004', 'jobs.enqueue_batch: specs must not be NULL',
+    perform jobs._raise('22004', p_caller || ': specs must not be NULL',
       'pass a JSON array of job objects, e.g. ''[{"name": "send_email"}]''');
   elsif jsonb_typeof(specs) <> 'array' then
-    perform jobs._raise('22023', 'jobs.enqueue_batch: specs must be a JSON array, got '
+    perform jobs._raise('22023', p_caller || ': specs must be a JSON array, got '
       || jsonb_typeof(specs), 'wrap the job objects in [ ]');
   elsif jsonb_array_length(specs) > 10000 then
-    perform jobs._raise('22023', 'jobs.enqueue_batch: at most 10000 specs per call, got '
+    perform jobs._raise('22023', p_caller || ': at most 10000 specs per call, got '
       || jsonb_array_length(specs), 'split the batch');
   end if;
 
@@ -1504,7 +1515,7 @@ begin
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
-    perform jobs._raise('22023', 'jobs.enqueue_batch: ' || v_bad,
+    perform jobs._raise('22023', p_caller || ': ' || v_bad,
       'each spec is an object with the keys of jobs.enqueue''s arguments');
   end if;
 
@@ -1520,14 +1531,19 @@ begin
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
   exception when data_exception then
-    perform jobs._raise('22023', 'jobs.enqueue_batch: a spec has a value of the wrong type: ' || sqlerrm,
+    perform jobs._raise('22023', p_caller || ': a spec has a value of the wrong type: ' || sqlerrm,
       'run_at is a timestamp, priority and max_attempts integers, id, run_id and parent_id UUIDs, '
       'timeout, debounce, debounce_max and run_timeout intervals, tags an array of strings, meta an object');
   end;
 
-  return query select * from jobs._enqueue(v_specs, 'jobs.enqueue_batch');
+  return query select * from jobs._enqueue(v_specs, p_caller);
 end
 $$;
+
+create or replace function jobs.enqueue_batch(specs jsonb)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
+language sql volatile
+as $$ select * from jobs._enqueue_json(specs, 'jobs.enqueue_batch') $$;
 
 comment on function jobs.enqueue_batch(jsonb) is
   'Enqueue a JSON array of jobs (objects with jobs.enqueue''s argument names) in one call; '
@@ -3382,6 +3398,14 @@ begin
 end
 $$;
 
+create or replace function jobs._child_id(p_parent uuid, p_key text)
+returns uuid
+language sql immutable parallel safe
+begin atomic
+  select overlay(overlay(md5(p_parent::text || '/' || p_key) placing '8' from 13 for 1)
+                 placing '8' from 17 for 1)::uuid;
+end;
+
 create or replace function jobs.spawn(id uuid, claim bigint, spec jsonb)
 returns jobs.enqueued
 language plpgsql volatile
@@ -3439,16 +3463,16 @@ begin
       'leave tenant_id out of the spec');
   end if;
 
-  -- The child's id is its parent's and key's (a caller-allocated id): one child per key,
-  -- whatever its state, found again by a parent that runs again, and race-free as any
-  -- enqueue of one id is.
-  -- enqueue_batch counts it among the parent's live children (jobs._attach_children).
+  -- The child's id is its parent's and key's (a caller-allocated id, jobs._child_id): one
+  -- child per key, whatever its state, found again by a parent that runs again, and race-free
+  -- as any enqueue of one id is. No producer may enqueue an id of its kind (version 8).
+  -- The enqueue counts it among the parent's live children (jobs._attach_children).
   v_spec := (spec - 'child_key')
-            || jsonb_build_object('id', md5(spawn.id::text || '/' || v_key)::uuid,
+            || jsonb_build_object('id', jobs._child_id(spawn.id, v_key),
                                   'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
                                   'close_policy', v_policy);
   select e.id, e.run_id, e.deduped into v_row
-  from jobs.enqueue_batch(jsonb_build_array(v_spec)) as e;
+  from jobs._enqueue_json(jsonb_build_array(v_spec), 'jobs.spawn') as e;
   if v_row.deduped then
     select c.parent_id into v_child from jobs_data.jobs as c where c.id = v_row.id;
     if v_child.parent_id is distinct from spawn.id then

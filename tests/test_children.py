@@ -13,8 +13,10 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import psycopg
+import pytest
 
 from polling import eventually
 
@@ -62,3 +64,34 @@ def test_a_fan_out_resumed_after_its_worker_is_killed_spawns_no_child_twice(dsn)
         assert parent[0] == "completed" and parent[1] == {"sum": 338350} and parent[3] == 0
         assert parent[2] >= 2  # the killed attempt, then the one that spawned the rest
     eventually(dsn, "select count(*) from jobs.jobs where state in ('ready', 'running')", 0, 5)
+
+
+def test_a_producer_cannot_take_a_childs_id_before_its_parent_spawns_it(dsn):
+    """A producer of another tenant that learned a parent's id enqueues jobs under the ids
+    jobs.spawn would give its children (the parent's and key's digest): refused (22023), as
+    any version 8 id is, with nothing enqueued; the parent's spawn then makes its child.
+    Checked to fail without the guard: with the version 8 check skipped, the squatter's
+    enqueue landed (at d7d86e0 a job so enqueued took the child's id, and the parent's spawn
+    was refused)."""
+    role = f"squatter_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"create role {role} login")
+        admin.execute("select jobs.grant_producer(%s, tenant => 'evil')", (role,))
+        parent = admin.execute("select (jobs.enqueue('fan', tenant_id => 'acme')).id").fetchone()[0]
+        try:
+            child_id = admin.execute("select jobs._child_id(%s, 'k')", (parent,)).fetchone()[0]
+            with psycopg.connect(f"{dsn} user={role}", autocommit=True) as squatter:
+                for sql in ("select jobs.enqueue('x', tenant_id => 'evil', id => %s)",
+                            "select jobs.enqueue_batch(jsonb_build_array(jsonb_build_object("
+                            "'name', 'x', 'tenant_id', 'evil', 'id', %s::text)))"):
+                    with pytest.raises(psycopg.errors.InvalidParameterValue) as refused:
+                        squatter.execute(sql, (str(child_id),))
+                    assert "version 8" in str(refused.value)
+            assert admin.execute("select count(*) from jobs.jobs where id = %s", (child_id,)).fetchone()[0] == 0
+            job_id, claim = admin.execute("select id, claim from jobs.claim('w')").fetchone()
+            spawned = admin.execute("select id from jobs.spawn(%s, %s, '{\"child_key\": \"k\", \"name\": \"kid\"}')",
+                                    (job_id, claim)).fetchone()[0]
+            assert spawned == child_id
+        finally:
+            admin.execute(f"drop owned by {role} cascade")
+            admin.execute(f"drop role {role}")

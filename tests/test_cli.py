@@ -233,11 +233,18 @@ def test_pause_resume_and_schedules(jobs_db):
     assert rows[0]["next_slot"]
 
 
+#: The characters that reorder the text around them (bidirectional marks, embeddings,
+#: overrides and isolates).
+BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def test_hostile_text_never_reaches_the_terminal_as_control_characters(dsn):
     """A payload, an error and a queue name holding escape sequences (retitle the window,
-    recolour, the C1 CSI): printed as tables they come out as visible \\u{..} text; as JSON,
-    escaped and read back unchanged."""
-    hostile = "\x1b]0;pwned\x07<script>alert(1)</script>\x1b[31m\u009b2J\x7f"
+    recolour, the C1 CSI) and bidirectional controls (an override that makes the text after
+    it read backwards, an isolate): printed as tables they come out as visible \\u{..} text;
+    as JSON, escaped and read back unchanged. Checked to fail without the guard: at d7d86e0
+    U+202E and U+2066 reached the terminal as they are."""
+    hostile = "\x1b]0;pwned\x07<script>alert(1)</script>\x1b[31m\u009b2J\x7f\u202egnp.exe\u2066x\u2069"
     with psycopg.connect(dsn, autocommit=True) as conn:
         job = conn.execute("select (jobs.enqueue('x', jsonb_build_object('p', %s::text), queue => %s, max_attempts => 1)).id",
                            (hostile, hostile)).fetchone()[0]
@@ -245,9 +252,10 @@ def test_hostile_text_never_reaches_the_terminal_as_control_characters(dsn):
     for args in (["jobs"], ["show", str(job)], ["status"], ["doctor"], ["pause", hostile + "x"]):
         _, out, err = pgjobs(dsn, *args)
         for text in (out, err):
-            assert not any(0x7F <= ord(c) <= 0x9F or (ord(c) < 0x20 and c not in "\n") for c in text), (args, text)
+            assert not any(0x7F <= ord(c) <= 0x9F or (ord(c) < 0x20 and c not in "\n") or c in BIDI
+                           for c in text), (args, text)
     _, out, _ = pgjobs(dsn, "--json", "show", str(job))
-    assert not any(0x7F <= ord(c) <= 0x9F for c in out)
+    assert not any(0x7F <= ord(c) <= 0x9F or c in BIDI for c in out)
     doc = json.loads(out)
     assert (doc["job"]["payload"]["p"], doc["job"]["last_error"], doc["job"]["queue"]) == (hostile, hostile, hostile)
 

@@ -109,7 +109,7 @@ pub fn visible(s: &str) -> String {
     for c in s.chars() {
         match c {
             '\n' | '\r' | '\t' => out.push(' '),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if c.is_control() || is_bidi(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
         }
     }
@@ -132,10 +132,18 @@ pub fn json_line(v: &Value) -> String {
     escape_c1(&v.to_string())
 }
 
-fn escape_c1(s: &str) -> String {
+/// The characters that reorder the text around them (bidirectional overrides, embeddings,
+/// isolates and marks): a value holding one could make what is shown read as something else.
+pub fn is_bidi(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// JSON text with DEL, the C1 controls and the bidirectional controls escaped (they can only
+/// stand in its strings, where `\uXXXX` means the same).
+pub fn escape_c1(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if ('\u{7f}'..='\u{9f}').contains(&c) {
+        if ('\u{7f}'..='\u{9f}').contains(&c) || is_bidi(c) {
             out.push_str(&format!("\\u{:04x}", c as u32));
         } else {
             out.push(c);

@@ -597,7 +597,7 @@ fn value(row: &Row, name: &str, download: &str) -> Markup {
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
             html! {
-                pre.cut { (head) "…" }
+                pre.cut { (output::escape_c1(head)) "…" }
                 p { "Cut at " (head.len() / 1024) " kB of " (bytes) " bytes: "
                     a href=(download) download { "download it whole" } }
             }

@@ -119,7 +119,9 @@ pub fn csrf(token: &str) -> Markup {
 pub fn json(v: Option<&Value>) -> Markup {
     match v {
         None | Some(Value::Null) => html! { span.none { "—" } },
-        Some(v) => html! { pre { (serde_json::to_string_pretty(v).unwrap_or_default()) } },
+        Some(v) => {
+            html! { pre { (crate::output::escape_c1(&serde_json::to_string_pretty(v).unwrap_or_default())) } }
+        }
     }
 }
 
