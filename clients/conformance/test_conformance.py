@@ -250,6 +250,19 @@ def test_a_result_that_cannot_be_settled_fails_its_own_job_only(db, start_worker
     assert worker.wait(timeout=20) == 0, worker.output()
 
 
+def test_a_failure_that_cannot_be_made_text_of_fails_its_attempt(db, start_worker):
+    """20. A handler throws what cannot be made text of: its attempt fails as any failure does
+    (retried, its error saying what it could), not left to its lease to run again. Checked to
+    fail without the guard: at d7d86e0 both libraries left the job running until its lease
+    lapsed."""
+    db.execute("insert into jobs.job_types (name, backoff_base, jitter) values ('odd_failure', '1 hour', 0)")
+    job = db.enqueue("odd_failure", max_attempts=3)
+    start_worker(db, concurrency=1)
+    db.eventually("select state::text from jobs.jobs where id = %s", "delayed", args=(job,), timeout=30)
+    attempt, error = db.one("select attempt, last_error from jobs.jobs where id = %s", (job,))
+    assert attempt == 1 and error
+
+
 def test_a_superusers_worker_calls_no_code_a_less_trusted_role_owns(db, start_worker):
     """19. A function of jobs owned by a role that is not a superuser (as the SQL-only edition's
     are, by the role that ran its file), replaced by that owner with code that would make it a

@@ -109,6 +109,8 @@ const jobs = [
   // A BigInt: JSON.stringify refuses it.
   defineJob({ name: 'unencodable_result', handler: () => ({ n: 1n }) }),
   defineJob({ name: 'refused_result', handler: () => ({ text: 'a\u0000b' }) }),
+  // Thrown: a value with no toString, which String() cannot make text of.
+  defineJob({ name: 'odd_failure', handler: () => { throw Object.create(null); } }),
 ];
 
 // Prometheus metrics on 127.0.0.1:--metrics-port/metrics, when asked for.

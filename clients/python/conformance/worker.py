@@ -118,14 +118,27 @@ def sync_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info, *result_jobs(False)]
 
 
+class Unprintable(Exception):
+    """An exception whose message cannot be made: its __str__ raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
 def result_jobs(is_async: bool) -> list[pg_jobs.JobDefinition[Any]]:
-    """Handlers whose results cannot be settled: one too large, one JSON cannot encode (a
-    datetime), one the server refuses (a NUL character)."""
+    """Handlers whose outcome is odd to report: a result too large, one JSON cannot encode
+    (a datetime), one the server refuses (a NUL character); and an exception that cannot be
+    made text of."""
     answers: dict[str, Callable[[Any], Any]] = {
         "big_result": lambda payload: {"text": "x" * payload.get("bytes", 2_000_000)},
         "unencodable_result": lambda payload: {"at": datetime.datetime.now(datetime.timezone.utc)},
         "refused_result": lambda payload: {"text": "a\u0000b"},
     }
+
+    def odd_failure(payload: Any) -> Any:
+        raise Unprintable()
+
+    answers["odd_failure"] = odd_failure
 
     def define(name: str, answer: Callable[[Any], Any]) -> pg_jobs.JobDefinition[Any]:
         if is_async:

@@ -43,8 +43,17 @@ class CountingMetrics:
                    if o == outcome and queue in (None, q) and name in (None, j))
 
 
+def describe(err: BaseException) -> str:
+    """What was raised, as text: its class and message, or its class alone when its message
+    cannot be made (a __str__ that raises)."""
+    try:
+        return f"{type(err).__name__}: {err}"
+    except Exception:  # noqa: BLE001 (the exception's own __str__ failed)
+        return type(err).__name__
+
+
 def first_line(err: BaseException) -> str:
-    text = f"{type(err).__name__}: {err}"
+    text = describe(err)
     return text.splitlines()[0] if text else type(err).__name__
 
 

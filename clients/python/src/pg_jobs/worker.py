@@ -31,7 +31,7 @@ from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
 from .deadlines import Deadlines
 from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_error
 from .jobs import JobDefinition
-from .observe import LEVELS, Metrics, Outcome, first_line, log_outcome
+from .observe import LEVELS, Metrics, Outcome, describe, first_line, log_outcome
 from .observe import logger as default_logger
 from .owner import UNTRUSTED_OWNERS, UntrustedOwner
 from .results import ResultRefused, encode_result, encoded, is_transient
@@ -617,7 +617,7 @@ class Worker:
             await self._rollback(slot, in_tx)
             if isinstance(thrown, asyncio.CancelledError):
                 raise thrown
-            error = f"{type(thrown).__name__}: {thrown}"
+            error = describe(thrown)
             retry_at = thrown.at if isinstance(thrown, RetryAfter) else None
             cur = await conn.execute("select jobs.fail(%s, %s, %s, %s, %s)",
                                      (job.id, job.claim, error, retry_at, not isinstance(thrown, NonRetryable)))
