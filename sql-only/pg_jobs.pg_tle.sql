@@ -127,7 +127,7 @@ create index jobs_wait_until_idx on jobs_data.jobs (wait_until)
 
 create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
 
-create index jobs_finished_idx on jobs_data.jobs (state, finished_at) include (queue)
+create index jobs_finished_idx on jobs_data.jobs (state, (parent_id is null), finished_at) include (queue)
   where state in ('completed', 'failed', 'dead', 'cancelled');
 
 create index jobs_attached_idx on jobs_data.jobs (run_id) where run_id <> id;
@@ -2679,7 +2679,7 @@ begin
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      and (j.parent_id is null or not jobs._parent_live(j.parent_id))
+      and (j.parent_id is null or not jobs._parent_live(j.parent_id)) and j.children_live is null
     returning j.run_id, j.last_error is not null,
               jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
       into v_run, v_tried, v_counted;
@@ -2690,8 +2690,9 @@ begin
       end if;
       return true;
     end if;
-    -- Not deleted: a lost claim (the update below refuses it too), or a child of a live
-    -- parent, which is kept, completed, for the parent to find (jobs._parent_live).
+    -- Not deleted: a lost claim (the update below refuses it too), a child of a live
+    -- parent, which is kept, completed, for the parent to find (jobs._parent_live), or a
+    -- parent, which retention deletes with its family (jobs._prune).
   end if;
   update jobs_data.jobs as j set
     state = 'completed', result = complete.result, lease_expires_at = null,
@@ -2769,7 +2770,7 @@ begin
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
         and (v_tenants is null or j.tenant_id = any(v_tenants))
-        and (j.parent_id is null or not jobs._parent_live(j.parent_id))
+        and (j.parent_id is null or not jobs._parent_live(j.parent_id)) and j.children_live is null
       returning j.id, j.run_id, j.last_error is not null as tried,
                 jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
     )
@@ -4616,6 +4617,14 @@ as $$
 declare
   v_runs   uuid[] := '{}';
   v_ctids  tid[];
+  v_ids    uuid[];
+  v_roots  uuid[];
+  v_f_root uuid[];  -- the families of the roots that spawned jobs: each descendant's root,
+  v_f_ctid tid[];   -- row,
+  v_f_id   uuid[];  -- id,
+  v_f_run  uuid[];  -- run,
+  v_f_live boolean[];  -- and whether it is live or has live children
+  v_held   uuid[];
   v_cands  uuid[];
   v_locked uuid[];
   v_busy   uuid[];
@@ -4624,20 +4633,49 @@ declare
   v_state  jobs.job_state;
 begin
   jobs_deleted := 0;
-  -- One state at a time, oldest first: the order jobs_finished_idx keeps, so every plan of
-  -- this statement walks that index from its oldest entry and stops at the first one inside
-  -- retention. Without the ORDER BY, a generic plan costed finished_at < $2 at a third of the
-  -- rows, preferred a sequential scan with a LIMIT, and read every row of a large history on
-  -- every pass (claims with 1M finished rows ran at 0.65x those with none; 0.95x without).
+  -- One state at a time, oldest first: the order jobs_finished_idx keeps (its roots apart from
+  -- its children), so every plan of this statement walks that index from its oldest root and
+  -- stops at the first one inside retention. Without the ORDER BY, a generic plan costed
+  -- finished_at < $2 at a third of the rows, preferred a sequential scan with a LIMIT, and
+  -- read every row of a large history on every pass (claims with 1M finished rows ran at
+  -- 0.65x those with none; 0.95x without).
   foreach v_state in array p_states loop
-    select array_agg(f.ctid), array_agg(distinct f.run_id) into v_ctids, v_cands
-    from (select f.ctid, f.run_id from jobs_data.jobs as f
+    select array_agg(f.ctid), array_agg(f.id), array_agg(f.id) filter (where f.children_live is not null),
+           array_agg(distinct f.run_id) into v_ctids, v_ids, v_roots, v_cands
+    from (select f.ctid, f.id, f.run_id, f.children_live from jobs_data.jobs as f
           where f.state in ('completed', 'failed', 'dead', 'cancelled') and f.state = v_state
+            and f.parent_id is null
             and f.finished_at < p_before
-            and (f.parent_id is null or not jobs._parent_live(f.parent_id))
-          order by f.state, f.finished_at
+            and coalesce(f.children_live, 0) = 0
+          order by f.state, (f.parent_id is null), f.finished_at
           limit p_max - jobs_deleted for update skip locked) as f;
     continue when v_ctids is null;
+    if v_roots is not null then
+      -- The descendants of the roots that spawned any go with them. A root waits while a
+      -- descendant is live (an 'abandon' child still running) or another transaction holds one.
+      with recursive d (root, id) as (
+        select c.parent_id, c.id from jobs_data.jobs as c
+        where c.parent_id = any(v_roots) and c.parent_id is not null
+        union all
+        select d.root, c.id from d join jobs_data.jobs as c on c.parent_id = d.id
+        where c.parent_id is not null)
+      select array_agg(d.root), array_agg(c.ctid), array_agg(c.id), array_agg(c.run_id),
+             array_agg(c.state in ('ready', 'delayed', 'running', 'suspended') or coalesce(c.children_live, 0) > 0)
+      into v_f_root, v_f_ctid, v_f_id, v_f_run, v_f_live
+      from d join jobs_data.jobs as c on c.id = d.id;
+      if v_f_id is not null then
+        v_held := array(select x.id from jobs_data.jobs as x where x.id = any(v_f_id)
+                        order by x.id for update skip locked);
+        v_roots := array(select distinct t.root from unnest(v_f_root, v_f_id, v_f_live) as t(root, id, live)
+                         where t.live or t.id <> all(v_held));
+        select array_agg(t.ctid), array_agg(t.id) into v_ctids, v_ids
+        from unnest(v_ctids, v_ids) as t(ctid, id) where t.id <> all(v_roots);
+        v_ctids := coalesce(v_ctids, '{}') || array(select t.ctid from unnest(v_f_root, v_f_ctid) as t(root, ctid)
+                                                    where t.root <> all(v_roots));
+        v_cands := v_cands || array(select distinct t.run from unnest(v_f_root, v_f_run) as t(root, run)
+                                    where t.root <> all(v_roots));
+      end if;
+    end if;
     v_locked := array(select s.run_id from jobs_data.steps as s where s.run_id = any(v_cands)
                       order by s.run_id, s.seq for update skip locked);
     select coalesce(array_agg(b.run_id), '{}') into v_busy

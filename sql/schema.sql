@@ -177,9 +177,11 @@ create index jobs_wait_until_idx on jobs_data.jobs (wait_until)
 -- A parent's children (jobs.await_children, and its end closing them: sql/children.sql).
 create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
 
--- Retention: the sweep deletes finished rows past their retention, per state, and
--- jobs.queue_stats counts them per queue (index-only).
-create index jobs_finished_idx on jobs_data.jobs (state, finished_at) include (queue)
+-- Retention: the sweep deletes finished rows past their retention, per state, the roots of
+-- families (jobs no job spawned) first: a child goes with its root (jobs._prune), so the
+-- children a live parent keeps are never walked. jobs.queue_stats counts them per queue
+-- (index-only).
+create index jobs_finished_idx on jobs_data.jobs (state, (parent_id is null), finished_at) include (queue)
   where state in ('completed', 'failed', 'dead', 'cancelled');
 
 -- A run's steps go with its last job. A new run's run_id is its first job's id (found by the

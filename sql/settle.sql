@@ -146,7 +146,7 @@ begin
     delete from jobs_data.jobs as j
     where j.id = complete.id and j.claim = complete.claim and jobs._tenant_ok(j.tenant_id)
       and j.state = 'running' and j.lease_expires_at > jobs.clock()
-      and (j.parent_id is null or not jobs._parent_live(j.parent_id))
+      and (j.parent_id is null or not jobs._parent_live(j.parent_id)) and j.children_live is null
     returning j.run_id, j.last_error is not null,
               jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key)
       into v_run, v_tried, v_counted;
@@ -157,8 +157,9 @@ begin
       end if;
       return true;
     end if;
-    -- Not deleted: a lost claim (the update below refuses it too), or a child of a live
-    -- parent, which is kept, completed, for the parent to find (jobs._parent_live).
+    -- Not deleted: a lost claim (the update below refuses it too), a child of a live
+    -- parent, which is kept, completed, for the parent to find (jobs._parent_live), or a
+    -- parent, which retention deletes with its family (jobs._prune).
   end if;
   update jobs_data.jobs as j set
     state = 'completed', result = complete.result, lease_expires_at = null,
@@ -239,7 +240,7 @@ begin
         and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
         and j.state = 'running' and j.lease_expires_at > jobs.clock()
         and (v_tenants is null or j.tenant_id = any(v_tenants))
-        and (j.parent_id is null or not jobs._parent_live(j.parent_id))
+        and (j.parent_id is null or not jobs._parent_live(j.parent_id)) and j.children_live is null
       returning j.id, j.run_id, j.last_error is not null as tried,
                 jobs._outcome(j.queue, 'completed') and jobs._slot_freed(j.name, j.concurrency_key) as counted
     )

@@ -95,3 +95,37 @@ def test_a_producer_cannot_take_a_childs_id_before_its_parent_spawns_it(dsn):
         finally:
             admin.execute(f"drop owned by {role} cascade")
             admin.execute(f"drop role {role}")
+
+
+def test_retention_never_walks_the_children_a_live_parent_keeps(dsn):
+    """2,000 children finished a month ago under a parent waiting until 2099: a retention pass
+    deletes an old job of another family and reads no index entry of the kept children
+    (jobs_finished_idx's reads, from pg_stat_user_indexes, stay under 10); once the parent
+    ends, the pass deletes it with its children. Checked to fail without the guard: at
+    d7d86e0 (every finished row walked oldest first, each child's parent tested) the pass read
+    2,001 entries."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        parent = conn.execute("select (jobs.enqueue('fan', run_at => '2099-01-01')).id").fetchone()[0]
+        conn.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object("
+                     "'name', 'kid', 'parent_id', %s::text)) from generate_series(1, 2000)))", (str(parent),))
+        other = conn.execute("select (jobs.enqueue('other')).id").fetchone()[0]
+        conn.execute("update jobs_data.jobs set state = 'completed', finished_at = now() - interval '30 days' "
+                     "where parent_id = %s or id = %s", (parent, other))
+
+        def reads():
+            conn.execute("select pg_stat_force_next_flush()")
+            return conn.execute("select idx_tup_read from pg_stat_user_indexes "
+                                "where indexrelname = 'jobs_finished_idx'").fetchone()[0]
+
+        before = reads()
+        deleted = conn.execute("select jobs_deleted from jobs._prune('{completed,cancelled}', "
+                               "now() - interval '7 days', 1000)").fetchone()[0]
+        assert reads() - before < 10 and deleted == 1
+        assert conn.execute("select count(*) from jobs.jobs where parent_id = %s", (parent,)).fetchone()[0] == 2000
+        conn.execute("update jobs_data.jobs set state = 'completed', finished_at = now() - interval '30 days' "
+                     "where id = %s", (parent,))
+        deleted = conn.execute("select jobs_deleted from jobs._prune('{completed,cancelled}', "
+                               "now() - interval '7 days', 1000)").fetchone()[0]
+        assert deleted == 2001
+        assert conn.execute("select count(*) from jobs.jobs where id = %s or parent_id = %s",
+                            (parent, parent)).fetchone()[0] == 0

@@ -52,8 +52,10 @@
 --     jobs_fair_idx (sql/fairness.sql), and the trigger that checks and applies a change.
 -- 24. Durable sleep (jobs.sleep, sql/steps.sql); jobs.wait_for_job (sql/status.sql); each lease_lost hint says what becomes of the
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
--- 29. Limits measure values uncompressed (jobs._size, src/sizes.rs); jobs.max_payload_size()
---     tells producers and workers the limit. A binding follows the grant (jobs._binding): a
+-- 29. Retention deletes a child with the root of its family, and walks only roots
+--     (jobs_finished_idx holds whether a row has a parent). Limits measure values
+--     uncompressed (jobs._size, src/sizes.rs); jobs.max_payload_size() tells producers and
+--     workers the limit. A binding follows the grant (jobs._binding): a
 --     member of a bound role is bound as it is, and one holding rights both bound and unbound
 --     is refused (insufficient_privilege, 42501).
 
@@ -169,6 +171,10 @@ alter table jobs_data.jobs add column parent_id uuid,
   add column close_policy text check (close_policy in ('terminate', 'abandon')),
   add column children_live int;
 create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
+-- 29. Retention walks the roots of families before their children (jobs._prune).
+drop index jobs_data.jobs_finished_idx;
+create index jobs_finished_idx on jobs_data.jobs (state, (parent_id is null), finished_at) include (queue)
+  where state in ('completed', 'failed', 'dead', 'cancelled');
 alter table jobs_data.job_types add column timeout interval
   check (timeout > interval '0' and timeout <= interval '7 days');
 alter type jobs.claimed_job add attribute deadline timestamptz, add attribute parent_id uuid;
