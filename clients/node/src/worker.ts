@@ -355,11 +355,11 @@ export class Worker {
         for (const row of rows) this.launch(group, row);
       } catch (err) {
         if (client) this.giveBack(group, client, true);
-        if (this.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) continue;
         if (this.isStopping() && Date.now() >= this.giveUpAt) {
           this.giveUp(group, err);
           return;
         }
+        if (this.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) continue;
         if (this.prepared && NOT_KEPT.has((err as { code?: string }).code ?? '')) {
           this.prepared = false;
           this.logger.warn('the server did not keep this worker\'s prepared statements (a transaction-pooling '

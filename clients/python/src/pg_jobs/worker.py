@@ -262,11 +262,11 @@ class Worker:
             except Exception as err:  # noqa: BLE001 (a worker never ends on a database error)
                 if slot is not None:
                     await self._give_back(group, slot, True)
-                if self._stopping and isinstance(err, psycopg.Error) and err.sqlstate == QUERY_CANCELED:
-                    continue
                 if self._stopping and time.monotonic() >= self._give_up_at:
                     self._give_up(group, err)
                     return
+                if self._stopping and isinstance(err, psycopg.Error) and err.sqlstate == QUERY_CANCELED:
+                    continue
                 if self._prepared and isinstance(err, psycopg.Error) and err.sqlstate in NOT_KEPT:
                     self._prepared = self._pool.prepared = False
                     self.log.warning("the server did not keep this worker's prepared statements (a transaction-"
