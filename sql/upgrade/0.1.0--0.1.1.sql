@@ -94,6 +94,10 @@ CREATE  FUNCTION jobs."_max_payload_size"() RETURNS bigint
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'max_payload_size_wrapper';
+CREATE  FUNCTION jobs."_size"("value" anyelement) RETURNS bigint
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'size_wrapper';
 CREATE  FUNCTION jobs."_tenants"() RETURNS TEXT[]
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c
