@@ -598,18 +598,6 @@ as $$
                     from jobs._binding() as b(binding) where b.binding is not null) end
 $$;
 
--- A binding jobs._binding() refuses (insufficient_privilege, 42501), as the extension's
--- jobs._tenants raises it.
-create function jobs._binding_refused(p_refusal jsonb)
-returns text[]
-language plpgsql stable
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception using errcode = '42501', message = p_refusal->>'refusal', hint = p_refusal->>'hint';
-end
-$$;
-
 create function jobs._cron_problem(cron text)
 returns text
 language sql immutable strict parallel safe
@@ -5302,6 +5290,16 @@ begin
         session_user, session_user, session_user, current_database(), v_unbound))::text;
   end if;
   return v_tenants::text;
+end
+$$;
+
+create function jobs._binding_refused(p_refusal jsonb)
+returns text[]
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception using errcode = '42501', message = p_refusal->>'refusal', hint = p_refusal->>'hint';
 end
 $$;
 

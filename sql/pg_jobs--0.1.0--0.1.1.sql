@@ -4860,6 +4860,16 @@ begin
 end
 $$;
 
+create or replace function jobs._binding_refused(p_refusal jsonb)
+returns text[]
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception using errcode = '42501', message = p_refusal->>'refusal', hint = p_refusal->>'hint';
+end
+$$;
+
 create or replace function jobs.grant_producer(role name, tenant text)
 returns text
 language sql volatile

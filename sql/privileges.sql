@@ -242,6 +242,18 @@ begin
 end
 $$;
 
+-- A binding jobs._binding() refuses (insufficient_privilege, 42501), as jobs._tenants raises it
+-- (the SQL-only edition's calls this; the extension's raises it in Rust).
+create function jobs._binding_refused(p_refusal jsonb)
+returns text[]
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception using errcode = '42501', message = p_refusal->>'refusal', hint = p_refusal->>'hint';
+end
+$$;
+
 create function jobs.grant_producer(role name, tenant text)
 returns text
 language sql volatile

@@ -200,18 +200,6 @@ as $$
                     from jobs._binding() as b(binding) where b.binding is not null) end
 $$;
 
--- A binding jobs._binding() refuses (insufficient_privilege, 42501), as the extension's
--- jobs._tenants raises it.
-create function jobs._binding_refused(p_refusal jsonb)
-returns text[]
-language plpgsql stable
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  raise exception using errcode = '42501', message = p_refusal->>'refusal', hint = p_refusal->>'hint';
-end
-$$;
-
 -- `jobs._bindings()`: the bound roles and their tenants, for jobs._binding().
 create function jobs._bindings()
 returns table (role oid, tenants text)
