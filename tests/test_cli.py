@@ -564,14 +564,16 @@ def test_a_superuser_calls_no_code_a_less_trusted_role_owns(dsn):
             mallory.execute("create or replace function jobs._tenants() returns text[] language plpgsql "
                             f"security invoker as $$ begin execute 'alter role {owner} superuser'; "
                             "return null; end $$")
-        for args in (["status"], ["doctor"]):
-            code, _, err = pgjobs(dsn, *args, env=env)
+        for args, env_ in ((["status"], env), (["doctor"], env), (["status"], {**env, "PGJOBS_TRUST_OWNER": "0"})):
+            code, _, err = pgjobs(dsn, *args, env=env_)
             assert code == 2 and owner in err and "--trust-owner" in err, err
         run = subprocess.run([BIN, "--dsn", dsn, "ui", "--listen", "127.0.0.1:0"], capture_output=True,
                              text=True, timeout=60, env=env)
         assert run.returncode == 2 and owner in run.stderr, run.stderr
         assert one(dsn, "select rolsuper from pg_roles where rolname = %s", (owner,)) is False
         code, _, err = pgjobs(dsn, "--trust-owner", "status", env=env)
+        assert code == 0, err
+        code, _, err = pgjobs(dsn, "status", env={**env, "PGJOBS_TRUST_OWNER": "1"})
         assert code == 0, err
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:

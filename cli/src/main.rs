@@ -33,7 +33,8 @@ struct Cli {
     json: bool,
     /// Call pg_jobs as a superuser even where a role that is not one owns schema jobs or its
     /// functions (that role could run code as this session); also PGJOBS_TRUST_OWNER=1
-    #[arg(long, global = true, env = "PGJOBS_TRUST_OWNER")]
+    #[arg(long, global = true, env = "PGJOBS_TRUST_OWNER",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     trust_owner: bool,
     #[command(subcommand)]
     command: Command,
