@@ -7,8 +7,9 @@
 # preloaded cluster of that release, the tests from outside that can differ by release: on 18
 # those of the code built per release (the background worker and its launcher, shared memory:
 # wake-ups, outcome counters, the relay; the blocking claim and its statement check; durability;
-# vacuum), of replication, of plans and of hostile roles and tenants (RELEASE_TESTS); on 16 and 17 those
-# of the background worker and of hostile roles (tests/test_sweeper.py, tests/test_security.py).
+# vacuum), of replication, of plans, of sizes (TOAST), of families and of hostile roles and
+# tenants (RELEASE_TESTS); on 16 and 17 those of the background worker and of hostile roles
+# (tests/test_sweeper.py, tests/test_security.py).
 # The tests of SQL behaviour run on every release as golden files and isolation specs; the
 # clients' (examples, docs, the demo, load, chaos, the model) and the conformance suite, which
 # cannot differ by release, on 15.
@@ -21,7 +22,8 @@ RELEASE_TESTS=(tests/test_sweeper.py tests/test_security.py tests/test_launcher.
   tests/test_blocking_claim.py tests/test_wakeups.py tests/test_held_back.py tests/test_relay.py
   tests/test_outcomes.py tests/test_async_claims.py tests/test_complete_and_claim.py
   tests/test_failover.py tests/test_plans.py tests/test_tenant_isolation.py tests/test_timeouts.py
-  tests/test_tenant_admin.py tests/test_wait_for_job.py)
+  tests/test_tenant_admin.py tests/test_wait_for_job.py tests/test_bindings.py tests/test_sizes.py
+  tests/test_children.py)
 
 # The ports of the tests that start servers of their own, apart from those of the run on 15,
 # so that scripts/test.sh can run both side by side.
