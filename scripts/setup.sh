@@ -6,9 +6,14 @@
 #   scripts/setup.sh          everything the test command needs
 #   scripts/setup.sh --demo   only what the demo needs: PostgreSQL 15 and its headers, clang,
 #                             cargo-pgrx, a venv with psycopg and the Python library, the build
+#   scripts/setup.sh --quick  what the demo needs, and pytest (scripts/test.sh --quick)
 set -euo pipefail
-demo=0
-[ "${1:-}" = --demo ] && demo=1
+demo=0  # 1: the demo's needs only (--demo, --quick)
+quick=0
+case "${1:-}" in
+  --demo) demo=1 ;;
+  --quick) demo=1 quick=1 ;;
+esac
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 PGRX_VERSION=0.18.0
@@ -75,13 +80,17 @@ if [ $demo = 1 ]; then
     say "pip install psycopg into .venv"
     step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3'
   fi
-elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks, asyncpg, opentelemetry.sdk, selenium' 2>/dev/null ||
+  if [ $quick = 1 ] && ! .venv/bin/python -c 'import pytest' 2>/dev/null; then
+    say "pip install pytest into .venv"
+    step .venv/bin/pip install --quiet --disable-pip-version-check 'pytest>=7,<9'
+  fi
+elif ! .venv/bin/python -c 'import psycopg, pytest, hypothesis, mypy, prometheus_client, sqlalchemy, greenlet, django, django_tasks, asyncpg, opentelemetry.sdk, selenium, build' 2>/dev/null ||
    ! .venv/bin/python -m ruff --version >/dev/null 2>&1; then
-  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy, Django, asyncpg, OpenTelemetry and Selenium into .venv"
+  say "pip install psycopg, pytest, hypothesis, ruff, mypy, prometheus-client, SQLAlchemy, Django, asyncpg, OpenTelemetry, Selenium and build into .venv"
   step .venv/bin/pip install --quiet --disable-pip-version-check 'psycopg[binary]>=3.1,<3.3' 'pytest>=7,<9' \
     'hypothesis>=6,<7' 'ruff>=0.6,<1' 'mypy>=1.10,<2' 'prometheus-client>=0.17,<1' 'sqlalchemy[asyncio]>=2,<3' \
     'django>=5.2,<5.3' 'django-tasks>=0.12,<0.13' 'asyncpg>=0.29,<1' 'opentelemetry-api>=1.20,<2' \
-    'opentelemetry-sdk>=1.20,<2' 'selenium>=4.20,<5'
+    'opentelemetry-sdk>=1.20,<2' 'selenium>=4.20,<5' 'build>=1,<2'
 fi
 if ! .venv/bin/python -c 'import pg_jobs' 2>/dev/null; then
   say "pip install -e clients/python (the Python library, for its tests and the conformance suite)"
@@ -94,7 +103,7 @@ if [ $demo = 0 ] && [ ! -d examples/node/node_modules ]; then
 fi
 if [ $demo = 0 ] && [ ! -d clients/node/node_modules ]; then
   say "npm ci in clients/node (the Node.js library's build and lint tools)"
-  step bash -c "cd clients/node && npm ci --no-audit --no-fund --silent"
+  step bash -c "cd clients/node && npm ci --ignore-scripts --no-audit --no-fund --silent"
 fi
 
 # Another release (PG_JOBS_PG=16, 17 or 18): its server under /opt/pg_jobs-pg/N.

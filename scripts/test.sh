@@ -7,32 +7,45 @@
 # beside those, the in-server tests, the golden files, the isolation specs, the package, the
 # upgrades and the tests that can differ by release on 16, 17 and 18 (scripts/test-releases.sh).
 #   scripts/test.sh --quick   a first check in a few minutes once built: the golden files and
-#                             isolation specs, and a drain of 10,000 jobs by 8 workers
+#                             isolation specs, and a drain of 10,000 jobs by 8 workers; it
+#                             installs only what those need
+#   scripts/test.sh --reserve-ports   also reserve the test ports machine-wide (below)
 # Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-bash scripts/setup.sh
-
-# The servers the tests start listen on ports 54380-54499, inside Linux's ephemeral range;
-# they are reserved (until reboot) so that no client connection takes one as its local port.
-export PG_JOBS_RESERVE_PORTS=1
-if [ -w /proc/sys/net/ipv4/ip_local_reserved_ports ] && ! grep -q "54380-54499" /proc/sys/net/ipv4/ip_local_reserved_ports; then
+# The servers the tests start listen on ports 54380-54499, inside Linux's ephemeral range, so a
+# client connection elsewhere can hold one as its local port for a while (every start retries a
+# bind that failed). --reserve-ports (or PG_JOBS_RESERVE_PORTS=1, as CI sets) reserves them in
+# /proc/sys/net/ipv4/ip_local_reserved_ports until reboot; nothing outside the clone changes
+# otherwise.
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --reserve-ports) export PG_JOBS_RESERVE_PORTS=1 ;;
+    *) echo "usage: scripts/test.sh [--quick] [--reserve-ports]" >&2; exit 2 ;;
+  esac
+done
+if [ "${PG_JOBS_RESERVE_PORTS:-}" = 1 ] && [ -w /proc/sys/net/ipv4/ip_local_reserved_ports ] &&
+   ! grep -q "54380-54499" /proc/sys/net/ipv4/ip_local_reserved_ports; then
   echo "test: reserving ports 54380-54499 in /proc/sys/net/ipv4/ip_local_reserved_ports (until reboot)"
 fi
 
-if [ "${1:-}" = --quick ]; then
+if [ $quick = 1 ]; then
+  bash scripts/setup.sh --quick
   echo "== quick check: pg_regress and isolation specs, then a drain (tests/test_drain.py)"
   bash scripts/test-sql.sh
   dir=$(mktemp -d /tmp/pg_jobs-quick.XXXXXX)
   trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
-  PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
+  PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-$(free_port 54392)}" tests/cluster.conf)
   export PG_JOBS_DSN
   .venv/bin/python -m pytest -q tests/test_drain.py
   echo "quick check passed; bash scripts/test.sh runs every test"
   exit 0
 fi
+bash scripts/setup.sh
 
 echo "== cargo fmt, clippy (the extension, pgjobs and the Rust example), pgjobs built for its tests; gofmt, go vet (the Go example); ruff (the Python), mypy (its library); eslint, tsc and typedoc (the Node.js)"
 .venv/bin/python -m ruff check tests examples bench scripts clients sql-only

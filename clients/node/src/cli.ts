@@ -1,14 +1,15 @@
 #!/usr/bin/env node
-// pg-jobs worker: runs the jobs a module exports until SIGTERM or SIGINT, then exits 0.
+// pg-jobs worker: runs the jobs a module exports (JavaScript, or TypeScript through tsx) until
+// SIGTERM or SIGINT, then exits 0.
 
-import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { isJobDefinition, type JobDefinition } from './jobs.js';
+import { loadModule } from './load.js';
 import { createWorker } from './worker.js';
 
 const USAGE = `usage: pg-jobs worker [options] MODULE
 
-Runs the jobs MODULE exports (its named exports and the array it exports by default that are
+Runs the jobs MODULE (JavaScript, or TypeScript where the application has tsx installed)
+exports (its named exports and the array it exports by default that are
 defineJob results) until SIGTERM or SIGINT; then stops claiming, lets running jobs finish for
 the shutdown grace, hands the rest back (no attempt used), and exits 0.
 
@@ -104,7 +105,7 @@ export function jobsOf(exports: Record<string, unknown>): JobDefinition[] {
 
 async function main(): Promise<void> {
   const args = parse(process.argv.slice(2));
-  const exports = await import(pathToFileURL(path.resolve(args.module as string)).href) as Record<string, unknown>;
+  const exports = await loadModule(args.module as string);
   const jobs = jobsOf(exports);
   if (jobs.length === 0) fail(`${args.module} exports no job (defineJob results, or an array of them by default)`);
   await createWorker({
@@ -112,11 +113,14 @@ async function main(): Promise<void> {
     leaseMs: args.lease * 1000, shutdownGraceMs: args.grace * 1000, pollMs: args.poll * 1000,
     workerId: args.workerId, preparedStatements: args.prepared, trustOwner: args.trustOwner,
   }).run();
+  // Whatever a handler left behind (a timer, a socket) does not keep the command alive.
+  process.exit(0);
 }
 
 if (require.main === module) {
   main().catch((err: unknown) => {
-    process.stderr.write(`pg-jobs: ${err instanceof Error ? err.message : String(err)}\n`);
+    const message = err instanceof Error ? err.message : String(err);
+    process.stderr.write(`${message.startsWith('pg-jobs: ') ? '' : 'pg-jobs: '}${message}\n`);
     process.exit(1);
   });
 }

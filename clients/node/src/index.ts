@@ -5,6 +5,7 @@ export type { JobDefinition, Handler, Policy } from './jobs.js';
 export { enqueue, enqueueMany } from './enqueue.js';
 export type { EnqueueOptions, EnqueueItem, Enqueued } from './enqueue.js';
 export { getJob, getJobs, waitForJob } from './status.js';
+export { cancel, requeue, promote } from './operate.js';
 export type { JobStatus } from './status.js';
 export { createWorker, Worker } from './worker.js';
 export type { WorkerOptions } from './worker.js';

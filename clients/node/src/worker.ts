@@ -158,6 +158,9 @@ export class Worker {
   private heartbeat: NodeJS.Timeout | undefined;
   private stopping = false;
   private stopped: Promise<void> | undefined;
+  private requestStop: () => void = () => {};
+  /** Resolved by stop(): run() then stops as at a signal. */
+  private readonly stopRequested = new Promise<void>((resolve) => { this.requestStop = resolve; });
   private prepared: boolean;
   private wake: (() => void)[] = [];
   /** pg_jobs.max_payload_size as the server reads it (jobs.max_payload_size()); null when the
@@ -249,19 +252,26 @@ export class Worker {
   /** Stops claiming, lets running jobs finish for `graceMs`, then aborts them and hands them
    * back (no attempt used). */
   stop(options: { graceMs?: number } = {}): Promise<void> {
+    this.requestStop();
     this.stopped ??= this.shutdown(options.graceMs ?? this.graceMs);
     return this.stopped;
   }
 
-  /** start(), then stop() at SIGTERM or SIGINT, and exit 0. */
+  /** start(), then stop() at SIGTERM or SIGINT (or at stop() called elsewhere); resolves once
+   * stopped. The process exits as it would without pg-jobs: `pg-jobs worker` exits 0 then. */
   async run(): Promise<void> {
     await this.start();
-    await new Promise<void>((resolve) => {
-      process.once('SIGTERM', resolve);
-      process.once('SIGINT', resolve);
-    });
+    let signalled: () => void = () => {};
+    const signal = new Promise<void>((resolve) => { signalled = resolve; });
+    process.once('SIGTERM', signalled);
+    process.once('SIGINT', signalled);
+    try {
+      await Promise.race([signal, this.stopRequested]);
+    } finally {
+      process.off('SIGTERM', signalled);
+      process.off('SIGINT', signalled);
+    }
     await this.stop();
-    process.exit(0);
   }
 
   /** Read through a method: the flag changes while a loop awaits. */

@@ -2,11 +2,13 @@
 // and out of a transaction, the testing helpers, both module formats, the command, and the
 // README's quick start, against a new database on PG_JOBS_DSN's server.
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { makeDatabase } from './database.mjs';
-import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, silentLogger, useOpenTelemetry, waitForJob } from 'pg-jobs';
+import { cancel, codes, CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, useOpenTelemetry, waitForJob } from 'pg-jobs';
 import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
 
 let db;
@@ -99,6 +101,28 @@ test('waitForJob answers once the job has ended, and at its deadline as the job 
   assert.equal(await waitForJob(pool, '00000000-0000-0000-0000-000000000000', 60_000), null);
 });
 
+test('cancel, requeue and promote move a job; a refusal is a PgJobsError and changes nothing', async () => {
+  const job = defineJob({ name: 'operated', queue: 'operated', handler: () => ({ ok: 1 }) });
+  const { id } = await enqueue(pool, job, {}, { runAt: new Date(Date.now() + 3_600_000) });
+  const refused = async (call, code) => {
+    const before = await getJob(pool, id);
+    await assert.rejects(call(), (err) => err instanceof PgJobsError && err.code === code && Boolean(err.hint));
+    assert.deepEqual(await getJob(pool, id), before);
+  };
+  await refused(() => requeue(pool, id), codes.notRequeueable);
+  await promote(pool, id);
+  assert.equal((await getJob(pool, id)).state, 'ready');
+  await refused(() => promote(pool, id), codes.notPromotable);
+  await cancel(pool, id);
+  assert.equal((await getJob(pool, id)).state, 'cancelled');
+  await refused(() => cancel(pool, id), codes.notCancellable);
+  await requeue(pool, id);
+  await runUntilEmpty({ pool, queues: ['operated'], jobs: [job], logger: silentLogger });
+  assert.deepEqual([(await getJob(pool, id)).state, (await getJob(pool, id)).attempt], ['completed', 1]);
+  await assert.rejects(cancel(pool, '00000000-0000-0000-0000-000000000000'),
+    (err) => err instanceof PgJobsError && err.code === codes.jobNotFound);
+});
+
 test('require and import give the same API', () => {
   const cjs = execFileSync(process.execPath, ['-e', "console.log(Object.keys(require('pg-jobs')).sort().join(','))"],
     { encoding: 'utf8' }).trim();
@@ -145,6 +169,45 @@ test("the README's quick start runs: the module enqueues, the command works it, 
     rmSync('jobs.mjs');
     rmSync('enqueue.mjs');
   }
+});
+
+test('pg-jobs worker runs a TypeScript module through tsx; without tsx it says how', async () => {
+  writeFileSync('typed_jobs.ts', "import { defineJob } from 'pg-jobs';\n"
+    + "export const typed = defineJob({ name: 'typed', queue: 'typed',\n"
+    + '  handler: (payload: { n: number }) => ({ doubled: payload.n * 2 }) });\n');
+  try {
+    const { id } = await enqueue(pool, 'typed', { n: 21 }, { queue: 'typed' });
+    const worker = spawn(process.execPath, ['dist/cjs/cli.js', 'worker', '--dsn', dsn, '--queue', 'typed', 'typed_jobs.ts'],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    worker.stderr.on('data', (d) => { log += d; });
+    const done = await waitForJob(pool, id, 30_000);
+    worker.kill('SIGTERM');
+    assert.equal(await new Promise((resolve) => worker.on('exit', resolve)), 0, log);
+    assert.deepEqual([done.state, done.result], ['completed', { doubled: 42 }], log);
+  } finally {
+    rmSync('typed_jobs.ts');
+  }
+  if (!process.features.typescript) { // a Node.js that strips types itself runs it without tsx
+    const bare = mkdtempSync(path.join(tmpdir(), 'pg-jobs-ts-'));
+    writeFileSync(path.join(bare, 'jobs.ts'), 'export const n: number = 1;\n');
+    const run = spawnSync(process.execPath, [path.resolve('dist/cjs/cli.js'), 'worker', '--dsn', dsn, 'jobs.ts'],
+      { cwd: bare, encoding: 'utf8' });
+    rmSync(bare, { recursive: true });
+    assert.equal(run.status, 1, run.stderr);
+    assert.match(run.stderr, /npm install --save-dev tsx.*node --import tsx node_modules\/\.bin\/pg-jobs worker jobs\.ts/s);
+  }
+});
+
+test('run() resolves once stop() is called, and leaves the signals to the application', async () => {
+  const idle = defineJob({ name: 'idle', queue: 'idle', handler: () => {} });
+  const worker = createWorker({ connectionString: dsn, queues: ['idle'], jobs: [idle], logger: silentLogger });
+  const signals = process.listenerCount('SIGTERM');
+  const running = worker.run();
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  await worker.stop();
+  await running;
+  assert.equal(process.listenerCount('SIGTERM'), signals);
 });
 
 test('a tracer gets a span per attempt, with its outcome', async () => {

@@ -162,6 +162,36 @@ def test_wait_for_job_answers_once_the_job_has_ended_sync_and_async(dsn: str) ->
         assert pg_jobs.wait_for_job(conn, uuid.UUID(int=0), 60) is None
 
 
+def test_cancel_requeue_and_promote_move_a_job_and_a_refusal_changes_nothing(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        made = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "o@example.com"},
+                               run_at=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
+
+        def refused(call: Any, error: type[pg_jobs.PgJobsError]) -> None:
+            before = pg_jobs.get_job(conn, made.id)
+            with pytest.raises(error) as raised:
+                call()
+            assert raised.value.hint and pg_jobs.get_job(conn, made.id) == before
+
+        refused(lambda: pg_jobs.requeue(conn, made.id), pg_jobs.NotRequeueable)
+        pg_jobs.promote(conn, made.id)
+        refused(lambda: pg_jobs.promote(conn, made.id), pg_jobs.NotPromotable)
+        pg_jobs.cancel(conn, made.id)
+        refused(lambda: pg_jobs.cancel(conn, made.id), pg_jobs.NotCancellable)
+        with pytest.raises(pg_jobs.JobNotFound):
+            pg_jobs.cancel(conn, uuid.UUID(int=0))
+
+    async def again() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            await pg_jobs.requeue(aconn, made.id)
+
+    asyncio.run(again())
+    drain(pg_jobs.Worker(dsn, jobs=JOBS, concurrency=1))
+    with psycopg.connect(dsn) as conn:
+        done = pg_jobs.get_job(conn, made.id)
+        assert done is not None and (done.state, done.attempt) == ("completed", 1)
+
+
 def test_opentelemetry_spans_one_per_attempt_with_its_outcome(dsn: str) -> None:
     """With a tracer (opentelemetry-sdk's, recording in memory): a span per attempt, named
     after the job, with its queue, id, attempt and outcome; an error status for an attempt

@@ -11,6 +11,7 @@ from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, 
                      NotRequeueable, PgJobsError, RetryAfter, TenantNotAllowed, WaitNeedsReadCommitted)
 from .jobs import JobDefinition, Policy, job, jobs_in, sync_policies
 from .observe import CountingMetrics, Metrics, Outcome
+from .operate import cancel, promote, requeue
 from .status import JobStatus, get_job, get_jobs, wait_for_job
 from .worker import Worker
 
@@ -19,6 +20,6 @@ __all__ = [
     "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotPromotable",
     "NotRequeueable", "PgJobsError", "RetryAfter", "TenantNotAllowed", "WaitNeedsReadCommitted", "JobDefinition",
     "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker", "JobStatus",
-    "get_job", "get_jobs", "wait_for_job",
+    "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote",
 ]
 __version__ = "0.1.1"
