@@ -64,13 +64,28 @@ interface DatabaseError {
 
 const OURS = new Set<string>(Object.values(codes));
 
+/** What a database without pg_jobs needs, said wherever it is found missing. */
+export const INSTALL_HINT = 'CREATE EXTENSION pg_jobs (as a superuser) in this database, or install the SQL-only '
+  + 'edition (sql-only/pg_jobs.sql, docs/EDITIONS.md)';
+
+/** No schema jobs (3F000), or no such function jobs.* (42883): no pg_jobs, or an older one. */
+function notInstalled(e: DatabaseError): boolean {
+  const message = String(e.message);
+  return (e.code === '3F000' && message.includes('"jobs"'))
+    || (e.code === '42883' && message.startsWith('function jobs.'));
+}
+
 /** The error a caller sees for an error of the driver: pg_jobs's refusals become
- * PgJobsError (LeaseLostError for PJ001); anything else is returned as it is. */
+ * PgJobsError (LeaseLostError for PJ001), as does a database without pg_jobs (its code 3F000
+ * or 42883, its hint the fix); anything else is returned as it is. */
 export function fromDriver(err: unknown): unknown {
   const e = err as DatabaseError | null | undefined;
-  if (typeof e !== 'object' || e === null || typeof e.code !== 'string' || !OURS.has(e.code)) {
-    return err;
+  if (typeof e !== 'object' || e === null || typeof e.code !== 'string') return err;
+  if (notInstalled(e)) {
+    return new PgJobsError(`this database has no pg_jobs, or an older one: ${String(e.message)}`, e.code,
+      `${INSTALL_HINT}; where it is installed, ALTER EXTENSION pg_jobs UPDATE`, { cause: err });
   }
+  if (!OURS.has(e.code)) return err;
   const message = String(e.message);
   const hint = typeof e.hint === 'string' ? e.hint : undefined;
   if (e.code === codes.leaseLost) return new LeaseLostError(message, hint, { cause: err });

@@ -53,4 +53,22 @@ export class CountingMetrics implements Metrics {
     }
     return n;
   }
+
+  /** What it counted: the jobs running now and each (queue, name, outcome)'s attempts; what
+   * JSON.stringify, console.log and String() show. */
+  toJSON(): { running: number; outcomes: { queue: string; name: string; outcome: string; count: number }[] } {
+    const outcomes = [...this.outcomes].map(([key, count]) => {
+      const [queue = '', name = '', outcome = ''] = key.split('\u0000');
+      return { queue, name, outcome, count };
+    });
+    return { running: this.runningNow, outcomes };
+  }
+
+  toString(): string {
+    return `CountingMetrics ${JSON.stringify(this)}`;
+  }
+
+  [Symbol.for('nodejs.util.inspect.custom')](): string {
+    return this.toString();
+  }
 }

@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto';
 import os from 'node:os';
 import pg from 'pg';
 import { type AttemptHandle, CLAIMED_COLUMNS, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
-import { codes, fromDriver, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
+import { codes, fromDriver, INSTALL_HINT, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
 import { Backoff, OwnConnection, sleep } from './connection.js';
@@ -231,8 +231,7 @@ export class Worker {
       }
     }
     if (!info.installed) {
-      throw new Error('pg-jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser), '
-        + 'or install the SQL-only edition (sql-only/pg_jobs.sql, docs/EDITIONS.md), first');
+      throw new Error(`pg-jobs: this database has no pg_jobs: ${INSTALL_HINT}, first`);
     }
     if (!(this.options.trustOwner ?? process.env.PGJOBS_TRUST_OWNER === '1')) {
       const [found] = await this.control.query<{ owners: string | null }>(UNTRUSTED_OWNERS);

@@ -6,7 +6,9 @@ import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
 import { makeDatabase } from './database.mjs';
 import { cancel, codes, CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, useOpenTelemetry, waitForJob } from 'pg-jobs';
 import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
@@ -121,6 +123,21 @@ test('cancel, requeue and promote move a job; a refusal is a PgJobsError and cha
   assert.deepEqual([(await getJob(pool, id)).state, (await getJob(pool, id)).attempt], ['completed', 1]);
   await assert.rejects(cancel(pool, '00000000-0000-0000-0000-000000000000'),
     (err) => err instanceof PgJobsError && err.code === codes.jobNotFound);
+});
+
+test('an enqueue on a database without pg_jobs is a PgJobsError whose hint is the fix', async () => {
+  const name = `bare_${randomUUID().slice(0, 8)}`;
+  await pool.query(`create database ${name}`);
+  const url = new URL(dsn);
+  url.pathname = `/${name}`;
+  const bare = new pg.Pool({ connectionString: url.toString() });
+  try {
+    await assert.rejects(enqueue(bare, 'anything', {}),
+      (err) => err instanceof PgJobsError && err.code === '3F000' && err.hint.includes('CREATE EXTENSION pg_jobs'));
+  } finally {
+    await bare.end();
+    await pool.query(`drop database ${name} with (force)`);
+  }
 });
 
 test('require and import give the same API', () => {
@@ -372,6 +389,9 @@ test('a handler that ignores its cancellation is abandoned and its slot goes to 
     await until(() => metrics.count('completed', { name: 'quick' }) > 0, deadline, 'the stubborn handler kept its slot');
     assert.equal(state.ended, false);
     assert.equal(metrics.count('cancelled', { name: 'stubborn' }), 1);
+    // What it counted is what it prints.
+    assert.ok(JSON.stringify(metrics.toJSON().outcomes).includes('{"queue":"abandon","name":"stubborn","outcome":"cancelled","count":1}'));
+    assert.match(String(metrics), /^CountingMetrics \{"running":\d,"outcomes":\[/);
   } finally {
     state.release = true;
     await worker.stop({ graceMs: 0 });

@@ -34,6 +34,10 @@ def settings_for(dsn: str) -> dict[str, object]:
         "TASKS": {"default": {"BACKEND": "pg_jobs.contrib.django.backend.PgJobsBackend",
                               "QUEUES": ["default", "other"]}},
         "USE_TZ": True,
+        # A handler of the application's for the pg_jobs logger (its lines are then printed once).
+        **({"LOGGING": {"version": 1, "handlers": {"err": {"class": "logging.StreamHandler"}},
+                        "loggers": {"pg_jobs": {"handlers": ["err"], "level": "INFO"}}}}
+           if os.environ.get("PG_JOBS_TEST_DJANGO_LOGGING") else {}),
     }
 
 
@@ -120,3 +124,48 @@ def test_a_job_named_after_a_module_of_no_installed_app_is_not_imported(django_d
     assert task_job("os.system") is None
     assert task_job("subprocess.run") is None
     assert task_job("djapp.tasks.record") is not None
+
+
+def manage(dsn: str, *args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "django_manage.py"), *args],
+                            env={**os.environ, "PYTHONPATH": SAMPLE + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                                 "PG_JOBS_TEST_DJANGO_DSN": dsn, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_database_without_pg_jobs_is_told_with_its_fix_by_check_and_enqueue(django_db: str) -> None:
+    """manage.py check --database passes with pg_jobs and names the fix without it; an enqueue
+    there raises NotInstalled with the same hint (it raised psycopg's InvalidSchemaName)."""
+    import pg_jobs
+    from pg_jobs.contrib import django as pgj
+
+    ok = manage(django_db, "check", "--database", "default")
+    assert ok.wait(60) == 0, ok.communicate()
+    with psycopg.connect(django_db, autocommit=True) as conn:
+        conn.execute("drop extension pg_jobs cascade")
+    check = manage(django_db, "check", "--database", "default")
+    out, err = check.communicate(timeout=60)
+    assert check.returncode != 0 and "pg_jobs.E001" in err and "CREATE EXTENSION pg_jobs" in err, err
+    with pytest.raises(pg_jobs.NotInstalled) as raised:
+        pgj.enqueue("plain_job", {"n": 1})
+    assert raised.value.hint and "CREATE EXTENSION pg_jobs" in raised.value.hint
+
+
+def test_the_worker_logs_each_line_once_through_djangos_logging(django_db: str) -> None:
+    """With LOGGING giving the pg_jobs logger a handler, manage.py pg_jobs_worker adds none of
+    its own: its start and stop are printed once each (they were printed twice)."""
+    worker = manage(django_db, "pg_jobs_worker", PG_JOBS_TEST_DJANGO_LOGGING="1")
+    try:
+        deadline = time.monotonic() + 30
+        with psycopg.connect(django_db, autocommit=True) as conn:
+            while time.monotonic() < deadline and not conn.execute(
+                    "select from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() "
+                    "and query like '%jobs.%'").fetchall():
+                time.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err
+    assert err.count("pg_jobs worker started") == 1 and err.count("pg_jobs worker stopped") == 1, err

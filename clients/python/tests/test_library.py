@@ -91,6 +91,7 @@ def test_drain_runs_sync_and_async_handlers_and_their_writes_commit_with_them(ds
     assert count(dsn, "select count(*) from jobs.jobs where state = 'completed'") == 10
     assert count(dsn, "select count(*) from jobs.jobs where name = 'flaky' and state in ('failed', 'dead')") == 1
     assert metrics.count("completed") == 10
+    assert "default/send_email/completed=5" in repr(metrics), repr(metrics)  # what it counted, printed
 
 
 def test_get_job_and_get_jobs_answer_state_result_and_error_sync_and_async(dsn: str) -> None:

@@ -7,8 +7,9 @@ durable calls."""
 
 from .context import AsyncContext, ChildResult, Context, EventResult, Job
 from .enqueue import Enqueued, enqueue, enqueue_many
-from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, NotCancellable, NotPromotable,
-                     NotRequeueable, PgJobsError, RetryAfter, TenantNotAllowed, WaitNeedsReadCommitted)
+from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, NotCancellable, NotInstalled,
+                     NotPromotable, NotRequeueable, PgJobsError, RetryAfter, TenantNotAllowed,
+                     WaitNeedsReadCommitted)
 from .jobs import JobDefinition, Policy, job, jobs_in, sync_policies
 from .observe import CountingMetrics, Metrics, Outcome
 from .operate import cancel, promote, requeue
@@ -17,7 +18,7 @@ from .worker import Worker
 
 __all__ = [
     "AsyncContext", "ChildResult", "Context", "EventResult", "Job", "Enqueued", "enqueue", "enqueue_many", "CODES",
-    "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotPromotable",
+    "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotInstalled", "NotPromotable",
     "NotRequeueable", "PgJobsError", "RetryAfter", "TenantNotAllowed", "WaitNeedsReadCommitted", "JobDefinition",
     "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker", "JobStatus",
     "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote",

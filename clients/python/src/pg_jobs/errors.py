@@ -82,6 +82,18 @@ class WaitNeedsReadCommitted(PgJobsError):
     code = "PJ008"
 
 
+class NotInstalled(PgJobsError):
+    """3F000 (no schema jobs) or 42883 (no such function jobs.*): the database has no pg_jobs,
+    or an older release than this library calls."""
+
+    code = "3F000"
+
+
+#: What a database without pg_jobs needs, said wherever it is found missing.
+INSTALL_HINT = ("CREATE EXTENSION pg_jobs (as a superuser) in this database, or install the SQL-only edition "
+                "(sql-only/pg_jobs.sql, docs/EDITIONS.md)")
+
+
 _BY_CODE: dict[str, type[PgJobsError]] = {
     cls.code: cls for cls in (LeaseLost, DuplicateJob, JobNotFound, NotRequeueable, NotCancellable,
                               NotPromotable, TenantNotAllowed, WaitNeedsReadCommitted)
@@ -107,6 +119,13 @@ class RetryAfter(Exception):
 def from_driver(err: BaseException) -> BaseException:
     """The exception a caller sees for a driver error: pg_jobs's refusals become their
     PgJobsError subclass; anything else is answered as it is."""
+    if isinstance(err, psycopg.Error) and ((err.sqlstate == "3F000" and '"jobs"' in str(err)) or
+                                           (err.sqlstate == "42883" and str(err).startswith("function jobs."))):
+        missing = NotInstalled(f"this database has no pg_jobs, or an older one: {err.diag.message_primary or err}",
+                               f"{INSTALL_HINT}; where it is installed, ALTER EXTENSION pg_jobs UPDATE",
+                               err.sqlstate)
+        missing.__cause__ = err
+        return missing
     if isinstance(err, psycopg.Error) and err.sqlstate in _BY_CODE:
         diag: Any = err.diag
         exc = _BY_CODE[err.sqlstate](diag.message_primary or str(err), diag.message_hint)

@@ -42,6 +42,10 @@ class CountingMetrics:
         return sum(n for (q, j, o), n in self.outcomes.items()
                    if o == outcome and queue in (None, q) and name in (None, j))
 
+    def __repr__(self) -> str:
+        counted = ", ".join(f"{q}/{j}/{o}={n}" for (q, j, o), n in sorted(self.outcomes.items()))
+        return f"CountingMetrics(running={self.running_now}, outcomes={{{counted}}})"
+
 
 def describe(err: BaseException) -> str:
     """What was raised, as text: its class and message, or its class alone when its message

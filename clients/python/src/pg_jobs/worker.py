@@ -29,7 +29,7 @@ from .arrays import Int8Array, TextArray, UuidArray, int8_array, text_array, uui
 from .connection import Backoff, OwnConnection, Pool, Slot
 from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
 from .deadlines import Deadlines
-from .errors import CODES, NonRetryable, RetryAfter, from_driver, is_connection_error
+from .errors import CODES, INSTALL_HINT, NonRetryable, RetryAfter, from_driver, is_connection_error
 from .jobs import JobDefinition
 from .observe import LEVELS, Metrics, Outcome, describe, first_line, log_outcome
 from .observe import logger as default_logger
@@ -180,8 +180,7 @@ class Worker:
                 self.log.warning("cannot reach the database; trying again in %.1f s: %s", wait, first_line(err))
                 await self._pause(wait)
         if not installed:
-            raise RuntimeError("pg_jobs: this database has no pg_jobs: CREATE EXTENSION pg_jobs (as a superuser), "
-                               "or install the SQL-only edition (sql-only/pg_jobs.sql, docs/EDITIONS.md), first")
+            raise RuntimeError(f"pg_jobs: this database has no pg_jobs: {INSTALL_HINT}, first")
         if not self.trust_owner:
             owners = (await self._control.query(UNTRUSTED_OWNERS))[0][0]
             if owners:

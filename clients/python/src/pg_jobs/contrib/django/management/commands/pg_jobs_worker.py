@@ -25,7 +25,10 @@ class Command(BaseCommand):  # type: ignore[misc]
         parser.add_argument("--database", default="default", help="the DATABASES alias to work from")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+        # Django's LOGGING may give the pg_jobs logger (or the root) a handler: then it is
+        # used, and no second one prints each line again.
+        if not logging.getLogger("pg_jobs").hasHandlers():
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
         jobs = [j for m in getattr(settings, "PG_JOBS_MODULES", []) for j in jobs_in(vars(importlib.import_module(m)).values())]
         Worker(pgj.dsn(options["database"]), jobs=jobs, queues=options["queues"] or ["default"],
                concurrency=options["concurrency"], shutdown_grace=options["shutdown_grace"], resolve=task_job).run()
