@@ -8,7 +8,7 @@ pgmq 1.1.4 (its SQL-only install from the pgmq wheel on PyPI, downloaded at run 
 committed). Before each candidate's run, `pgbench -N` at the same client count measures the
 machine's ceiling at that moment: this machine's fsync rate drifts, so only ratios within a
 run mean anything. Repetitions are interleaved and medians reported. The run writes a JSON
-file of every measurement and a Markdown report, and exits 1 when a target of issue 6 is
+file of every measurement and a Markdown report, and exits 1 when one of its targets is
 missed, 0 when all are met.
 """
 

@@ -6,10 +6,10 @@
 #       against PostgreSQL N (15, the default, Debian's; 16, 17 or 18 from /opt/pg_jobs-pg/N)
 #   bash bench/run.sh --releases 15,18 [run.py's arguments, e.g. --clients 4 --reps 3]
 #       the drains of pg_jobs and of the plain queue on each release, one cluster per
-#       release, interleaved in one run (docs/bench-results-releases.json; the table is printed)
+#       release, interleaved in one run (bench/results/results-releases.json; the table is printed)
 #   bash bench/run.sh --wakeups [bench/wakeups.py's arguments, e.g. --seconds 15 --jobs 10000]
 #       what waking workers costs the application's commit, and the wake latency of a blocking
-#       claim, LISTEN and polling (docs/bench-results-wakeups.json; the tables are printed)
+#       claim, LISTEN and polling (bench/results/results-wakeups.json; the tables are printed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command=(bash bench/run.sh "$@")
@@ -75,9 +75,9 @@ elif [ -n "$releases" ]; then
     port=$((port + 1))
   done
   .venv/bin/python bench/run.py "${specs[@]}" --command "${command[*]}" \
-    --out docs/bench-results-releases.json --report /dev/null "${args[@]}"
+    --out bench/results/results-releases.json --report /dev/null "${args[@]}"
 else
   start "$PG_MAJOR" "${PG_JOBS_BENCH_PORT:-54410}"
   .venv/bin/python bench/run.py --dsn "$DSN" --command "${command[*]}" \
-    --out docs/bench-results.json --report docs/bench-report.md "${args[@]}"
+    --out bench/results/results.json --report bench/results/report.md "${args[@]}"
 fi

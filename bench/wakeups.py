@@ -198,7 +198,7 @@ def main():
     ap.add_argument("--rates", default="1500,2500")
     ap.add_argument("--latency-rates", default="100,1500")
     ap.add_argument("--jobs", type=int, default=10_000, help="jobs per wake-latency run")
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs/bench-results-wakeups.json"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/results-wakeups.json"))
     ap.add_argument("--command", default="")
     args = ap.parse_args()
     for dsn in (args.dsn, args.in_transaction_dsn, args.silent_dsn):

@@ -1,5 +1,5 @@
 -- Dissection: as raw_update.sql, but the completion deletes the row (what
--- pg_jobs.completed_retention = 0 does). See docs/BENCHMARKS.md, "Where the gap comes from".
+-- pg_jobs.completed_retention = 0 does). See docs/BENCHMARKS.md, "Where the remaining gap comes from".
 with c as (
   update jobs.jobs j set state = 'running', attempt = j.attempt + 1, claim = j.claim + 1,
     lease = '30 seconds', lease_expires_at = now() + interval '30 seconds', lease_scan_at = now() + interval '30 seconds',

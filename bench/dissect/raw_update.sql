@@ -1,5 +1,5 @@
 -- Dissection: the two statements of a pg_jobs drain written out on jobs.jobs, with no function
--- around them (claim, then complete by UPDATE). See docs/BENCHMARKS.md, "Where the gap comes from".
+-- around them (claim, then complete by UPDATE). See docs/BENCHMARKS.md, "Where the remaining gap comes from".
 with c as (
   update jobs.jobs j set state = 'running', attempt = j.attempt + 1, claim = j.claim + 1,
     lease = '30 seconds', lease_expires_at = now() + interval '30 seconds', lease_scan_at = now() + interval '30 seconds',

@@ -1,5 +1,5 @@
 -- Dissection: a hot/cold split of jobs.jobs, measured at commit 9ab66a8, not adopted
--- (CHANGELOG.md, "Benchmark history of 0.1.1"). split.live holds what a claim and a settle write (narrow, updated in
+-- (its figures in git history: git log -S split_schema). split.live holds what a claim and a settle write (narrow, updated in
 -- place), split.body what enqueue writes once and a claim reads, split.done one narrow row per
 -- finished job. Run with psql on a database with pg_jobs (for jobs.job_state and
 -- jobs._uuid_v7): it makes the tables and fills 40k ready jobs; then drain with split_drain.sql.
