@@ -1,4 +1,4 @@
-"""The README's first command: scripts/demo.sh tells its story. Run without its set-up (the
+"""The demo: scripts/demo.sh tells its story. Run without its set-up (the
 test command has run scripts/setup.sh already)."""
 
 import os

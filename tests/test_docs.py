@@ -15,7 +15,7 @@ How a block is marked, in its info string (GitHub shows the first word as the la
     ```sh run                  bash -e, in a scratch directory, PG* set
     ```text                    right after a run block: its output (psql's, or stdout)
     ```sql fragment            syntax shown, not a step to run (signatures, pieces)
-    ```sh setup                installing: the README's two set-up commands (CI runs the
+    ```sh setup                installing: the README's set-up commands (CI runs the
                                test command, and the test command the demo: test_demo.py),
                                building for a release (scripts/test-releases.sh does),
                                and installing the .deb (scripts/package.sh --check does)
@@ -24,6 +24,9 @@ How a block is marked, in its info string (GitHub shows the first word as the la
                                docs/EDITIONS.md are run by sql-only/tests/test_pg_cron.py
     ```python program asyncpg  a whole program of docs/LANGUAGES.md, run by
                                tests/test_languages.py (as are its other languages' blocks)
+
+The libraries' READMEs are checked for marks here; their quick starts (`python run`, and the
+Node.js one's `js` blocks) are run by the libraries' own tests.
 
 Every sql, python, sh and bash block is marked one of these ways, so a new block cannot
 go untested by being forgotten. Each document starts on a cluster of its own. A failure names
@@ -45,7 +48,7 @@ PSQL = os.path.join(os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin
 PYTHON = os.path.join(ROOT, ".venv/bin/python")
 LANGUAGES = {"sql", "python", "sh", "bash"}
 MARKS = ("run", "fragment", "setup", "manual", "program")
-DOCS = ["README.md", "docs/GETTING_STARTED.md", "docs/REFERENCE.md", "docs/OPERATIONS.md",
+DOCS = ["README.md", "docs/GETTING_STARTED.md", "docs/FEATURES.md", "docs/REFERENCE.md", "docs/OPERATIONS.md",
         "docs/SECURITY.md"]
 
 
@@ -189,7 +192,8 @@ def test_every_runnable_block_is_marked():
     """A sql, python, sh or bash block that says neither `run` nor `fragment` fails here, in
     every Markdown file of the repository's docs."""
     paths = ["README.md"] + [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
-                             if f.endswith(".md")] + ["examples/README.md"]
+                             if f.endswith(".md")] + ["examples/README.md", "CONTRIBUTING.md", "cli/README.md",
+                                                      "clients/node/README.md", "clients/python/README.md"]
     problems = []
     for path in paths:
         for line, lang, opts, _ in blocks(path):

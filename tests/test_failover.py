@@ -3,7 +3,7 @@ this machine, workers against the primary, the primary killed and the standby pr
 
 No acknowledged enqueue or settle is lost, no effect happens twice, and the background worker
 does nothing on the standby during recovery but sweeps once it is promoted. This is also how
-to run pg_jobs highly available: docs/GUARANTEES.md and the README say so.
+to run pg_jobs highly available: docs/GUARANTEES.md says so.
 """
 
 import os

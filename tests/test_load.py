@@ -33,7 +33,7 @@ JOBS = int(os.environ.get("PG_JOBS_LOAD_JOBS", "1000000"))
 BATCH_IN, BATCH_OUT, PRODUCERS, WORKERS = 1000, 100, 4, 12
 BACKLOG = 50_000  # producers wait while more jobs than this are ready
 # PG_JOBS_LOAD_PAYLOAD_KB=3 gives each job about 3 kB of incompressible payload, which
-# PostgreSQL stores out of line in the TOAST table (see the README, "Vacuum for busy queues").
+# PostgreSQL stores out of line in the TOAST table (docs/OPERATIONS.md, "Vacuum for busy queues").
 PAYLOAD_KB = int(os.environ.get("PG_JOBS_LOAD_PAYLOAD_KB", "0"))
 PAYLOAD = ("jsonb_build_object('n', g)" if PAYLOAD_KB == 0 else
            "jsonb_build_object('n', g, 'blob', (select string_agg(md5(random()::text || x || g), '') "
@@ -146,7 +146,7 @@ def test_a_million_jobs_through_sixteen_connections_with_retention_on():
 def test_vacuum_leaves_an_emptied_queue_its_pages(dsn):
     """The table's empty tail is kept for the next jobs: vacuum does not wait for an ACCESS
     EXCLUSIVE lock to cut it off (what made the load test's table step up at every pass).
-    VACUUM (TRUNCATE true), as the README says, still gives the space back."""
+    VACUUM (TRUNCATE true), as docs/OPERATIONS.md says, still gives the space back."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("""select count(*) from jobs.enqueue_batch(
                           (select jsonb_agg(jsonb_build_object('name', 'load', 'payload', '{}'::jsonb))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -570,3 +571,31 @@ def test_the_running_count_is_told_after_a_claim_and_after_the_jobs_end(dsn: str
 
     asyncio.run(run())
     assert seen == [2, 0] and metrics.count("completed") == 2, (seen, metrics.outcomes)
+
+
+def test_the_readmes_quick_start_runs(dsn: str, tmp_path: Any) -> None:
+    """README.md's quick start as a reader runs it: the jobs module as myapp/jobs.py, the
+    enqueue beside it (on this test's database), then `pg-jobs worker myapp.jobs` works the job
+    and exits 0 at SIGTERM."""
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    jobs_py, enqueue_py = re.findall(r"```python run\n(.*?)```", readme, re.S)[:2]
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "jobs.py").write_text(jobs_py)
+    (tmp_path / "enqueue.py").write_text(enqueue_py.replace('"dbname=app"', repr(dsn)))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    subprocess.run([sys.executable, "enqueue.py"], cwd=tmp_path, env=env, check=True, timeout=60)
+    cli = os.path.join(os.path.dirname(sys.executable), "pg-jobs")
+    worker = subprocess.Popen([cli, "worker", "--dsn", dsn, "myapp.jobs"], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while count(dsn, "select count(*) from sent") == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err
+    assert count(dsn, "select count(*) from sent where address = 'ada@example.com'") == 1, err
