@@ -5,15 +5,26 @@
 # in examples/python, tells what became of each, removes the cluster, and says what it left on
 # the machine.
 #   bash scripts/demo.sh                 PG_JOBS_PG=18 bash scripts/demo.sh
+#   bash scripts/demo.sh --deb FILE      pg_jobs from a release's .deb (PostgreSQL 15): nothing
+#                                        compiled, the first job in under two minutes
 # PG_JOBS_DEMO_PORT picks the cluster's port (default: the first free one from 54393).
 # PG_JOBS_DEMO_SKIP_SETUP=1 skips the set-up (the test command has done it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-echo "== 1. Set-up: packages, cargo-pgrx, pg_jobs built and installed for PostgreSQL $PG_MAJOR"
+deb=""
+if [ "${1:-}" = --deb ]; then
+  deb=$(realpath "${2:?usage: scripts/demo.sh [--deb FILE]}")
+  if [ "$PG_MAJOR" != 15 ]; then echo "demo: --deb is for PostgreSQL 15 (Debian 12's)" >&2; exit 2; fi
+fi
+if [ -n "$deb" ]; then
+  echo "== 1. Set-up: PostgreSQL 15 and pg_jobs from $(basename "$deb"), nothing to compile"
+else
+  echo "== 1. Set-up: packages, cargo-pgrx, pg_jobs built and installed for PostgreSQL $PG_MAJOR"
+fi
 if [ -z "${PG_JOBS_DEMO_SKIP_SETUP:-}" ]; then
-  bash scripts/setup.sh --demo
+  if [ -n "$deb" ]; then bash scripts/setup.sh --deb "$deb"; else bash scripts/setup.sh --demo; fi
 fi
 
 port=${PG_JOBS_DEMO_PORT:-$(free_port 54393)}
@@ -109,7 +120,12 @@ if [ -s .setup-installed ]; then
   echo "   - the Debian packages the set-up installed (listed in .setup-installed):"
   echo "     $(sort -u .setup-installed | tr '\n' ' ')"
 fi
-echo "   - cargo-pgrx in ${CARGO_HOME:-~/.cargo}/bin and its configuration in ${PGRX_HOME:-~/.pgrx};"
-echo "     in this clone, the build in target/ and the Python venv in .venv/"
+if [ -n "$deb" ]; then
+  echo "   - the package postgresql-15-pg-jobs (apt remove postgresql-15-pg-jobs takes it away);"
+  echo "     in this clone, the Python venv in .venv/"
+else
+  echo "   - cargo-pgrx in ${CARGO_HOME:-~/.cargo}/bin and its configuration in ${PGRX_HOME:-~/.pgrx};"
+  echo "     in this clone, the build in target/ and the Python venv in .venv/"
+fi
 echo "   For a server to keep working on (pg_jobs preloaded, its data kept, its port and psql"
 echo "   line printed): bash scripts/dev-server.sh start"

@@ -11,7 +11,8 @@
 #   scripts/package.sh --check   also build the .deb and check both: install.sh refuses another
 #                                release; on 15, pg_jobs uninstalled, the .deb installed with apt
 #                                into that clean PostgreSQL and the extension created on a
-#                                cluster, then the .deb removed (its files go with it); on 16 to
+#                                cluster, the demo run from it (scripts/demo.sh --deb), then the
+#                                .deb removed (its files go with it); on 16 to
 #                                18, whose servers here are not Debian packages, the .deb's files
 #                                are checked to be the tarball's; then pg_jobs installed from the
 #                                tarball and the SQL tests run against that install
@@ -118,6 +119,17 @@ if [ "${1:-}" = "--check" ]; then
     bash scripts/cluster.sh stop "$cluster"
     rm -rf "$cluster"
     if [ "$got" != "$version 1 1 " ]; then echo "package: the .deb's pg_jobs answered '$got'" >&2; exit 1; fi
+    # The demo from the .deb (scripts/demo.sh --deb): its set-up compiles nothing.
+    demolog=$(mktemp /tmp/pg_jobs-deb-demo.XXXXXX)
+    demo_started=$SECONDS
+    if ! PG_JOBS_DEMO_PORT=$(free_port "${PG_JOBS_DEB_PORT:-54401}") PG_JOBS_SETUP_LOG=$demolog.setup \
+         bash scripts/demo.sh --deb "$deb" >"$demolog" 2>&1; then
+      cat "$demolog" >&2; exit 1
+    fi
+    grep -q "dead-lettered after its 2 attempts" "$demolog" || { cat "$demolog" >&2; exit 1; }
+    if grep -q "cargo\|Compiling" "$demolog.setup"; then echo "package: the demo from the .deb compiled" >&2; exit 1; fi
+    echo "package: the demo ran from $deb in $((SECONDS - demo_started)) s"
+    rm -f "$demolog" "$demolog.setup"
     DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq postgresql-15-pg-jobs >"$aptlog" 2>&1 || { cat "$aptlog"; exit 1; }
     rm -f "$aptlog"
     if [ -e "$("$PG_CONFIG" --pkglibdir)/pg_jobs.so" ]; then echo "package: removing the .deb left pg_jobs.so" >&2; exit 1; fi

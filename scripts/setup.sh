@@ -7,12 +7,17 @@
 #   scripts/setup.sh --demo   only what the demo needs: PostgreSQL 15 and its headers, clang,
 #                             cargo-pgrx, a venv with psycopg and the Python library, the build
 #   scripts/setup.sh --quick  what the demo needs, and pytest (scripts/test.sh --quick)
+#   scripts/setup.sh --deb FILE   the demo's needs from a release's .deb, nothing compiled:
+#                             PostgreSQL 15, the .deb installed with apt, a venv with psycopg
+#                             and the Python library
 set -euo pipefail
-demo=0  # 1: the demo's needs only (--demo, --quick)
+demo=0  # 1: the demo's needs only (--demo, --quick, --deb)
 quick=0
+deb=""
 case "${1:-}" in
   --demo) demo=1 ;;
   --quick) demo=1 quick=1 ;;
+  --deb) demo=1 deb=$(realpath "${2:?--deb needs the .deb file}") ;;
 esac
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -27,16 +32,30 @@ LOG=${PG_JOBS_SETUP_LOG:-/tmp/pg_jobs-setup.log}
 INSTALLED=.setup-installed
 started=$SECONDS
 say() { printf 'setup: [%d:%02d] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*"; }
-step() {  # step COMMAND...: runs it with its output in the log
-  if ! "$@" >>"$LOG" 2>&1; then
+# step COMMAND...: runs it with its output in the log; every 30 s while it runs, a line says
+# it still does and what it is at (the log's last line: the crate compiling, the package
+# unpacking), so a long build is never silent.
+step() {
+  "$@" >>"$LOG" 2>&1 &
+  local pid=$! rc=0 waited=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    waited=$((waited + 1))
+    if [ $((waited % 30)) = 0 ] && kill -0 "$pid" 2>/dev/null; then
+      say "  still at it: $(tail -n 1 "$LOG" | tr -d '\r' | sed 's/^ *//' | cut -c1-90)"
+    fi
+  done
+  wait "$pid" || rc=$?
+  if [ "$rc" != 0 ]; then
     say "failed: $*; the end of $LOG:"
     tail -40 "$LOG"
     exit 1
   fi
 }
 
-packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config python3 python3-venv
+packages=(postgresql-15 python3 python3-venv
           iproute2)  # ss: which ports are free (scripts/lib.sh), absent from minimal Debian images
+[ -n "$deb" ] || packages+=(postgresql-server-dev-15 libclang-dev clang pkg-config)  # the build
 if [ $demo = 0 ]; then
   packages+=(sudo  # cargo pgrx test --runas
              libssl-dev  # pgjobs (cli/): TLS through OpenSSL
@@ -62,11 +81,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   step env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
-if [ "$(cargo pgrx --version 2>/dev/null | awk '{print $2}')" != "$PGRX_VERSION" ]; then
+if [ -n "$deb" ]; then
+  say "apt-get install $deb (pg_jobs for PostgreSQL 15, nothing to compile)"
+  step env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb"
+fi
+if [ -z "$deb" ] && [ "$(cargo pgrx --version 2>/dev/null | awk '{print $2}')" != "$PGRX_VERSION" ]; then
   say "building and installing cargo-pgrx $PGRX_VERSION into ${CARGO_HOME:-~/.cargo}/bin (5 to 10 minutes, once)"
   step cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi
-if ! grep -q "pg15" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" 2>/dev/null; then
+if [ -z "$deb" ] && ! grep -q "pg15" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" 2>/dev/null; then
   say "cargo pgrx init --pg15 (writes ~/.pgrx/config.toml)"
   step cargo pgrx init --pg15 /usr/lib/postgresql/15/bin/pg_config
 fi
@@ -113,7 +136,9 @@ if [ "$PG_MAJOR" != 15 ]; then
   step pgrx_knows_release "$PG_MAJOR"
 fi
 
-say "building pg_jobs (release) and installing it into $("$PG_CONFIG" --pkglibdir) (minutes the first time)"
-# shellcheck disable=SC2046  # pg_features is a list of words
-step cargo pgrx install --release $(pg_features) --pg-config "$PG_CONFIG"
+if [ -z "$deb" ]; then
+  say "building pg_jobs (release) and installing it into $("$PG_CONFIG" --pkglibdir) (minutes the first time)"
+  # shellcheck disable=SC2046  # pg_features is a list of words
+  step cargo pgrx install --release $(pg_features) --pg-config "$PG_CONFIG"
+fi
 say "done (the output of every step is in $LOG)"

@@ -83,9 +83,11 @@ dir=$(mktemp -d /tmp/pg_jobs-e2e.XXXXXX)
 # PostgreSQL 16-18 (scripts/test-releases.sh: mostly builds, on their own ports) run beside the
 # tests from outside on 15 and the libraries' (mostly waiting), niced so that the builds take
 # the processor only when the tests leave it; their log is printed when they end.
-echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh), in the background: its log follows the libraries'"
+# Then every artifact of a release, from those builds (scripts/release.sh --check).
+echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh), then a release's artifacts (scripts/release.sh"
+echo "   --check), in the background: their log follows the libraries'"
 releases_log=$(mktemp /tmp/pg_jobs-releases.XXXXXX)
-setsid nice -n 10 bash scripts/test-releases.sh >"$releases_log" 2>&1 & releases_run=$!
+setsid nice -n 10 bash -c 'bash scripts/test-releases.sh && bash scripts/release.sh --check' >"$releases_log" 2>&1 & releases_run=$!
 # The SQL-only edition (scripts/test-sql-only.sh: its file current, on a PostgreSQL 16 without
 # pg_jobs and a 15 with pg_cron, mostly waiting for pg_cron's minute) beside them too.
 echo "== the SQL-only edition (scripts/test-sql-only.sh), in the background: its log follows the libraries'"
@@ -132,8 +134,8 @@ wait "$sql_only_run" || sql_only_rc=$?
 cat "$sql_only_log"
 if [ $sql_only_rc != 0 ]; then echo "scripts/test-sql-only.sh failed (exit $sql_only_rc)" >&2; exit 1; fi
 
-echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh): waiting for it to end"
+echo "== PostgreSQL 16, 17 and 18 (scripts/test-releases.sh) and the release: waiting for them to end"
 releases_rc=0
 wait "$releases_run" || releases_rc=$?
 cat "$releases_log"
-if [ $releases_rc != 0 ]; then echo "scripts/test-releases.sh failed (exit $releases_rc)" >&2; exit 1; fi
+if [ $releases_rc != 0 ]; then echo "scripts/test-releases.sh or scripts/release.sh failed (exit $releases_rc)" >&2; exit 1; fi
