@@ -84,7 +84,7 @@ say "the Node.js package (npm pack: its prepack builds it)"
 say "the Python sdist and wheel (python -m build)"
 .venv/bin/python -c 'import build' 2>/dev/null ||
   .venv/bin/pip install --quiet --disable-pip-version-check 'build>=1,<2'
-.venv/bin/python -m build --outdir dist "$work/clients/python" >/dev/null
+.venv/bin/python -m build --outdir dist "$work/clients/python" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 
 (cd dist && sha256sum -- * >SHA256SUMS)
 say "dist/ holds pg_jobs $version:"
