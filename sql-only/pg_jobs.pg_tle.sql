@@ -756,7 +756,7 @@ as $$
     ('insufficient_privilege', '42501', 'the role holds pg_jobs rights through roles bound to tenants and through one bound to none: bind the role itself')
 $$;
 
--- The SQL-only edition's counts of live children (src/family.rs in the extension). The
+-- The SQL-only edition's counts of live children (src/children.rs in the extension). The
 -- extension's row trigger notes each child's move in the backend's memory and a statement
 -- trigger applies them; without a library nothing outlives a call but what a role could also
 -- write (a setting), so here the statement triggers read the statement's own rows from its
@@ -882,7 +882,7 @@ $$;
 
 -- The SQL-only edition's wake-ups, signals and counters: what the extension keeps in shared
 -- memory or runs at a transaction's commit (src/wakeups.rs, src/relay.rs, src/outcomes.rs,
--- src/durability.rs, src/unknown_queues.rs, src/error_context.rs), as the extension does it
+-- src/async_claims.rs, src/unknown_queues.rs, src/error_context.rs), as the extension does it
 -- without shared_preload_libraries, where this edition has no library at all:
 -- - a blocking claim polls: it looks again every 100 ms (jobs._await_work);
 -- - NOTIFY is the transaction's own (no relay), and a death is signalled per job;
@@ -2211,7 +2211,7 @@ begin
     return;
   end if;
   -- A claim that is its transaction's only work commits without waiting for its WAL flush
-  -- (pg_jobs.async_claims, src/durability.rs): lost in a crash, its job is claimable again
+  -- (pg_jobs.async_claims, src/async_claims.rs): lost in a crash, its job is claimable again
   -- and its worker fenced out.
   perform jobs._async_if_alone('claim');
 
@@ -2608,7 +2608,7 @@ begin
       'pass the lease to extend by, or NULL to extend by the lease of the claim');
   end if;
   -- On its own, it commits without waiting for its WAL flush (pg_jobs.async_claims): a lost
-  -- heartbeat only shortens the lease (src/durability.rs).
+  -- heartbeat only shortens the lease (src/async_claims.rs).
   perform jobs._async_if_alone('heartbeat');
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).

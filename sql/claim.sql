@@ -391,7 +391,7 @@ begin
     return;
   end if;
   -- A claim that is its transaction's only work commits without waiting for its WAL flush
-  -- (pg_jobs.async_claims, src/durability.rs): lost in a crash, its job is claimable again
+  -- (pg_jobs.async_claims, src/async_claims.rs): lost in a crash, its job is claimable again
   -- and its worker fenced out.
   perform jobs._async_if_alone('claim');
 

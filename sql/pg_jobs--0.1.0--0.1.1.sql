@@ -184,7 +184,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'slot_freed_wrapper';
 -- 13. Claims and heartbeats that are their transaction's only work commit without waiting
--- for their WAL flush (pg_jobs.async_claims, src/durability.rs).
+-- for their WAL flush (pg_jobs.async_claims, src/async_claims.rs).
 CREATE  FUNCTION jobs."_async_if_alone"(
 	"function" TEXT
 ) RETURNS void
@@ -250,7 +250,7 @@ CREATE  FUNCTION jobs."_cancelling"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'cancelling_wrapper';
--- 18. The counts of live children, moved at each statement's end (src/family.rs).
+-- 18. The counts of live children, moved at each statement's end (src/children.rs).
 CREATE  FUNCTION jobs."_family_note"(
 	"parent" uuid,
 	"delta" INT
@@ -1884,7 +1884,7 @@ begin
     return;
   end if;
   -- A claim that is its transaction's only work commits without waiting for its WAL flush
-  -- (pg_jobs.async_claims, src/durability.rs): lost in a crash, its job is claimable again
+  -- (pg_jobs.async_claims, src/async_claims.rs): lost in a crash, its job is claimable again
   -- and its worker fenced out.
   perform jobs._async_if_alone('claim');
 
@@ -2281,7 +2281,7 @@ begin
       'pass the lease to extend by, or NULL to extend by the lease of the claim');
   end if;
   -- On its own, it commits without waiting for its WAL flush (pg_jobs.async_claims): a lost
-  -- heartbeat only shortens the lease (src/durability.rs).
+  -- heartbeat only shortens the lease (src/async_claims.rs).
   perform jobs._async_if_alone('heartbeat');
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).

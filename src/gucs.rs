@@ -15,6 +15,9 @@ pub static DATABASE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CStr
 /// 4 by default: the launcher and 4 sweepers leave 3 of the default max_worker_processes (8)
 /// to parallel queries and other workers.
 pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(4);
+/// The most databases `pg_jobs.max_databases` may allow (the launcher's shared table has a
+/// slot for each).
+pub const MAX_DATABASES_CAP: usize = 128;
 pub static SWEEP_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static VACUUM_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static COMPLETED_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 24 * 3600);
@@ -43,7 +46,7 @@ pub fn init(preloaded: bool) {
               in max_worker_processes; past the cap the launcher logs the databases it leaves out.",
             &MAX_DATABASES,
             1,
-            crate::launcher::MAX_DATABASES as i32,
+            MAX_DATABASES_CAP as i32,
             GucContext::Sighup,
             GucFlags::default(),
         );
@@ -135,7 +138,7 @@ pub fn init(preloaded: bool) {
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_jobs".as_ptr()) };
 }
 
-/// pg_jobs.async_claims (src/durability.rs).
+/// pg_jobs.async_claims (src/async_claims.rs).
 pub fn async_claims() -> bool {
     ASYNC_CLAIMS.get()
 }
@@ -149,9 +152,7 @@ pub fn database_name() -> Option<String> {
 }
 
 pub fn max_databases() -> usize {
-    MAX_DATABASES
-        .get()
-        .clamp(1, crate::launcher::MAX_DATABASES as i32) as usize
+    MAX_DATABASES.get().clamp(1, MAX_DATABASES_CAP as i32) as usize
 }
 
 pub fn sweep_interval() -> Duration {

@@ -1,5 +1,5 @@
 //! The launcher: one background worker per server that finds the databases where pg_jobs is
-//! installed and keeps one sweeper (src/worker.rs) running in each, up to
+//! installed and keeps one sweeper (src/sweeper.rs) running in each, up to
 //! `pg_jobs.max_databases`. It exists only when the library is preloaded.
 //!
 //! A worker can connect to one database for its life, and only a process connected to a
@@ -20,7 +20,7 @@
 //!
 //! The launcher starts when recovery has finished: on a standby nothing runs until promotion.
 
-use crate::gucs;
+use crate::{gucs, xact};
 use pgrx::atomics::PgAtomic;
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BackgroundWorkerStatus, BgWorkerStartTime,
@@ -29,13 +29,14 @@ use pgrx::bgworkers::{
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The most databases `pg_jobs.max_databases` may allow (the size of the shared table).
-pub const MAX_DATABASES: usize = 128;
+/// The size of the shared table: the most databases `pg_jobs.max_databases` may allow.
+const MAX_DATABASES: usize = gucs::MAX_DATABASES_CAP;
 /// How long after a sweeper stopped for a reason other than a missing extension it is started
 /// again (the static worker's restart time before the launcher).
 const RESTART: Duration = Duration::from_secs(2);
@@ -545,18 +546,36 @@ unsafe extern "C-unwind" fn before_utility(node: *mut pg_sys::Node) -> bool {
     }
 }
 
+thread_local! {
+    /// This transaction ran `CREATE EXTENSION pg_jobs`.
+    static CREATED_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The launcher's part of the end of a transaction (src/xact.rs).
+static HOOKS: xact::Hooks = xact::Hooks {
+    order: 6,
+    before_commit: None,
+    at_end: Some(at_end),
+    at_subtransaction_abort: None,
+};
+
 /// After `CREATE EXTENSION pg_jobs`: at its commit, the launcher is woken to look for it.
-#[pg_guard]
-unsafe extern "C-unwind" fn after_create_extension() {
-    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Commit, || {
-        CREATED.get().fetch_add(1, Ordering::SeqCst);
-        let pid = LAUNCHER_PID.get().load(Ordering::SeqCst);
-        if pid != 0 {
-            // Its latch is set by the SIGUSR1 handler of every worker with a database
-            // connection (procsignal_sigusr1_handler).
-            unsafe { libc::kill(pid, libc::SIGUSR1) };
-        }
-    });
+fn after_create_extension() {
+    xact::register(&HOOKS);
+    CREATED_HERE.with(|c| c.set(true));
+}
+
+fn at_end(commit: bool) {
+    if !CREATED_HERE.with(|c| c.replace(false)) || !commit {
+        return;
+    }
+    CREATED.get().fetch_add(1, Ordering::SeqCst);
+    let pid = LAUNCHER_PID.get().load(Ordering::SeqCst);
+    if pid != 0 {
+        // Its latch is set by the SIGUSR1 handler of every worker with a database
+        // connection (procsignal_sigusr1_handler).
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+    }
 }
 
 /// Not guarded, and holding nothing that needs dropping: an ERROR of the statement passes

@@ -3,29 +3,29 @@
 //! The SQL surface is hand-written in `sql/` (one file per capability) and embedded here in
 //! dependency order. Rust holds what needs the server's C API or is better said once in Rust:
 //! the settings (`gucs.rs`) and the clock and retention they set (`clock.rs`), the background
-//! worker (`worker.rs`), job ids (`ids.rs`, UUIDv7), claim tokens (`tokens.rs`),
+//! worker (`launcher.rs`, `sweeper.rs`), job ids (`ids.rs`, UUIDv7), claim tokens (`tokens.rs`),
 //! the catalogue of error codes (`error.rs`, exported as `jobs.error_codes()`), and the tests
 //! that run inside the server.
 //!
 //! Who owns what of the server's process-wide state:
 //! - The transaction and subtransaction callbacks: `xact.rs`, the only module that registers
-//!   one; durability, family, relay, outcomes and wakeups give it their hooks.
+//!   one; async_claims, children, relay, outcomes, wakeups and the launcher give it their hooks.
 //! - Shared memory (with `shared_preload_libraries = 'pg_jobs'`, set up in `_PG_init` below):
 //!   `launcher.rs` (the databases it runs sweepers for), `wakeups.rs` (the wake-up counters
 //!   and condition variable of the blocking claim), `relay.rs` (the ring of notifications the
 //!   sweepers send), `outcomes.rs` (the outcome counters and their queue names).
-//! - Signal handlers: `launcher.rs` and `worker.rs` attach the background workers' SIGHUP and
+//! - Signal handlers: `launcher.rs` and `sweeper.rs` attach the background workers' SIGHUP and
 //!   SIGTERM handlers; `vacuum.rs` swaps SIGTERM's around the sweeper's vacuum and restores it.
 //!   Nothing of pg_jobs sets a handler in a client's backend.
 
 use pgrx::prelude::*;
 
+mod async_claims;
+mod children;
 mod clock;
 mod cron;
-mod durability;
 mod error;
 mod error_context;
-mod family;
 mod gucs;
 mod ids;
 mod launcher;
@@ -34,11 +34,11 @@ mod random;
 mod relay;
 mod sizes;
 mod statement;
+mod sweeper;
 mod tokens;
 mod unknown_queues;
 mod vacuum;
 mod wakeups;
-mod worker;
 mod xact;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -85,7 +85,7 @@ extension_sql_file!(
 extension_sql_file!(
     "../sql/children_triggers.sql",
     name = "children_triggers",
-    requires = ["children", family::_family_statement_end]
+    requires = ["children", children::_family_statement_end]
 );
 extension_sql_file!(
     "../sql/ordering.sql",

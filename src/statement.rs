@@ -3,7 +3,7 @@
 //! write anything after the call:
 //! - a waiting claim gives up its snapshot's xmin while it sleeps (src/wakeups.rs);
 //! - a claim or a heartbeat in its own transaction commits without waiting for its WAL flush
-//!   (src/durability.rs).
+//!   (src/async_claims.rs).
 
 use pgrx::prelude::*;
 use pgrx::PgList;

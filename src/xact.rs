@@ -9,11 +9,12 @@
 //!
 //! | order | module | before the commit | at the end | a subtransaction rolled back |
 //! |---|---|---|---|---|
-//! | 1 | durability (asynchronous claims) | `synchronous_commit = off` for a lone claim | forgets it | |
-//! | 2 | family (child counts) | | forgets what was noted | forgets what it noted |
+//! | 1 | async_claims | `synchronous_commit = off` for a lone claim | forgets it | |
+//! | 2 | children (child counts) | | forgets what was noted | forgets what it noted |
 //! | 3 | relay (`LISTEN pg_jobs`) | | at a commit, hands the queues to the sweeper | |
 //! | 4 | outcomes (counters, signals) | NOTIFYs what the relay cannot carry | at a commit, counts and hands the signals over | forgets what it noted |
 //! | 5 | wakeups (blocking claims) | | at a commit, bumps the counters and wakes the waiters | |
+//! | 6 | launcher (`CREATE EXTENSION pg_jobs`) | | at a commit, wakes the launcher to look for it | |
 //!
 //! So the modules depend on this one and this one on none of them. A prepared transaction is
 //! an end without a commit: it commits later, from another session.
@@ -35,7 +36,7 @@ pub struct Hooks {
     pub at_subtransaction_abort: Option<fn(pg_sys::SubTransactionId)>,
 }
 
-/// Room for every module's hooks (five today).
+/// Room for every module's hooks (six today).
 const MAX_HOOKS: usize = 8;
 type Registered = [Option<&'static Hooks>; MAX_HOOKS];
 

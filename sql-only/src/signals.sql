@@ -1,6 +1,6 @@
 -- The SQL-only edition's wake-ups, signals and counters: what the extension keeps in shared
 -- memory or runs at a transaction's commit (src/wakeups.rs, src/relay.rs, src/outcomes.rs,
--- src/durability.rs, src/unknown_queues.rs, src/error_context.rs), as the extension does it
+-- src/async_claims.rs, src/unknown_queues.rs, src/error_context.rs), as the extension does it
 -- without shared_preload_libraries, where this edition has no library at all:
 -- - a blocking claim polls: it looks again every 100 ms (jobs._await_work);
 -- - NOTIFY is the transaction's own (no relay), and a death is signalled per job;

@@ -142,7 +142,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'slot_freed_wrapper';
 -- 13. Claims and heartbeats that are their transaction's only work commit without waiting
--- for their WAL flush (pg_jobs.async_claims, src/durability.rs).
+-- for their WAL flush (pg_jobs.async_claims, src/async_claims.rs).
 CREATE  FUNCTION jobs."_async_if_alone"(
 	"function" TEXT
 ) RETURNS void
@@ -208,7 +208,7 @@ CREATE  FUNCTION jobs."_cancelling"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'cancelling_wrapper';
--- 18. The counts of live children, moved at each statement's end (src/family.rs).
+-- 18. The counts of live children, moved at each statement's end (src/children.rs).
 CREATE  FUNCTION jobs."_family_note"(
 	"parent" uuid,
 	"delta" INT

@@ -16,7 +16,7 @@
 //! Autovacuum visits a database once per `autovacuum_naptime`, a minute by default, and a busy
 //! queue leaves a minute of dead row versions behind in between (docs/BENCHMARKS.md, churn).
 
-use crate::{durability, gucs, launcher, relay, vacuum};
+use crate::{async_claims, gucs, launcher, relay, vacuum};
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
 use std::ffi::CString;
@@ -205,7 +205,7 @@ fn relay_notifications() {
         if due.every_queue {
             queues.insert("*".to_owned()); // some did not fit: every queue
         }
-        durability::commit_without_flush();
+        async_claims::commit_without_flush();
         relay::send(&queues);
         relay::send_signals(&due.signals, due.lost_signals);
     });

@@ -70,7 +70,7 @@ fn at_end(_commit: bool) {
 }
 
 /// `SET LOCAL synchronous_commit = off`: the current transaction's commit does not wait for
-/// its WAL flush (also the sweeper's relay of notifications, src/worker.rs).
+/// its WAL flush (also the sweeper's relay of notifications, src/sweeper.rs).
 pub fn commit_without_flush() {
     unsafe {
         pg_sys::set_config_option(
