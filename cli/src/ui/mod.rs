@@ -10,6 +10,7 @@
 //! It reaches the database as the role it connects as, through the `jobs` functions and
 //! views: what that role may not do, the page says, with the grant that would allow it.
 
+mod history;
 mod live;
 mod pages;
 mod render;
@@ -89,7 +90,7 @@ pub struct App {
     hosts: Hosts,
     /// Forms carry it; a POST without it is refused (another site cannot read it).
     csrf: String,
-    history: std::sync::Mutex<live::History>,
+    history: std::sync::Mutex<history::History>,
     /// The overview's live part as last rendered, and when (pages::live_part).
     live: Mutex<Option<(std::time::Instant, String)>>,
     /// Each queue's finished counts and when they were read (pages::finished_counts).
@@ -230,7 +231,7 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
                 .collect(),
         },
         csrf: random_hex(32)?,
-        history: std::sync::Mutex::new(live::History::default()),
+        history: std::sync::Mutex::new(history::History::default()),
         finished: std::sync::Mutex::new(None),
         live: Mutex::new(None),
         deaths,

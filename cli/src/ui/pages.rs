@@ -1,6 +1,6 @@
 //! The dashboard's pages and actions.
 
-use super::{live::History, render, same, App};
+use super::{history::History, render, same, App};
 use crate::filter::{Filters, STATES};
 use crate::jobs::{self, Action, Selection};
 use crate::output::{self, Row};

@@ -6,7 +6,12 @@
 import type { PoolClient } from 'pg';
 import { fromDriver } from './errors.js';
 import type { Queryable } from './db.js';
-import type { JobDefinition } from './jobs.js';
+
+/** The job a spawn names: a defineJob result (its name and queue) or a name. */
+export interface ChildJob {
+  readonly name: string;
+  readonly queue?: string | undefined;
+}
 
 /** A claimed job, as jobs.claim answers it. */
 export interface Job<P = unknown> {
@@ -55,7 +60,7 @@ export interface JobContext<P = unknown> {
   waitForEvent<T = unknown>(name: string, options?: { key?: string; timeoutMs?: number }):
     Promise<{ status: 'received' | 'timed_out'; payload: T | null }>;
   /** Enqueues a child of this job; the same key gives the same child on every attempt. */
-  spawn<C>(childKey: string, job: JobDefinition<C> | string, payload?: C,
+  spawn<C>(childKey: string, job: ChildJob | string, payload?: C,
     options?: { queue?: string; priority?: number; maxAttempts?: number; closePolicy?: 'terminate' | 'abandon' }):
     Promise<{ id: string; deduped: boolean }>;
   /** The children's outcomes once none is live; or parks the job until then. */
@@ -146,7 +151,7 @@ class Context<P> implements JobContext<P> {
 
   get spawn(): JobContext<P>['spawn'] {
     const job = this.job;
-    return this.#spawn ??= async <C>(childKey: string, child: JobDefinition<C> | string, payload?: C,
+    return this.#spawn ??= async <C>(childKey: string, child: ChildJob | string, payload?: C,
       options: { queue?: string; priority?: number; maxAttempts?: number; closePolicy?: 'terminate' | 'abandon' } = {}) => {
       const name = typeof child === 'string' ? child : child.name;
       const spec: Record<string, unknown> = {

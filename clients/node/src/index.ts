@@ -9,7 +9,7 @@ export { cancel, requeue, promote } from './operate.js';
 export type { JobStatus } from './status.js';
 export { createWorker, Worker } from './worker.js';
 export type { WorkerOptions } from './worker.js';
-export type { Job, JobContext, ChildResult } from './context.js';
+export type { Job, JobContext, ChildJob, ChildResult } from './context.js';
 export { codes, PgJobsError, LeaseLostError, NonRetryableError, RetryAfterError } from './errors.js';
 export { jsonLogger, silentLogger, CountingMetrics } from './log.js';
 export type { Logger, Metrics, Outcome } from './log.js';
