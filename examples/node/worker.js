@@ -10,7 +10,7 @@
 'use strict';
 const { parseArgs } = require('node:util');
 const { createWorker, defineJob, silentLogger } = require('pg-jobs');
-const { runUntilEmpty } = require('pg-jobs/testing');
+const { drain } = require('pg-jobs/testing');
 
 const record = (ctx) => ctx.tx.query(
   'insert into example_log (job_id, worker, payload) values ($1, $2, $3)', [ctx.job.id, 'node', ctx.job.payload]);
@@ -44,5 +44,5 @@ const options = {
   leaseMs: Number(args.lease) * 1000, pollMs: Number(args.poll) * 1000, shutdownGraceMs: 60_000,
   logger: args.quiet ? silentLogger : undefined,
 };
-if (args['until-empty']) runUntilEmpty({ ...options, delayed: true, timeoutMs: 300_000 }).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
+if (args['until-empty']) drain({ ...options, delayed: true, timeoutMs: 300_000 }).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
 else createWorker(options).run();

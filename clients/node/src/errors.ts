@@ -36,6 +36,49 @@ export class LeaseLostError extends PgJobsError {
   }
 }
 
+/** One class per refusal, as the Python library has (each a PgJobsError with its code). */
+function refusal(name: string, code: string): new (message: string, hint?: string, options?: { cause?: unknown }) => PgJobsError {
+  return class extends PgJobsError {
+    constructor(message: string, hint?: string, options?: { cause?: unknown }) {
+      super(message, code, hint, options);
+      this.name = name;
+    }
+  };
+}
+
+/** PJ002: a live job holds the idempotency key (with `onConflict: 'error'`). */
+export const DuplicateJobError = refusal('DuplicateJobError', codes.duplicateJob);
+/** PJ003: no such job (or one of a tenant the role is not bound to). */
+export const JobNotFoundError = refusal('JobNotFoundError', codes.jobNotFound);
+/** PJ004: only a finished job can be requeued. */
+export const NotRequeueableError = refusal('NotRequeueableError', codes.notRequeueable);
+/** PJ005: a finished job cannot be cancelled. */
+export const NotCancellableError = refusal('NotCancellableError', codes.notCancellable);
+/** PJ006: only a delayed or snoozed job can be promoted. */
+export const NotPromotableError = refusal('NotPromotableError', codes.notPromotable);
+/** PJ007: the role is bound to other tenants. */
+export const TenantNotAllowedError = refusal('TenantNotAllowedError', codes.tenantNotAllowed);
+/** PJ008: a waiting claim inside a REPEATABLE READ or SERIALIZABLE transaction. */
+export const WaitNeedsReadCommittedError = refusal('WaitNeedsReadCommittedError', codes.waitNeedsReadCommitted);
+/** 3F000 or 42883: the database has no pg_jobs, or an older release than this library calls. */
+export class NotInstalledError extends PgJobsError {
+  constructor(message: string, code: string, hint?: string, options?: { cause?: unknown }) {
+    super(message, code, hint, options);
+    this.name = 'NotInstalledError';
+  }
+}
+
+const BY_CODE: Record<string, new (message: string, hint?: string, options?: { cause?: unknown }) => PgJobsError> = {
+  [codes.leaseLost]: LeaseLostError,
+  [codes.duplicateJob]: DuplicateJobError,
+  [codes.jobNotFound]: JobNotFoundError,
+  [codes.notRequeueable]: NotRequeueableError,
+  [codes.notCancellable]: NotCancellableError,
+  [codes.notPromotable]: NotPromotableError,
+  [codes.tenantNotAllowed]: TenantNotAllowedError,
+  [codes.waitNeedsReadCommitted]: WaitNeedsReadCommittedError,
+};
+
 /** Thrown by a handler: the job fails for good, whatever attempts it has left. */
 export class NonRetryableError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -82,14 +125,14 @@ export function fromDriver(err: unknown): unknown {
   const e = err as DatabaseError | null | undefined;
   if (typeof e !== 'object' || e === null || typeof e.code !== 'string') return err;
   if (notInstalled(e)) {
-    return new PgJobsError(`this database has no pg_jobs, or an older one: ${String(e.message)}`, e.code,
+    return new NotInstalledError(`this database has no pg_jobs, or an older one: ${String(e.message)}`, e.code,
       `${INSTALL_HINT}; where it is installed, ALTER EXTENSION pg_jobs UPDATE`, { cause: err });
   }
   if (!OURS.has(e.code)) return err;
   const message = String(e.message);
   const hint = typeof e.hint === 'string' ? e.hint : undefined;
-  if (e.code === codes.leaseLost) return new LeaseLostError(message, hint, { cause: err });
-  return new PgJobsError(message, e.code, hint, { cause: err });
+  const Refusal = BY_CODE[e.code];
+  return Refusal ? new Refusal(message, hint, { cause: err }) : new PgJobsError(message, e.code, hint, { cause: err });
 }
 
 /** Whether an error of the driver means the connection is gone (made again, with backoff). */

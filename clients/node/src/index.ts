@@ -10,7 +10,11 @@ export type { JobStatus } from './status.js';
 export { createWorker, Worker } from './worker.js';
 export type { WorkerOptions } from './worker.js';
 export type { Job, JobContext, ChildJob, ChildResult } from './context.js';
-export { codes, PgJobsError, LeaseLostError, NonRetryableError, RetryAfterError } from './errors.js';
+export {
+  codes, PgJobsError, LeaseLostError, DuplicateJobError, JobNotFoundError, NotRequeueableError, NotCancellableError,
+  NotPromotableError, TenantNotAllowedError, WaitNeedsReadCommittedError, NotInstalledError, NonRetryableError,
+  RetryAfterError,
+} from './errors.js';
 export { jsonLogger, silentLogger, CountingMetrics } from './log.js';
 export type { Logger, Metrics, Outcome } from './log.js';
 export { prometheusMetrics } from './prometheus.js';

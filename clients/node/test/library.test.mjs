@@ -10,8 +10,8 @@ import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { makeDatabase } from './database.mjs';
-import { cancel, codes, CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, useOpenTelemetry, waitForJob } from 'pg-jobs';
-import { assertEnqueued, runUntilEmpty } from 'pg-jobs/testing';
+import { cancel, codes, CountingMetrics, JobNotFoundError, NotCancellableError, NotInstalledError, NotPromotableError, NotRequeueableError, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, useOpenTelemetry, waitForJob } from 'pg-jobs';
+import { assertEnqueued, drain, performJob, refuteEnqueued } from 'pg-jobs/testing';
 
 let db;
 let pool;
@@ -65,12 +65,12 @@ test('a refusal is a PgJobsError with its SQLSTATE, and enqueues nothing', async
   assert.equal((await pool.query("select count(*)::int as n from jobs.jobs where name = 'dup'")).rows[0].n, 1);
 });
 
-test('runUntilEmpty drains a queue with the jobs given, and leaves the pool given as it was', async () => {
+test('drain runs a queue empty with the jobs given, and leaves the pool given as it was', async () => {
   const seen = [];
   const job = defineJob({ name: 'drained', queue: 'drain', handler: (payload) => { seen.push(payload.i); } });
   await enqueueMany(pool, [1, 2, 3].map((i) => ({ job, payload: { i } })));
   const listeners = pool.listenerCount('error');
-  await runUntilEmpty({ pool, queues: ['drain'], concurrency: 2, jobs: [job], logger: { info() {}, warn() {}, error() {} } });
+  await drain({ pool, queues: ['drain'], concurrency: 2, jobs: [job], logger: { info() {}, warn() {}, error() {} } });
   assert.deepEqual(seen.sort(), [1, 2, 3]);
   assert.equal(pool.listenerCount('error'), listeners, 'the worker took its error listener off the pool');
 });
@@ -84,10 +84,10 @@ test('ctx.sleep parks the job once, with no attempt used, and returns at once wh
   } });
   const { id } = await enqueue(pool, job, {});
   const quiet = { info() {}, warn() {}, error() {} };
-  await runUntilEmpty({ pool, queues: ['naps'], jobs: [job], logger: quiet });
+  await drain({ pool, queues: ['naps'], jobs: [job], logger: quiet });
   assert.equal((await getJob(pool, id)).state, 'suspended');
   await new Promise((resolve) => setTimeout(resolve, 400));
-  await runUntilEmpty({ pool, queues: ['naps'], jobs: [job], logger: quiet });
+  await drain({ pool, queues: ['naps'], jobs: [job], logger: quiet });
   const done = await getJob(pool, id);
   assert.deepEqual([done.state, done.attempt, done.result, runs], ['completed', 1, { woke: true }, 2]);
 });
@@ -97,10 +97,27 @@ test('waitForJob answers once the job has ended, and at its deadline as the job 
   const { id } = await enqueue(pool, job, {});
   assert.equal((await waitForJob(pool, id, 100)).state, 'ready');
   const waited = waitForJob(pool, id, 60_000);
-  await runUntilEmpty({ pool, queues: ['awaited'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
+  await drain({ pool, queues: ['awaited'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
   const done = await waited;
   assert.deepEqual([done.state, done.result], ['completed', { ok: 1 }]);
   assert.equal(await waitForJob(pool, '00000000-0000-0000-0000-000000000000', 60_000), null);
+});
+
+test('performJob runs one job with a real context and answers how it ended; refuteEnqueued', async () => {
+  const stepped = defineJob({ name: 'performed', queue: 'elsewhere', async handler(payload, ctx) {
+    const doubled = await ctx.step('double', () => payload.n * 2);
+    await ctx.tx.query('insert into sent (address) values ($1)', [`performed-${doubled}`]);
+    return { doubled };
+  } });
+  const done = await performJob({ pool, logger: silentLogger }, stepped, { n: 21 });
+  assert.deepEqual([done.state, done.result, done.attempt], ['completed', { doubled: 42 }, 1]);
+  assert.equal((await pool.query("select count(*)::int as n from sent where address = 'performed-42'")).rows[0].n, 1);
+  const failing = defineJob({ name: 'performed_badly', handler: () => { throw new Error('no such user'); } });
+  const failed = await performJob({ pool, logger: silentLogger }, failing, {}, { maxAttempts: 1 });
+  assert.equal(failed.state, 'dead');
+  assert.match(failed.lastError, /no such user/);
+  await refuteEnqueued(pool, 'never_enqueued');
+  await assert.rejects(refuteEnqueued(pool, 'performed', { n: 21 }), /expected no job performed/);
 });
 
 test('cancel, requeue and promote move a job; a refusal is a PgJobsError and changes nothing', async () => {
@@ -108,7 +125,10 @@ test('cancel, requeue and promote move a job; a refusal is a PgJobsError and cha
   const { id } = await enqueue(pool, job, {}, { runAt: new Date(Date.now() + 3_600_000) });
   const refused = async (call, code) => {
     const before = await getJob(pool, id);
-    await assert.rejects(call(), (err) => err instanceof PgJobsError && err.code === code && Boolean(err.hint));
+    const classes = { [codes.notRequeueable]: NotRequeueableError, [codes.notPromotable]: NotPromotableError,
+      [codes.notCancellable]: NotCancellableError };
+    await assert.rejects(call(), (err) => err instanceof classes[code] && err instanceof PgJobsError
+      && err.code === code && Boolean(err.hint));
     assert.deepEqual(await getJob(pool, id), before);
   };
   await refused(() => requeue(pool, id), codes.notRequeueable);
@@ -119,10 +139,10 @@ test('cancel, requeue and promote move a job; a refusal is a PgJobsError and cha
   assert.equal((await getJob(pool, id)).state, 'cancelled');
   await refused(() => cancel(pool, id), codes.notCancellable);
   await requeue(pool, id);
-  await runUntilEmpty({ pool, queues: ['operated'], jobs: [job], logger: silentLogger });
+  await drain({ pool, queues: ['operated'], jobs: [job], logger: silentLogger });
   assert.deepEqual([(await getJob(pool, id)).state, (await getJob(pool, id)).attempt], ['completed', 1]);
   await assert.rejects(cancel(pool, '00000000-0000-0000-0000-000000000000'),
-    (err) => err instanceof PgJobsError && err.code === codes.jobNotFound);
+    (err) => err instanceof JobNotFoundError && err.code === codes.jobNotFound && err.name === 'JobNotFoundError');
 });
 
 test('an enqueue on a database without pg_jobs is a PgJobsError whose hint is the fix', async () => {
@@ -133,7 +153,7 @@ test('an enqueue on a database without pg_jobs is a PgJobsError whose hint is th
   const bare = new pg.Pool({ connectionString: url.toString() });
   try {
     await assert.rejects(enqueue(bare, 'anything', {}),
-      (err) => err instanceof PgJobsError && err.code === '3F000' && err.hint.includes('CREATE EXTENSION pg_jobs'));
+      (err) => err instanceof NotInstalledError && err.code === '3F000' && err.hint.includes('CREATE EXTENSION pg_jobs'));
   } finally {
     await bare.end();
     await pool.query(`drop database ${name} with (force)`);
@@ -240,7 +260,7 @@ test('a tracer gets a span per attempt, with its outcome', async () => {
   const ok = defineJob({ name: 'traced_ok', queue: 'traced', handler: () => ({ fine: true }) });
   const bad = defineJob({ name: 'traced_bad', queue: 'traced', handler: () => { throw new Error('no'); } });
   await enqueueMany(pool, [{ job: ok }, { job: bad, maxAttempts: 1 }]);
-  await runUntilEmpty({ pool, queues: ['traced'], concurrency: 1, jobs: [ok, bad], tracer,
+  await drain({ pool, queues: ['traced'], concurrency: 1, jobs: [ok, bad], tracer,
     logger: { info() {}, warn() {}, error() {} } });
   const byName = Object.fromEntries(spans.map((s) => [s.name, s]));
   assert.deepEqual(Object.keys(byName).sort(), ['traced_bad process', 'traced_ok process']);
@@ -258,7 +278,7 @@ test('tags, meta and runTimeoutMs reach the job, the handler and getJob', async 
     "select extract(epoch from run_timeout)::int as run_timeout, tags from jobs.jobs where id = any($1::uuid[]) order by name",
     [[id, many.id]]);
   assert.deepEqual(rows, [{ run_timeout: 60, tags: ['customer:42', 'import'] }, { run_timeout: null, tags: ['x'] }]);
-  await runUntilEmpty({ pool, queues: ['labelled'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
+  await drain({ pool, queues: ['labelled'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
   assert.deepEqual([seen.tags, seen.meta], [['customer:42', 'import'], { source: 'test' }]);
   // A deadline within the run's: the attempt's deadline was capped at enqueue + 60 s.
   assert.ok(seen.deadline !== null && seen.deadline.getTime() - Date.now() < 61_000);
@@ -282,7 +302,7 @@ test('orderingKey: a key\'s jobs run one at a time, in enqueue order', async () 
     },
   });
   await enqueueMany(pool, [1, 2, 3, 4].map((n) => ({ job, payload: { n }, orderingKey: 'acct:1', priority: n })));
-  await runUntilEmpty({ pool, queues: ['ordered'], jobs: [job], concurrency: 4, logger: { info() {}, warn() {}, error() {} } });
+  await drain({ pool, queues: ['ordered'], jobs: [job], concurrency: 4, logger: { info() {}, warn() {}, error() {} } });
   assert.deepEqual([ran, most], [[1, 2, 3, 4], 1]);
 });
 
@@ -315,7 +335,7 @@ test('useOpenTelemetry: an enqueue carries the active traceparent; the attempt s
     const own = await enqueue(pool, job, {}, { meta: { traceparent: 'mine' } });
     assert.deepEqual((await getJob(pool, id)).meta, { traceparent, other: 1 });
     assert.deepEqual((await getJob(pool, own.id)).meta, { traceparent: 'mine' });
-    await runUntilEmpty({ pool, queues: ['carried'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
+    await drain({ pool, queues: ['carried'], jobs: [job], logger: { info() {}, warn() {}, error() {} } });
   } finally {
     useOpenTelemetry(undefined);
   }
@@ -344,7 +364,7 @@ test('concurrency per queue: each queue gets its own slots', async () => {
   });
   const [a, b] = [make('a'), make('b')];
   await enqueueMany(pool, [...Array(6)].flatMap(() => [{ job: a }, { job: b }]));
-  await runUntilEmpty({ pool, concurrency: { a: 1, b: 3 }, jobs: [a, b], logger: { info() {}, warn() {}, error() {} } });
+  await drain({ pool, concurrency: { a: 1, b: 3 }, jobs: [a, b], logger: { info() {}, warn() {}, error() {} } });
   running = null;
   assert.deepEqual(most, { a: 1, b: 3 });
   const { rows } = await pool.query("select count(*)::int as n from jobs.jobs where name like 'per_%' and state = 'completed'");
@@ -430,7 +450,7 @@ test('getJob and getJobs answer a job\'s state, result and error; an unknown id 
   const [a, b] = await enqueueMany(pool, [{ job: ok }, { job: bad, maxAttempts: 1 }]);
   const before = await getJob(pool, a.id);
   assert.deepEqual([before.state, before.attempt, before.result, before.finishedAt], ['ready', 0, null, null]);
-  await runUntilEmpty({ pool, queues: ['status'], concurrency: 1, jobs: [ok, bad], logger: silentLogger });
+  await drain({ pool, queues: ['status'], concurrency: 1, jobs: [ok, bad], logger: silentLogger });
   const unknown = '00000000-0000-0000-0000-00000000ffff';
   const after = await getJobs(pool, [b.id, unknown, a.id]);
   assert.deepEqual(after.map((s) => [s.name, s.state, s.attempt, s.result, s.lastError]),

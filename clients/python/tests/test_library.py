@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import pg_jobs
-from pg_jobs.testing import adrain, assert_enqueued, drain
+from pg_jobs.testing import adrain, assert_enqueued, drain, perform_job, refute_enqueued
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "sample"))
@@ -162,6 +162,18 @@ def test_wait_for_job_answers_once_the_job_has_ended_sync_and_async(dsn: str) ->
     assert done is not None and (done.state, done.result) == ("completed", {"sent": True})
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert pg_jobs.wait_for_job(conn, uuid.UUID(int=0), 60) is None
+
+
+def test_perform_job_runs_one_job_with_a_real_context_and_refute_enqueued(dsn: str) -> None:
+    done = perform_job(dsn, myapp_jobs.send_email_async, {"to": "p@example.com"})
+    assert (done.state, done.result, done.attempt) == ("completed", {"sent": True}, 1)
+    assert count(dsn, "select count(*) from sent where address = 'p@example.com'") == 1
+    failed = perform_job(dsn, myapp_jobs.flaky)
+    assert failed.state == "dead" and failed.last_error
+    with psycopg.connect(dsn) as conn:
+        refute_enqueued(conn, "never_enqueued")
+        with pytest.raises(AssertionError, match="expected no job send_email_async"):
+            refute_enqueued(conn, "send_email_async", {"to": "p@example.com"})
 
 
 def test_cancel_requeue_and_promote_move_a_job_and_a_refusal_changes_nothing(dsn: str) -> None:

@@ -1,5 +1,7 @@
-"""Test helpers: run a worker until its queues have nothing left to do, and find the jobs a test
-enqueued (inside the test's own transaction, whose rows only it sees). Both read jobs.jobs: run
+"""Test helpers, the same in the Node.js library (pg-jobs/testing): ``drain`` runs a worker until
+its queues have nothing left to do; ``perform_job`` runs one job's handler through a real worker
+and answers how it ended; ``assert_enqueued`` and ``refute_enqueued`` find the jobs a test
+enqueued (inside the test's own transaction, whose rows only it sees). They read jobs.jobs: run
 them as a role that may (the database owner in tests, or jobs.grant_admin)."""
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from .enqueue import enqueue
+from .jobs import JobDefinition
+from .status import JobStatus, get_job
 from .worker import Worker
 
 _LEFT = ("select count(*) from jobs.jobs where queue = any(%s) and (state = 'running' "
@@ -68,3 +73,27 @@ def assert_enqueued(conn: psycopg.Connection[Any], name: str, payload: Any = Non
     if len(found) != 1:
         raise AssertionError(f"expected one job {name} with payload containing {payload!r}, found {len(found)}")
     return found[0]
+
+
+def refute_enqueued(conn: psycopg.Connection[Any], name: str, payload: Any = None) -> None:
+    """Fails if a job of this name whose payload contains ``payload`` was enqueued."""
+    found = enqueued_jobs(conn, name, payload)
+    if found:
+        raise AssertionError(f"expected no job {name} with payload containing {payload!r}, found {len(found)}")
+
+
+def perform_job(dsn: str, job: JobDefinition[Any], payload: Any = None, *, timeout: float = 30.0,
+                **options: Any) -> JobStatus:
+    """Enqueues ``job`` with ``payload`` (and enqueue's ``options``) on a queue of its own, runs
+    it through a worker with a real context (its transaction, steps, spawns, cancellation)
+    until it is done or parked, and answers its state, result and last error (as Oban's
+    perform_job and River's rivertest do). Retries are not waited for: a failed first attempt
+    answers the state of its retry, ``delayed``."""
+    queue = f"perform_job_{uuid.uuid4()}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        made = enqueue(conn, job, payload, queue=queue, **options)
+    drain(Worker(dsn, jobs=[job], queues=[queue], concurrency=1), timeout)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        status = get_job(conn, made.id)
+    assert status is not None, "perform_job: the job is gone (its retention is 0?)"
+    return status
