@@ -45,4 +45,4 @@ const options = {
   logger: args.quiet ? silentLogger : undefined,
 };
 if (args['until-empty']) drain({ ...options, delayed: true, timeoutMs: 300_000 }).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
-else createWorker(options).run();
+else createWorker(options).run().then(() => process.exit(0)); // a handler's leftover timer keeps no stopped worker alive

@@ -15,7 +15,7 @@ import { type AttemptHandle, CLAIMED_COLUMNS, type ClaimedRow, type Control, typ
 import { codes, fromDriver, INSTALL_HINT, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
-import { Backoff, OwnConnection, sleep } from './connection.js';
+import { Backoff, OwnConnection, within } from './connection.js';
 import { encodeResult, isTransient, longTimeout } from './results.js';
 import { UNTRUSTED_OWNERS, untrustedOwners } from './owner.js';
 import { defaultTracer, endAttemptSpan, type SpanLike, startAttemptSpan, type TracerLike } from './tracing.js';
@@ -291,10 +291,10 @@ export class Worker {
     await this.cancelWaitingClaims();
     await Promise.all(this.loops);
     const all = Promise.all(this.jobsRunning);
-    await Promise.race([all, sleep(graceMs)]);
+    await within(all, graceMs);
     if (this.held.size > 0) {
       for (const held of this.held.values()) this.abort(held, 'shutdown');
-      await Promise.race([all, sleep(ABANDON_MS + 500)]);
+      await within(all, ABANDON_MS + 500);
     }
     await this.handBack([...this.held.values()].map((h) => h.job));
     for (const g of this.groups) for (const c of g.clients.splice(0)) c.release();

@@ -236,6 +236,23 @@ test('pg-jobs worker runs a TypeScript module through tsx; without tsx it says h
   }
 });
 
+test('a process whose worker.run() resolved at SIGTERM exits by itself: the worker leaves no timer', async () => {
+  // A 60 s shutdown grace: its timer, left pending after the jobs ended, kept the process alive
+  // that long (checked at the commit that clears it).
+  const program = `const { createWorker, defineJob, silentLogger } = require('pg-jobs');
+    createWorker({ connectionString: ${JSON.stringify(dsn)}, queues: ['exits'], shutdownGraceMs: 60000,
+      jobs: [defineJob({ name: 'x', handler: () => 1 })], logger: silentLogger }).run();
+    setTimeout(() => process.kill(process.pid, 'SIGTERM'), 500);`;
+  const child = spawn(process.execPath, ['-e', program], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  child.stderr.on('data', (d) => { err += d; });
+  const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  const bound = new Promise((resolve) => { const t = setTimeout(() => resolve('still running after 30 s'), 30_000); t.unref(); });
+  const code = await Promise.race([exited, bound]);
+  if (code !== 0) child.kill('SIGKILL');
+  assert.equal(code, 0, err);
+});
+
 test('run() resolves once stop() is called, and leaves the signals to the application', async () => {
   const idle = defineJob({ name: 'idle', queue: 'idle', handler: () => {} });
   const worker = createWorker({ connectionString: dsn, queues: ['idle'], jobs: [idle], logger: silentLogger });
