@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +49,7 @@ def test_npm_pack_builds_a_package_that_installs_with_its_types_and_command(tmp_
     packed = run("npm", "pack", "--silent", "--pack-destination", tmp_path, cwd=source).stdout.strip().splitlines()[-1]
     with tarfile.open(tmp_path / packed) as tar:
         names = tar.getnames()
-    assert "package/dist/cjs/index.js" in names and "package/dist/esm/index.d.ts" in names, names
+    assert {"package/dist/cjs/index.js", "package/dist/esm/index.d.ts", "package/LICENSE"} <= set(names), names
 
     app = tmp_path / "app"
     app.mkdir()
@@ -82,6 +83,8 @@ def test_python_sdist_and_wheel_install_into_a_fresh_venv(tmp_path: Path) -> Non
     version = next(line.split('"')[1] for line in (PYTHON / "pyproject.toml").read_text().splitlines()
                    if line.startswith("version = "))
     assert built == [f"pg_jobs-{version}-py3-none-any.whl", f"pg_jobs-{version}.tar.gz"], built
+    with zipfile.ZipFile(tmp_path / "dist" / built[0]) as wheel:
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wheel.namelist()), wheel.namelist()
     for artifact in built:
         venv = tmp_path / f"venv-{artifact}"
         run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
