@@ -6,6 +6,7 @@
 import type { PoolClient } from 'pg';
 import { fromDriver } from './errors.js';
 import type { Queryable } from './db.js';
+import * as q from './queries.js';
 
 /** The job a spawn names: a defineJob result (its name and queue) or a name. */
 export interface ChildJob {
@@ -128,10 +129,10 @@ class Context<P> implements JobContext<P> {
     const job = this.job;
     return this.#step ??= async <T>(name: string, fn: () => Promise<T> | T): Promise<T> => {
       const [saved] = await this.call<{ done: boolean; output: T }>(
-        'select done, output from jobs.get_step($1, $2)', [job.runId, name]);
+        q.GET_STEP, [job.runId, name]);
       if (saved?.done) return saved.output;
       const output = await fn();
-      await this.call('select jobs.save_step($1, $2, $3, $4::jsonb)',
+      await this.call(q.SAVE_STEP,
         [job.id, job.claim, name, JSON.stringify(output ?? null)]);
       return output;
     };
@@ -141,7 +142,7 @@ class Context<P> implements JobContext<P> {
     const job = this.job;
     return this.#waitForEvent ??= async <T>(name: string, options: { key?: string; timeoutMs?: number } = {}) => {
       const [answer] = await this.call<{ status: string; payload: T | null }>(
-        'select status, payload from jobs.await_event($1, $2, $3, $4, $5::interval)',
+        q.AWAIT_EVENT,
         [job.id, job.claim, name, options.key ?? null,
           options.timeoutMs === undefined ? null : `${options.timeoutMs} milliseconds`]);
       if (!answer || answer.status === 'waiting') throw new Parked(`waiting for event ${name}`);
@@ -160,7 +161,7 @@ class Context<P> implements JobContext<P> {
         priority: options.priority, max_attempts: options.maxAttempts, close_policy: options.closePolicy,
       };
       const [made] = await this.call<{ id: string; deduped: boolean }>(
-        'select id, deduped from jobs.spawn($1, $2, $3::jsonb)', [job.id, job.claim, JSON.stringify(spec)]);
+        q.SPAWN, [job.id, job.claim, JSON.stringify(spec)]);
       return { id: (made as { id: string }).id, deduped: (made as { deduped: boolean }).deduped };
     };
   }
@@ -169,7 +170,7 @@ class Context<P> implements JobContext<P> {
     const job = this.job;
     return this.#awaitChildren ??= async () => {
       const [answer] = await this.call<{ status: string; children: ChildResult[] }>(
-        'select status, children from jobs.await_children($1, $2)', [job.id, job.claim]);
+        q.AWAIT_CHILDREN, [job.id, job.claim]);
       if (!answer || answer.status === 'waiting') throw new Parked('waiting for its children');
       return answer.children;
     };
@@ -183,7 +184,7 @@ class Context<P> implements JobContext<P> {
     const job = this.job;
     return this.#sleep ??= async (step: string, until: Date | number): Promise<void> => {
       const at = typeof until === 'number' ? new Date(Date.now() + until) : until;
-      const [answer] = await this.call<{ slept: boolean }>('select jobs.sleep($1, $2, $3, $4) as slept',
+      const [answer] = await this.call<{ slept: boolean }>(q.SLEEP,
         [job.id, job.claim, step, at.toISOString()]);
       if (!answer?.slept) throw new Parked(`asleep until ${at.toISOString()}`);
     };
@@ -198,7 +199,7 @@ export function makeContext<P>(job: Job<P>, attempt: AttemptHandle, control: Con
   return new Context(job, attempt, control);
 }
 
-/** The worker's view of a claimed row: CLAIMED_COLUMNS's values in order (the driver's
+/** The worker's view of a claimed row: queries.ts's CLAIMED_COLUMNS's values in order (the driver's
  * `rowMode: 'array'`, which builds no object per row). The deadline and the enqueue come as
  * milliseconds since 1970, a number the driver parses faster than a timestamp. */
 export type ClaimedRow = [
@@ -209,12 +210,6 @@ export type ClaimedRow = [
   /** Milliseconds from the claim to the deadline, by the server's clock. */
   timeLeftMs: number | null,
 ];
-
-export const CLAIMED_COLUMNS =
-  'id, run_id, name, queue, payload, attempt, max_attempts, claim::text as claim, '
-  + "date_part('epoch', deadline) * 1000 as deadline_ms, tenant_id, parent_id, priority, "
-  + "date_part('epoch', enqueued_at) * 1000 as enqueued_ms, last_error, tags, meta, "
-  + "date_part('epoch', deadline - clock_timestamp()) * 1000 as time_left_ms";
 
 export function toJob<P>(row: ClaimedRow): Job<P> {
   return {

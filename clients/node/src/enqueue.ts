@@ -5,6 +5,7 @@ import type { Queryable } from './db.js';
 import { fromDriver } from './errors.js';
 import type { JobDefinition } from './jobs.js';
 import { traceMeta } from './tracing.js';
+import * as q from './queries.js';
 
 export interface EnqueueOptions {
   queue?: string;
@@ -112,7 +113,7 @@ export async function enqueueMany(db: Queryable, items: readonly EnqueueItem[]):
   const specs = items.map((item) => spec(item.job, item.payload, item));
   try {
     const { rows } = await db.query<{ id: string; run_id: string; deduped: boolean; action: Enqueued['action'] }>(
-      'select id, run_id, deduped, action from jobs.enqueue_batch($1::jsonb) order by ordinal',
+      q.ENQUEUE_BATCH,
       [JSON.stringify(specs)],
     );
     return rows.map((r) => ({ id: r.id, runId: r.run_id, deduped: r.deduped, action: r.action }));

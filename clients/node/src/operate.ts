@@ -5,6 +5,7 @@
 
 import type { Queryable } from './db.js';
 import { fromDriver } from './errors.js';
+import * as q from './queries.js';
 
 async function call(db: Queryable, sql: string, values: unknown[]): Promise<void> {
   try {
@@ -17,17 +18,17 @@ async function call(db: Queryable, sql: string, values: unknown[]): Promise<void
 /** Cancels a live job (ready, delayed, running or suspended); a running job's worker loses its
  * claim and its handler's AbortSignal fires. A finished job is refused (codes.notCancellable). */
 export async function cancel(db: Queryable, id: string): Promise<void> {
-  await call(db, 'select jobs.cancel($1::uuid)', [id]);
+  await call(db, q.CANCEL, [id]);
 }
 
 /** Runs a finished job (completed, failed, dead or cancelled) again: ready now, its attempts
  * reset. Its steps are kept, or dropped from `fromStep` on. A live job is refused
  * (codes.notRequeueable). */
 export async function requeue(db: Queryable, id: string, fromStep?: string): Promise<void> {
-  await call(db, 'select jobs.requeue($1::uuid, $2::text)', [id, fromStep ?? null]);
+  await call(db, q.REQUEUE, [id, fromStep ?? null]);
 }
 
 /** Makes a delayed or snoozed job claimable now. Any other state is refused (codes.notPromotable). */
 export async function promote(db: Queryable, id: string): Promise<void> {
-  await call(db, 'select jobs.promote($1::uuid)', [id]);
+  await call(db, q.PROMOTE, [id]);
 }

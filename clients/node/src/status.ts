@@ -3,6 +3,7 @@
 
 import type { Queryable } from './db.js';
 import { fromDriver } from './errors.js';
+import * as q from './queries.js';
 
 /** A job's state, attempts and outcome, as jobs.get_job answers them. */
 export interface JobStatus {
@@ -53,7 +54,7 @@ function status(r: StatusRow): JobStatus {
  * is not bound to, has no entry. */
 export async function getJobs(db: Queryable, ids: readonly string[]): Promise<JobStatus[]> {
   try {
-    const { rows } = await db.query<StatusRow>('select * from jobs.get_jobs($1::uuid[])', [ids]);
+    const { rows } = await db.query<StatusRow>(q.GET_JOBS, [ids]);
     return rows.map(status);
   } catch (err) {
     throw fromDriver(err);
@@ -72,7 +73,7 @@ export async function getJob(db: Queryable, id: string): Promise<JobStatus | nul
  * of a Pool for the wait; not inside a transaction other than READ COMMITTED. */
 export async function waitForJob(db: Queryable, id: string, timeoutMs: number): Promise<JobStatus | null> {
   try {
-    const { rows } = await db.query<StatusRow>('select * from jobs.wait_for_job($1::uuid, $2::interval)',
+    const { rows } = await db.query<StatusRow>(q.WAIT_FOR_JOB,
       [id, `${timeoutMs} milliseconds`]);
     return rows[0] ? status(rows[0]) : null;
   } catch (err) {

@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import os from 'node:os';
 import pg from 'pg';
-import { type AttemptHandle, CLAIMED_COLUMNS, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
+import { type AttemptHandle, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
 import { codes, fromDriver, INSTALL_HINT, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
@@ -19,6 +19,7 @@ import { Backoff, OwnConnection, within } from './connection.js';
 import { encodeResult, isTransient, longTimeout } from './results.js';
 import { UNTRUSTED_OWNERS, untrustedOwners } from './owner.js';
 import { defaultTracer, endAttemptSpan, type SpanLike, startAttemptSpan, type TracerLike } from './tracing.js';
+import * as q from './queries.js';
 
 export interface WorkerOptions {
   /** A connection string; or `pool`, a node-postgres Pool the worker borrows from. */
@@ -126,11 +127,9 @@ function statement(purpose: string, text: string): Statement {
   return { name: `pg_jobs_${purpose}_${createHash('sha1').update(text).digest('hex').slice(0, 12)}`, text };
 }
 
-const CLAIM = statement('claim', `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval)`);
-const COMPLETE_AND_CLAIM = statement('complete_and_claim', `select ${CLAIMED_COLUMNS} from `
-  + 'jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, $6::interval, $7::jsonb[])');
-const COMPLETE_MANY = statement('complete_many',
-  'select id::text, landed from jobs.complete_many($1::uuid[], $2::bigint[], $3::jsonb[])');
+const CLAIM = statement('claim', q.CLAIM);
+const COMPLETE_AND_CLAIM = statement('complete_and_claim', q.COMPLETE_AND_CLAIM);
+const COMPLETE_MANY = statement('complete_many', q.COMPLETE_MANY);
 
 class Abandoned extends Error {}
 
@@ -217,12 +216,7 @@ export class Worker {
     while (!info) {
       try {
         [info] = await this.control.query<{ version: string; preloaded: boolean | null; installed: boolean }>(
-          "select current_setting('server_version') as version, "
-          // NULL where the role may not read the setting (pg_read_all_settings)
-          + "(select setting ~ 'pg_jobs' from pg_settings where name = 'shared_preload_libraries') as preloaded, "
-          // the extension (or its pg_tle form), or the SQL-only edition's file (docs/EDITIONS.md)
-          + "(exists (select from pg_extension where extname = 'pg_jobs')"
-          + " or to_regnamespace('jobs_config') is not null) as installed");
+          q.SERVER);
       } catch (err) {
         if (this.isStopping()) return;
         const wait = backoff.next();
@@ -237,7 +231,7 @@ export class Worker {
       const [found] = await this.control.query<{ owners: string | null }>(UNTRUSTED_OWNERS);
       if (found?.owners) throw untrustedOwners(found.owners);
     }
-    this.maxResultBytes = await this.control.query<{ size: string | null }>('select jobs.max_payload_size() as size')
+    this.maxResultBytes = await this.control.query<{ size: string | null }>(q.MAX_PAYLOAD_SIZE)
       .then(([row]) => (row?.size == null ? null : Number(row.size)), () => null);
     this.logger.info('pg-jobs worker started', {
       workerId: this.workerId, queues: this.groups.flatMap((g) => g.queues), concurrency: this.concurrency,
@@ -310,14 +304,12 @@ export class Worker {
     const pids = [...this.claiming];
     if (pids.length === 0) return;
     // Only a backend still in its claim: a cancel must never reach a handler's query.
-    await this.control.query(
-      "select pg_cancel_backend(a.pid) from pg_stat_activity as a where a.pid = any($1::int[]) "
-      + "and a.state = 'active' and a.query like '%jobs.claim(%'", [pids]).catch(() => {});
+    await this.control.query(q.CANCEL_WAITING_CLAIMS, [pids]).catch(() => {});
   }
 
   private async handBack(jobs: Job[]): Promise<void> {
     for (const job of jobs) {
-      await this.control.query('select jobs.snooze($1, $2::bigint, clock_timestamp())', [job.id, job.claim])
+      await this.control.query(q.SNOOZE_NOW, [job.id, job.claim])
         .catch((err: unknown) => this.logger.warn('could not hand a job back', { id: job.id, error: firstLine(err) }));
       this.report(job, 'handed_back', 0);
       this.held.delete(job.id);
@@ -434,7 +426,7 @@ export class Worker {
       let error: string | undefined;
       try {
         const { rows } = await client.query<{ landed: boolean }>(
-          'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, p.result]);
+          q.COMPLETE, [job.id, job.claim, p.result]);
         outcome = rows[0]?.landed === true ? 'completed' : 'lost';
       } catch (err) {
         if (isTransient(err)) {
@@ -452,7 +444,7 @@ export class Worker {
   private async failForGood(client: pg.PoolClient, job: Job, error: string): Promise<Outcome> {
     try {
       const { rows } = await client.query<{ outcome: Outcome | null }>(
-        'select jobs.fail($1, $2::bigint, $3, null, false) as outcome', [job.id, job.claim, error]);
+        q.FAIL, [job.id, job.claim, error, null, false]);
       return rows[0]?.outcome ?? 'lost';
     } catch (err) {
       if (isTransient(err)) throw err;
@@ -633,7 +625,7 @@ export class Worker {
     if (failed && thrown instanceof Parked) {
       if (held.inTx) await c.query('rollback');
       if (thrown.snoozeUntil) {
-        await c.query('select jobs.snooze($1, $2::bigint, $3)', [job.id, job.claim, thrown.snoozeUntil]);
+        await c.query(q.SNOOZE, [job.id, job.claim, thrown.snoozeUntil]);
       }
       return ['parked'];
     }
@@ -643,13 +635,13 @@ export class Worker {
       const retryAt = thrown instanceof RetryAfterError ? thrown.retryAt : null;
       const retryable = !(thrown instanceof NonRetryableError);
       const { rows } = await c.query<{ outcome: Outcome | null }>(
-        'select jobs.fail($1, $2::bigint, $3, $4, $5) as outcome', [job.id, job.claim, error, retryAt, retryable]);
+        q.FAIL, [job.id, job.claim, error, retryAt, retryable]);
       return [rows[0]?.outcome ?? 'lost', error];
     }
     let landed: boolean;
     try {
       const { rows } = await c.query<{ landed: boolean }>(
-        'select jobs.complete($1, $2::bigint, $3::jsonb) as landed', [job.id, job.claim, result]);
+        q.COMPLETE, [job.id, job.claim, result]);
       landed = rows[0]?.landed === true;
     } catch (err) {
       if (isTransient(err)) throw err;
@@ -665,7 +657,7 @@ export class Worker {
    * name. */
   private async unknownName(group: Group, job: Job): Promise<void> {
     try {
-      await this.control.query('select jobs.snooze($1, $2::bigint, clock_timestamp() + $3::interval)',
+      await this.control.query(q.SNOOZE_FOR,
         [job.id, job.claim, `${this.options.unknownSnoozeMs ?? 60_000} milliseconds`]);
       if (!this.warnedNames.has(job.name)) {
         this.warnedNames.add(job.name);
@@ -684,7 +676,7 @@ export class Worker {
   private async stoppedOutcome(held: Held): Promise<Outcome> {
     switch (held.reason) {
       case 'shutdown':
-        await this.control.query('select jobs.snooze($1, $2::bigint, clock_timestamp())', [held.job.id, held.job.claim]);
+        await this.control.query(q.SNOOZE_NOW, [held.job.id, held.job.claim]);
         return 'handed_back';
       case 'deadline':
         return 'timed_out';
@@ -734,8 +726,7 @@ export class Worker {
     const jobs = ids.map((id) => this.held.get(id)).filter((h): h is Held => h !== undefined);
     if (jobs.length === 0) return;
     this.control.query<{ id: string; until: Date | null }>(
-      'select h.id::text, jobs.heartbeat(h.id, h.claim) as until '
-      + 'from unnest($1::uuid[], $2::bigint[]) as h(id, claim)',
+      q.HEARTBEATS,
       [jobs.map((h) => h.job.id), jobs.map((h) => h.job.claim)],
     ).then((rows) => {
       for (const row of rows) {
