@@ -476,3 +476,50 @@ test('getJob and getJobs answer a job\'s state, result and error; an unknown id 
   assert.ok(after.every((s) => s.finishedAt instanceof Date && s.enqueuedAt instanceof Date));
   assert.equal(await getJob(pool, unknown), null);
 });
+
+test('an attempt deadline past 24.8 days does not abort the handler at once', async () => {
+  // A Node.js timer longer than 2^31-1 ms fires at once. Checked: with the deadline armed by a
+  // plain setTimeout the handler's signal is aborted within its first 300 ms.
+  let aborted;
+  const job = defineJob({ name: 'long_deadline', queue: 'long_deadline', handler: async (_p, ctx) => {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    aborted = ctx.signal.aborted;
+  } });
+  const { id } = await enqueue(pool, job, {}, { runTimeoutMs: 30 * 24 * 3600 * 1000 });
+  await drain({ pool, queues: ['long_deadline'], concurrency: 1, jobs: [job], logger: silentLogger });
+  assert.equal(aborted, false);
+  assert.equal((await getJob(pool, id)).state, 'completed');
+});
+
+test('a stop gives up a settle the database refuses once its grace is over', async () => {
+  // The handler completes, then the database takes no connections: the settle fails again and
+  // again. stop() returns after its grace and the job is left to its lease (running, its attempt
+  // used). Checked: with giveUpAt left at Infinity the settle is retried for ever and the test
+  // never ends.
+  const name = new URL(dsn).pathname.slice(1);
+  const admin = async (sql, params) => {
+    const client = new pg.Client({ connectionString: process.env.PG_JOBS_DSN });
+    await client.connect();
+    try { return (await client.query(sql, params)).rows; } finally { await client.end(); }
+  };
+  let ran = false;
+  const job = defineJob({ name: 'settled_never', queue: 'settled_never', handler: async () => {
+    await admin(`alter database ${name} allow_connections false`);
+    await admin("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and application_name like 'pg-jobs%'", [name]);
+    ran = true;
+    return { done: 1 };
+  } });
+  const { id } = await enqueue(pool, job);
+  const worker = createWorker({ connectionString: dsn, queues: ['settled_never'], concurrency: 1, leaseMs: 60_000,
+    jobs: [job], logger: silentLogger });
+  await worker.start();
+  try {
+    await until(() => ran, Date.now() + 20_000, 'the handler never ran');
+    await new Promise((resolve) => setTimeout(resolve, 500)); // the settle fails at least once
+    await worker.stop({ graceMs: 1000 });
+  } finally {
+    await admin(`alter database ${name} allow_connections true`);
+  }
+  const { rows } = await pool.query('select state::text, attempt, result from jobs.jobs where id = $1', [id]);
+  assert.deepEqual(rows, [{ state: 'running', attempt: 1, result: null }]);
+});

@@ -504,6 +504,57 @@ def test_a_plain_handler_failing_in_a_shutdowns_grace_has_its_failure_recorded(d
     assert row is not None and row[0] == 1 and "failed in the grace" in (row[1] or ""), row
 
 
+def test_a_stop_gives_up_a_settle_the_database_refuses_past_its_grace(dsn: str) -> None:
+    """A handler completes, then the database takes no connections: the settle fails, and
+    fails again. stop() returns once its grace is over, and the job is left to its lease
+    (still running with its attempt used; it runs again once the lease lapses). Checked: with
+    the give-up disabled (no deadline set in _shutdown) the worker retries the settle for
+    ever and the test does not end."""
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    server = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
+
+    @pg_jobs.job("settled_never")
+    async def settled_never(payload: Any, ctx: pg_jobs.Context) -> dict[str, int]:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"alter database {name} allow_connections false")
+            conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where datname = %s", (name,))
+        return {"done": 1}
+
+    async def run() -> float:
+        worker = pg_jobs.Worker(dsn, jobs=[settled_never], concurrency=1, lease=60)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute("select jobs.enqueue('settled_never')")
+        await worker.start()
+        deadline = time.monotonic() + 20
+        while not await refusing(dsn):
+            assert time.monotonic() < deadline, "the handler never ran"
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)  # the settle fails at least once
+        begun = time.monotonic()
+        await asyncio.wait_for(worker.stop(grace=1), 60)
+        return time.monotonic() - begun
+
+    try:
+        took = asyncio.run(run())
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"alter database {name} allow_connections true")
+    assert took < 60
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("select state::text, attempt, result from jobs.jobs").fetchone()
+    assert row == ("running", 1, None), row
+
+
+async def refusing(dsn: str) -> bool:
+    """Whether the database takes no connections."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(dsn)
+    except psycopg.OperationalError:
+        return True
+    await conn.close()
+    return False
+
+
 def test_a_cancel_notice_naming_no_held_job_changes_nothing_and_a_cancel_still_arrives(dsn: str) -> None:
     """Any role may NOTIFY pg_jobs_cancel: a notice whose payload is not an id, or names a job
     this worker does not hold, stops no handler and does not cost the listener its connection
