@@ -3,15 +3,22 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 
-export async function makeDatabase(prefix) {
+/** One statement on PG_JOBS_DSN's server (its maintenance database), on a connection of its own: the rows. */
+export async function admin(sql, params) {
+  const client = new pg.Client({ connectionString: serverDsn() });
+  await client.connect();
+  try { return (await client.query(sql, params)).rows; } finally { await client.end(); }
+}
+
+function serverDsn() {
   const server = process.env.PG_JOBS_DSN;
   assert.ok(server, 'PG_JOBS_DSN is not set (a superuser URL, e.g. postgres://postgres@127.0.0.1:54392/postgres)');
+  return server;
+}
+
+export async function makeDatabase(prefix) {
+  const server = serverDsn();
   const name = `${prefix}_${randomUUID().slice(0, 8)}`;
-  const admin = async (sql, params) => {
-    const client = new pg.Client({ connectionString: server });
-    await client.connect();
-    try { return (await client.query(sql, params)).rows; } finally { await client.end(); }
-  };
   await admin(`create database ${name}`);
   const url = new URL(server);
   url.pathname = `/${name}`;

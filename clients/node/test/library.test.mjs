@@ -9,7 +9,7 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
-import { makeDatabase } from './database.mjs';
+import { admin, makeDatabase } from './database.mjs';
 import { cancel, codes, CountingMetrics, JobNotFoundError, NotCancellableError, NotInstalledError, NotPromotableError, NotRequeueableError, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, useOpenTelemetry, waitForJob } from 'pg-jobs';
 import { assertEnqueued, drain, performJob, refuteEnqueued } from 'pg-jobs/testing';
 
@@ -497,11 +497,6 @@ test('a stop gives up a settle the database refuses once its grace is over', asy
   // used). Checked: with giveUpAt left at Infinity the settle is retried for ever and the test
   // never ends.
   const name = new URL(dsn).pathname.slice(1);
-  const admin = async (sql, params) => {
-    const client = new pg.Client({ connectionString: process.env.PG_JOBS_DSN });
-    await client.connect();
-    try { return (await client.query(sql, params)).rows; } finally { await client.end(); }
-  };
   let ran = false;
   const job = defineJob({ name: 'settled_never', queue: 'settled_never', handler: async () => {
     await admin(`alter database ${name} allow_connections false`);
