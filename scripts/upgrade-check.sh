@@ -91,9 +91,10 @@ for script in sql/released/pg_jobs--*.sql; do
     -c "alter extension pg_jobs update" -c "set role upgrade_worker_$db" \
     -c "select jobs.enqueue('x') is not null" -c "select count(*) from jobs.claim('w')" \
     -c "select count(*) from jobs.complete_and_claim('{}', '{}', 'w')" \
+    -c "select jobs.fail(id, claim, 'boom') from jobs.claim('w')" \
     -c "select count(*) from jobs.get_jobs('{}')" >/dev/null ||
-    fail "a role granted jobs.grant_worker before the upgrade from $old cannot enqueue, claim or read its jobs after it"
-  echo "  a worker role granted before the upgrade enqueues, claims, completes and claims, and reads its jobs' state after it"
+    fail "a role granted jobs.grant_worker before the upgrade from $old cannot enqueue, claim, fail or read its jobs after it"
+  echo "  a worker role granted before the upgrade enqueues, claims, completes and claims, fails, and reads its jobs' state after it"
   # An admin keeps every function, the grants too (they were dropped and made again: their
   # answer changed from void to text).
   sql postgres -c "create database admins_$db"

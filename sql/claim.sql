@@ -265,7 +265,8 @@ create function jobs.claim(
   queues    text[]   default array['default'],
   max_jobs  int      default 1,
   lease     interval default null,
-  wait      interval default null
+  wait      interval default null,
+  report_buried boolean default false
 ) returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
@@ -362,7 +363,8 @@ begin
       v_held := null;
       v_free_at := null;
       begin
-        v_got := array(select c from jobs.claim(worker_id, queues, max_jobs, claim.lease) as c);
+        v_got := array(select c from jobs.claim(worker_id, queues, max_jobs, claim.lease, null,
+                                                 claim.report_buried) as c);
         if cardinality(v_got) = 0 then
           select h.keys, h.free_at into v_held, v_free_at
           from jobs._held_back(queues, v_tenants, v_now) as h;
@@ -465,7 +467,7 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
-         m.parent_id, m.tags, m.meta
+         m.parent_id, m.tags, m.meta, false
   from moved as m
   order by m.priority desc, m.run_at;
   if found then
@@ -671,6 +673,16 @@ begin
     select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
            case when e.timed_out then 'timed_out' else 'buried' end, s.last_error
     from ended as e join settled as s on s.id = e.id;
+    if claim.report_buried then
+      -- The jobs this claim buried (not those it put off after a timeout), for the worker's
+      -- onExhausted hook: rows marked buried, with no claim token to act on.
+      return query
+      select j.id, j.run_id, j.name, j.queue, j.payload, j.attempt, j.max_attempts, null::bigint,
+             null::timestamptz, j.tenant_id, j.priority, j.enqueued_at, j.last_error, j.deadline,
+             j.parent_id, j.tags, j.meta, true
+      from jobs_data.jobs as j
+      where j.id = any(v_buried) and j.state in ('dead', 'failed') and j.finished_at = v_now;
+    end if;
   end if;
 
   if v_lapsed then
@@ -715,12 +727,13 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
-         m.parent_id, m.tags, m.meta
+         m.parent_id, m.tags, m.meta, false
   from moved as m
   order by m.priority desc, m.run_at;
 end
 $$;
-comment on function jobs.claim(text, text[], int, interval, interval) is
+comment on function jobs.claim(text, text[], int, interval, interval, boolean) is
   'Claim up to max_jobs jobs from queues under a lease: highest priority, then oldest run_at. '
   'Each comes with a claim token that every later write for it must present. With wait, '
-  'sleep up to that long for work when none is claimable.';
+  'sleep up to that long for work when none is claimable. With report_buried, the jobs the '
+  'claim buried (their final attempt lapsed, or their run is over) come too, marked buried.';

@@ -60,6 +60,9 @@
 --     workers the limit. A binding follows the grant (jobs._binding): a
 --     member of a bound role is bound as it is, and one holding rights both bound and unbound
 --     is refused (insufficient_privilege, 42501).
+-- 30. Non-retryable errors per job type (jobs.job_types.non_retryable_errors, matched by
+--     jobs.fail's error_names); claims report the jobs they buried (report_buried, and the
+--     buried attribute of jobs.claimed_job) for the libraries' onExhausted hooks.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -714,6 +717,18 @@ alter table jobs_data.jobs add column tags text[], add column meta jsonb,
 alter table jobs_data.job_types add column run_timeout interval
   check (run_timeout > interval '0' and run_timeout <= interval '365 days');
 alter type jobs.claimed_job add attribute tags text[], add attribute meta jsonb;
+-- 30.
+alter type jobs.claimed_job add attribute buried boolean;
+alter table jobs_data.job_types add column non_retryable_errors text[]
+  check (cardinality(non_retryable_errors) <= 100 and array_position(non_retryable_errors, null) is null);
+-- jobs.fail takes a last argument, error_names; who may call it is kept aside, as for the claim.
+select set_config('pg_jobs_upgrade.fail_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.fail(uuid, bigint, text, timestamptz, boolean)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.fail(uuid, bigint, text, timestamptz, boolean);
 alter type jobs.job_spec add attribute tags text[], add attribute meta jsonb,
   add attribute run_timeout interval;
 create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not null;
@@ -852,7 +867,8 @@ begin atomic
          t.rate_limit,
          t.rate_period,
          coalesce(t.rate_limit_per_key, false),
-         t.run_timeout
+         t.run_timeout,
+         t.non_retryable_errors
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;
@@ -1758,7 +1774,8 @@ create or replace function jobs.claim(
   queues    text[]   default array['default'],
   max_jobs  int      default 1,
   lease     interval default null,
-  wait      interval default null
+  wait      interval default null,
+  report_buried boolean default false
 ) returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
@@ -1855,7 +1872,8 @@ begin
       v_held := null;
       v_free_at := null;
       begin
-        v_got := array(select c from jobs.claim(worker_id, queues, max_jobs, claim.lease) as c);
+        v_got := array(select c from jobs.claim(worker_id, queues, max_jobs, claim.lease, null,
+                                                 claim.report_buried) as c);
         if cardinality(v_got) = 0 then
           select h.keys, h.free_at into v_held, v_free_at
           from jobs._held_back(queues, v_tenants, v_now) as h;
@@ -1958,7 +1976,7 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
-         m.parent_id, m.tags, m.meta
+         m.parent_id, m.tags, m.meta, false
   from moved as m
   order by m.priority desc, m.run_at;
   if found then
@@ -2164,6 +2182,16 @@ begin
     select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
            case when e.timed_out then 'timed_out' else 'buried' end, s.last_error
     from ended as e join settled as s on s.id = e.id;
+    if claim.report_buried then
+      -- The jobs this claim buried (not those it put off after a timeout), for the worker's
+      -- onExhausted hook: rows marked buried, with no claim token to act on.
+      return query
+      select j.id, j.run_id, j.name, j.queue, j.payload, j.attempt, j.max_attempts, null::bigint,
+             null::timestamptz, j.tenant_id, j.priority, j.enqueued_at, j.last_error, j.deadline,
+             j.parent_id, j.tags, j.meta, true
+      from jobs_data.jobs as j
+      where j.id = any(v_buried) and j.state in ('dead', 'failed') and j.finished_at = v_now;
+    end if;
   end if;
 
   if v_lapsed then
@@ -2208,16 +2236,17 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
-         m.parent_id, m.tags, m.meta
+         m.parent_id, m.tags, m.meta, false
   from moved as m
   order by m.priority desc, m.run_at;
 end
 $$;
 
-comment on function jobs.claim(text, text[], int, interval, interval) is
+comment on function jobs.claim(text, text[], int, interval, interval, boolean) is
   'Claim up to max_jobs jobs from queues under a lease: highest priority, then oldest run_at. '
   'Each comes with a claim token that every later write for it must present. With wait, '
-  'sleep up to that long for work when none is claimable.';
+  'sleep up to that long for work when none is claimable. With report_buried, the jobs the '
+  'claim buried (their final attempt lapsed, or their run is over) come too, marked buried.';
 
 create or replace function jobs._check_hold_args(p_fn text, p_id uuid, p_claim bigint)
 returns void
@@ -2504,7 +2533,8 @@ comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
 create or replace function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id text,
                                         queues text[] default array['default'],
                                         max_jobs int default 1, lease interval default null,
-                                        results jsonb[] default null)
+                                        results jsonb[] default null,
+                                        report_buried boolean default false)
 returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
@@ -2521,16 +2551,17 @@ begin
       'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
       'jobs.complete_many, then claim');
   end if;
-  return query select * from jobs.claim(worker_id, queues, max_jobs, lease);
+  return query select * from jobs.claim(worker_id, queues, max_jobs, lease, null, report_buried);
 end
 $$;
 
-comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[]) is
+comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean) is
   'Complete a claimed batch and claim the next in one transaction; lease_lost and nothing '
   'changed when a claim is no longer held';
 
 create or replace function jobs.fail(id uuid, claim bigint, error text,
-                          retry_at timestamptz default null, retryable boolean default true)
+                          retry_at timestamptz default null, retryable boolean default true,
+                          error_names text[] default null)
 returns text
 language plpgsql volatile
 as $$
@@ -2549,6 +2580,11 @@ begin
     perform jobs._raise('22004', 'jobs.fail: retryable must not be NULL',
       'pass false to dead-letter now, or true to retry while attempts are left');
   end if;
+  if cardinality(fail.error_names) > 100 then
+    perform jobs._raise('22023', 'jobs.fail: error_names must name at most 100 names, got '
+      || cardinality(fail.error_names),
+      'pass the error''s class, its bases and its code, which jobs.job_types.non_retryable_errors may name');
+  end if;
   if not isfinite(fail.retry_at) then
     perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
       'pass when to retry, or NULL for the job type''s backoff');
@@ -2566,7 +2602,11 @@ begin
     lease_expires_at = null,
     finished_at = case when r.retry then null else v_now end,
     updated_at = v_now
-  from (select h.name, h.attempt < h.max_attempts and fail.retryable as retry
+  -- No retry on the final attempt, when the worker says so, or for an error its job type
+  -- declares non-retryable (any of the error's names among non_retryable_errors).
+  from (select h.name, h.attempt < h.max_attempts and fail.retryable
+               and not coalesce(fail.error_names && (select t.non_retryable_errors from jobs_data.job_types as t
+                                                     where t.name = h.name), false) as retry
         from jobs_data.jobs h where h.id = fail.id) as r
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim and jobs._tenant_ok(j.tenant_id)
@@ -2590,9 +2630,10 @@ begin
 end
 $$;
 
-comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean) is
+comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[]) is
   'Record a failed attempt: ''retried'' (delayed until retry_at or the backoff), ''dead'' or '
-  '''failed''; NULL when the claim is no longer held';
+  '''failed'' (no attempts left, retryable false, or one of error_names among the job type''s '
+  'non_retryable_errors); NULL when the claim is no longer held';
 
 create or replace function jobs.snooze(id uuid, claim bigint, run_at timestamptz)
 returns boolean
@@ -5077,8 +5118,12 @@ $$;
 do $$
 begin
   if current_setting('pg_jobs_upgrade.claim_grantees') <> '' then
-    execute 'grant execute on function jobs.claim(text, text[], int, interval, interval) to '
+    execute 'grant execute on function jobs.claim(text, text[], int, interval, interval, boolean) to '
       || current_setting('pg_jobs_upgrade.claim_grantees');
+  end if;
+  if current_setting('pg_jobs_upgrade.fail_grantees') <> '' then  -- 30.
+    execute 'grant execute on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[]) to '
+      || current_setting('pg_jobs_upgrade.fail_grantees');
   end if;
 end
 $$;
@@ -5160,7 +5205,7 @@ begin
   for v_grant in
     select * from (values
       ('jobs.complete_many(uuid[], bigint[], jsonb[])',
-       'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])'),
+       'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean)'),
       ('jobs.save_step(uuid, bigint, text, jsonb)',
        'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz)'),
       ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval), '

@@ -22,7 +22,8 @@ begin atomic
          t.rate_limit,
          t.rate_period,
          coalesce(t.rate_limit_per_key, false),
-         t.run_timeout
+         t.run_timeout,
+         t.non_retryable_errors
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;

@@ -81,7 +81,11 @@ create table jobs_data.job_types (
   rate_period  interval check (rate_period > interval '0' and rate_period <= interval '1 day'),
   rate_limit_per_key boolean not null default false,
   constraint job_types_rate_needs_period check ((rate_limit is null) = (rate_period is null)),
-  run_timeout  interval check (run_timeout > interval '0' and run_timeout <= interval '365 days')
+  run_timeout  interval check (run_timeout > interval '0' and run_timeout <= interval '365 days'),
+  -- Errors that end a job at once, however many attempts it has left: matched by jobs.fail
+  -- against the names its worker passes (an exception's class and bases, its code).
+  non_retryable_errors text[] check (cardinality(non_retryable_errors) <= 100
+                                     and array_position(non_retryable_errors, null) is null)
 );
 comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
@@ -230,7 +234,8 @@ create type jobs.claimed_job as (
   deadline         timestamptz,  -- when this attempt times out (jobs.job_types.timeout); NULL: never
   parent_id        uuid,         -- the job that spawned this one (jobs.spawn); NULL: none
   tags             text[],       -- the job's labels (enqueue's tags)
-  meta             jsonb         -- what its producer carried (enqueue's meta), e.g. a traceparent
+  meta             jsonb,        -- what its producer carried (enqueue's meta), e.g. a traceparent
+  buried           boolean       -- claim's report_buried: a job this claim buried, not one to run
 );
 
 -- What enqueue answers: a composite, so its column names cannot clash with the arguments.

@@ -318,7 +318,8 @@ comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
 create function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id text,
                                         queues text[] default array['default'],
                                         max_jobs int default 1, lease interval default null,
-                                        results jsonb[] default null)
+                                        results jsonb[] default null,
+                                        report_buried boolean default false)
 returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
@@ -335,15 +336,16 @@ begin
       'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
       'jobs.complete_many, then claim');
   end if;
-  return query select * from jobs.claim(worker_id, queues, max_jobs, lease);
+  return query select * from jobs.claim(worker_id, queues, max_jobs, lease, null, report_buried);
 end
 $$;
-comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[]) is
+comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean) is
   'Complete a claimed batch and claim the next in one transaction; lease_lost and nothing '
   'changed when a claim is no longer held';
 
 create function jobs.fail(id uuid, claim bigint, error text,
-                          retry_at timestamptz default null, retryable boolean default true)
+                          retry_at timestamptz default null, retryable boolean default true,
+                          error_names text[] default null)
 returns text
 language plpgsql volatile
 as $$
@@ -362,6 +364,11 @@ begin
     perform jobs._raise('22004', 'jobs.fail: retryable must not be NULL',
       'pass false to dead-letter now, or true to retry while attempts are left');
   end if;
+  if cardinality(fail.error_names) > 100 then
+    perform jobs._raise('22023', 'jobs.fail: error_names must name at most 100 names, got '
+      || cardinality(fail.error_names),
+      'pass the error''s class, its bases and its code, which jobs.job_types.non_retryable_errors may name');
+  end if;
   if not isfinite(fail.retry_at) then
     perform jobs._check_finite('jobs.fail: retry_at', fail.retry_at,
       'pass when to retry, or NULL for the job type''s backoff');
@@ -379,7 +386,11 @@ begin
     lease_expires_at = null,
     finished_at = case when r.retry then null else v_now end,
     updated_at = v_now
-  from (select h.name, h.attempt < h.max_attempts and fail.retryable as retry
+  -- No retry on the final attempt, when the worker says so, or for an error its job type
+  -- declares non-retryable (any of the error's names among non_retryable_errors).
+  from (select h.name, h.attempt < h.max_attempts and fail.retryable
+               and not coalesce(fail.error_names && (select t.non_retryable_errors from jobs_data.job_types as t
+                                                     where t.name = h.name), false) as retry
         from jobs_data.jobs h where h.id = fail.id) as r
   cross join lateral jobs._policy(r.name) as p
   where j.id = fail.id and j.claim = fail.claim and jobs._tenant_ok(j.tenant_id)
@@ -402,9 +413,10 @@ begin
   return v_state::text;
 end
 $$;
-comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean) is
+comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[]) is
   'Record a failed attempt: ''retried'' (delayed until retry_at or the backoff), ''dead'' or '
-  '''failed''; NULL when the claim is no longer held';
+  '''failed'' (no attempts left, retryable false, or one of error_names among the job type''s '
+  'non_retryable_errors); NULL when the claim is no longer held';
 
 create function jobs.snooze(id uuid, claim bigint, run_at timestamptz)
 returns boolean

@@ -23,6 +23,7 @@ TABLES = """
 create table conformance_rows (job_id uuid not null, n int);
 create table conformance_step_runs (job_id uuid not null, step text not null);
 create table conformance_aborts (job_id uuid not null, reason text not null);
+create table conformance_hooks (job_id uuid not null, hook text not null, outcome text);
 """
 
 
@@ -119,13 +120,15 @@ class Worker:
     """A conformance worker process."""
 
     def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10, metrics_port=None, poll=None,
-                 prepared=True):
+                 prepared=True, hooks=False):
         args = ["--dsn", db.url, "--concurrency", str(concurrency), "--lease", str(lease),
                 "--shutdown-grace", str(grace)]
         if poll is not None:
             args += ["--poll", str(poll)]
         if not prepared:
             args += ["--no-prepared-statements"]
+        if hooks:
+            args += ["--hooks"]
         if metrics_port is not None:
             args += ["--metrics-port", str(metrics_port)]
         for queue in queues:

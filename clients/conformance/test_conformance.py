@@ -263,6 +263,62 @@ def test_a_failure_that_cannot_be_made_text_of_fails_its_attempt(db, start_worke
     assert attempt == 1 and error
 
 
+
+def test_the_settle_hooks_hear_each_settled_attempt_and_each_exhausted_job_once(db, start_worker):
+    """21. A worker with onSettled and onExhausted (--hooks): each attempt it settles is told
+    once with its outcome (completed, retried, dead, snoozed for a wait for an event,
+    cancelled); each job out of attempts is told once to onExhausted: the one a failure
+    dead-lettered, and the one its claim buried (a final attempt whose worker died: the claim,
+    not the sweeper, buries it, and answers it to the library marked buried). A hook that throws
+    is logged with PGJOBS_ON_SETTLED_FAILED and changes nothing: its job stays completed and
+    the worker goes on. Checked to fail (Node.js) with the claim's report left off: no
+    exhausted row for the buried job."""
+    db.execute("insert into jobs.job_types (name, backoff_base, jitter) values ('fail', '1 hour', 0)")
+    ghost = db.enqueue("noop", max_attempts=1)
+    assert db.one("select count(*) from jobs.claim('ghost', array['default'], 1, '1 second')")[0] == 1
+    db.eventually("select lease_expires_at < clock_timestamp() from jobs.jobs where id = %s", True, args=(ghost,))
+    jobs = {"completed": db.enqueue("noop"), "dead": db.enqueue("fail", max_attempts=1),
+            "retried": db.enqueue("fail", max_attempts=3), "snoozed": db.enqueue("wait_event", {"event": "never"}),
+            "cancelled": db.enqueue("sleep", {"ms": 60000}), "thrower": db.enqueue("noop", {"hook_throws": True})}
+    worker = start_worker(db, concurrency=8, hooks=True)
+    db.eventually("select state::text from jobs.jobs where id = %s", "running", args=(jobs["cancelled"],))
+    db.execute("select jobs.cancel(%s)", (jobs["cancelled"],))
+    db.eventually("select count(*) from conformance_hooks", 8, timeout=30)
+    after = db.enqueue("noop")
+    db.eventually("select count(*) from conformance_hooks where job_id = %s", 1, args=(after,), timeout=30)
+    worker.terminate()
+    assert worker.wait(timeout=20) == 0, worker.output()
+    got = sorted((str(j), h, o) for j, h, o in db.all("select job_id, hook, outcome from conformance_hooks"))
+    wanted = sorted([(str(jobs["completed"]), "settled", "completed"), (str(jobs["dead"]), "settled", "dead"),
+                     (str(jobs["dead"]), "exhausted", None), (str(jobs["retried"]), "settled", "retried"),
+                     (str(jobs["snoozed"]), "settled", "snoozed"), (str(jobs["cancelled"]), "settled", "cancelled"),
+                     (str(jobs["thrower"]), "settled", "completed"), (str(ghost), "exhausted", None),
+                     (str(after), "settled", "completed")])
+    assert got == wanted, worker.output()
+    assert db.one("select state::text from jobs.jobs where id = %s", (jobs["thrower"],))[0] == "completed"
+    assert db.one("select state::text from jobs.jobs where id = %s", (ghost,))[0] == "dead"
+    assert "PGJOBS_ON_SETTLED_FAILED" in worker.output()
+
+
+def test_an_error_its_job_type_declares_non_retryable_dead_letters_at_once(db, start_worker):
+    """22. jobs.job_types.non_retryable_errors names ValidationError and E_INVALID: an error of
+    that class, of a class extending it, or with that code dead-letters on its first attempt of
+    five; another error is retried. The library passes the names (class, bases, code) and the
+    engine matches them, so a worker of any language decides the same. Checked to fail with the
+    names left out of jobs.fail: every job was retried."""
+    db.execute("insert into jobs.job_types (name, non_retryable_errors, backoff_base, jitter) "
+               "values ('throw_named', array['ValidationError', 'E_INVALID'], '1 hour', 0)")
+    dead = [db.enqueue("throw_named", {"name": "ValidationError"}, max_attempts=5),
+            db.enqueue("throw_named", {"name": "EmailInvalid", "base": "ValidationError"}, max_attempts=5),
+            db.enqueue("throw_named", {"name": "HttpError", "code": "E_INVALID"}, max_attempts=5)]
+    retried = db.enqueue("throw_named", {"name": "Timeout", "code": "E_AGAIN"}, max_attempts=5)
+    start_worker(db, concurrency=4)
+    for job in dead:
+        db.eventually("select state::text from jobs.jobs where id = %s", "dead", args=(job,), timeout=30)
+        assert db.one("select attempt from jobs.jobs where id = %s", (job,))[0] == 1
+    db.eventually("select state::text from jobs.jobs where id = %s", "delayed", args=(retried,), timeout=30)
+    assert db.one("select attempt, last_error like '%%Timeout%%' from jobs.jobs where id = %s", (retried,)) == (1, True)
+
 def test_a_superusers_worker_calls_no_code_a_less_trusted_role_owns(db, start_worker):
     """19. A function of jobs owned by a role that is not a superuser (as the SQL-only edition's
     are, by the role that ran its file), replaced by that owner with code that would make it a

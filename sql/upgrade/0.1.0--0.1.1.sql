@@ -58,6 +58,9 @@
 --     workers the limit. A binding follows the grant (jobs._binding): a
 --     member of a bound role is bound as it is, and one holding rights both bound and unbound
 --     is refused (insufficient_privilege, 42501).
+-- 30. Non-retryable errors per job type (jobs.job_types.non_retryable_errors, matched by
+--     jobs.fail's error_names); claims report the jobs they buried (report_buried, and the
+--     buried attribute of jobs.claimed_job) for the libraries' onExhausted hooks.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -343,6 +346,18 @@ alter table jobs_data.jobs add column tags text[], add column meta jsonb,
 alter table jobs_data.job_types add column run_timeout interval
   check (run_timeout > interval '0' and run_timeout <= interval '365 days');
 alter type jobs.claimed_job add attribute tags text[], add attribute meta jsonb;
+-- 30.
+alter type jobs.claimed_job add attribute buried boolean;
+alter table jobs_data.job_types add column non_retryable_errors text[]
+  check (cardinality(non_retryable_errors) <= 100 and array_position(non_retryable_errors, null) is null);
+-- jobs.fail takes a last argument, error_names; who may call it is kept aside, as for the claim.
+select set_config('pg_jobs_upgrade.fail_grantees',
+  coalesce((select string_agg(quote_ident(a.grantee::regrole::text), ',')
+            from pg_catalog.pg_proc as p, pg_catalog.aclexplode(p.proacl) as a
+            where p.oid = 'jobs.fail(uuid, bigint, text, timestamptz, boolean)'::regprocedure
+              and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
+  true);
+drop function jobs.fail(uuid, bigint, text, timestamptz, boolean);
 alter type jobs.job_spec add attribute tags text[], add attribute meta jsonb,
   add attribute run_timeout interval;
 create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not null;
@@ -396,8 +411,12 @@ $$;
 do $$
 begin
   if current_setting('pg_jobs_upgrade.claim_grantees') <> '' then
-    execute 'grant execute on function jobs.claim(text, text[], int, interval, interval) to '
+    execute 'grant execute on function jobs.claim(text, text[], int, interval, interval, boolean) to '
       || current_setting('pg_jobs_upgrade.claim_grantees');
+  end if;
+  if current_setting('pg_jobs_upgrade.fail_grantees') <> '' then  -- 30.
+    execute 'grant execute on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[]) to '
+      || current_setting('pg_jobs_upgrade.fail_grantees');
   end if;
 end
 $$;
@@ -451,7 +470,7 @@ begin
   for v_grant in
     select * from (values
       ('jobs.complete_many(uuid[], bigint[], jsonb[])',
-       'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[])'),
+       'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean)'),
       ('jobs.save_step(uuid, bigint, text, jsonb)',
        'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz)'),
       ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval), '

@@ -3,15 +3,19 @@
 //
 //   node conformance/worker.mjs --dsn DSN [--queue Q] [--concurrency N] [--lease S]
 //                               [--shutdown-grace S] [--metrics-port P] [--poll S]
-//                               [--no-prepared-statements]
+//                               [--no-prepared-statements] [--hooks]
 import http from 'node:http';
 import pg from 'pg';
 import { createWorker, defineJob, prometheusMetrics } from '../dist/esm/index.js';
 
-const args = { dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null, poll: 1, prepared: true };
+const args = {
+  dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null, poll: 1, prepared: true,
+  hooks: false,
+};
 for (let i = 2; i < process.argv.length; i++) {
   const flag = process.argv[i];
   if (flag === '--no-prepared-statements') { args.prepared = false; continue; }
+  if (flag === '--hooks') { args.hooks = true; continue; }
   const value = process.argv[++i];
   if (flag === '--dsn') args.dsn = value;
   else if (flag === '--queue') args.queues.push(value);
@@ -111,7 +115,33 @@ const jobs = [
   defineJob({ name: 'refused_result', handler: () => ({ text: 'a\u0000b' }) }),
   // Thrown: a value with no toString, which String() cannot make text of.
   defineJob({ name: 'odd_failure', handler: () => { throw Object.create(null); } }),
+  defineJob({
+    name: 'throw_named',
+    handler(payload) {
+      // An error of a class named `name`, extending one named `base` (or Error), with `code`.
+      const Base = payload.base ? { [payload.base]: class extends Error {} }[payload.base] : Error;
+      const Named = { [payload.name]: class extends Base {} }[payload.name];
+      const err = new Named('thrown on purpose');
+      err.name = payload.name;
+      if (payload.code) err.code = payload.code;
+      throw err;
+    },
+  }),
 ];
+
+// --hooks: each settle and each exhausted job recorded in conformance_hooks; a job whose
+// payload has hook_throws makes onSettled throw after recording it.
+const hooks = !args.hooks ? {} : {
+  async onSettled(job, outcome) {
+    await side.query("insert into conformance_hooks (job_id, hook, outcome) values ($1, 'settled', $2)", [job.id, outcome]);
+    if (job.payload?.hook_throws) throw new Error('the hook failed on purpose');
+  },
+  async onExhausted(dead) {
+    for (const job of dead) {
+      await side.query("insert into conformance_hooks (job_id, hook) values ($1, 'exhausted')", [job.id]);
+    }
+  },
+};
 
 // Prometheus metrics on 127.0.0.1:--metrics-port/metrics, when asked for.
 let metrics;
@@ -135,6 +165,7 @@ const worker = createWorker({
   shutdownGraceMs: args.grace * 1000,
   pollMs: args.poll * 1000,
   preparedStatements: args.prepared,
+  ...hooks,
 });
 const stop = () => worker.stop().then(() => side.end()).then(() => server?.close()).then(() => process.exit(0));
 process.once('SIGTERM', stop);

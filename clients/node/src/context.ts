@@ -209,6 +209,8 @@ export type ClaimedRow = [
   tags: string[] | null, meta: Record<string, unknown> | null,
   /** Milliseconds from the claim to the deadline, by the server's clock. */
   timeLeftMs: number | null,
+  /** A job the claim buried (asked for with report_buried), not one to run. */
+  buried: boolean | null,
 ];
 
 export function toJob<P>(row: ClaimedRow): Job<P> {

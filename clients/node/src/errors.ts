@@ -144,3 +144,28 @@ export function isConnectionError(err: unknown): boolean {
   }
   return err instanceof Error && /Connection terminated|ECONNREFUSED|ECONNRESET|EPIPE|not queryable/i.test(err.message);
 }
+
+/** What jobs.fail matches against a job type's non-retryable errors: the error's `name`, the
+ * names of its class and the classes it extends (not Object), and its `code` where it is text
+ * or a number. Anything may be thrown: a value that is no object names nothing. */
+export function errorNames(err: unknown): string[] {
+  const names: string[] = [];
+  const add = (name: unknown): void => {
+    if ((typeof name === 'string' && name.length > 0) || typeof name === 'number') {
+      const text = String(name);
+      if (!names.includes(text)) names.push(text);
+    }
+  };
+  if (err === null || (typeof err !== 'object' && typeof err !== 'function')) return names;
+  try {
+    add((err as { name?: unknown }).name);
+    for (let p = Object.getPrototypeOf(err) as object | null; p !== null && p !== Object.prototype;
+      p = Object.getPrototypeOf(p) as object | null) {
+      add((Object.getOwnPropertyDescriptor(p, 'constructor')?.value as { name?: unknown } | undefined)?.name);
+    }
+    add((err as { code?: unknown }).code);
+  } catch {
+    // a getter or a proxy that throws: the names found so far
+  }
+  return names.slice(0, 100);
+}

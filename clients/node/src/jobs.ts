@@ -15,6 +15,10 @@ export interface Policy {
   timeoutMs?: number;
   concurrency?: number;
   rateLimit?: { limit: number; periodMs: number; perKey?: boolean };
+  /** Errors that end the job at once, however many attempts it has left (dead-lettered, or
+   * failed where deadLetter is false): an error's `name`, its class's or a base class's name,
+   * or its `code`. Matched by the engine, so a worker of another language decides the same. */
+  nonRetryableErrors?: readonly string[];
 }
 
 export type Handler<P, R> = (payload: P, ctx: JobContext<P>) => Promise<R> | R;
@@ -85,6 +89,7 @@ export async function syncPolicies(db: Queryable, jobs: readonly JobDefinition[]
       ['rate_limit', p.rateLimit?.limit, 'int'],
       ['rate_period', ms(p.rateLimit?.periodMs), 'interval'],
       ['rate_limit_per_key', p.rateLimit?.perKey, 'boolean'],
+      ['non_retryable_errors', p.nonRetryableErrors, 'text[]'],
     ];
     const set = columns.filter(([, value]) => value !== undefined && value !== null);
     if (set.length === 0) continue;

@@ -6,16 +6,17 @@ export const CLAIMED_COLUMNS =
   'id, run_id, name, queue, payload, attempt, max_attempts, claim::text as claim, '
   + "date_part('epoch', deadline) * 1000 as deadline_ms, tenant_id, parent_id, priority, "
   + "date_part('epoch', enqueued_at) * 1000 as enqueued_ms, last_error, tags, meta, "
-  + "date_part('epoch', deadline - clock_timestamp()) * 1000 as time_left_ms";
+  + "date_part('epoch', deadline - clock_timestamp()) * 1000 as time_left_ms, buried";
 
 // The worker's claims and settles.
-export const CLAIM = `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval)`;
+export const CLAIM = `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval, $6)`;
 export const COMPLETE_AND_CLAIM = `select ${CLAIMED_COLUMNS} from `
-  + 'jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, $6::interval, $7::jsonb[])';
+  + 'jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, $6::interval, $7::jsonb[], $8)';
 export const COMPLETE_MANY = 'select id::text, landed from jobs.complete_many($1::uuid[], $2::bigint[], $3::jsonb[])';
 export const COMPLETE = 'select jobs.complete($1, $2::bigint, $3::jsonb) as landed';
-/** A failure: the engine decides the retry (backoff, or `retry_at`) or the burial. */
-export const FAIL = 'select jobs.fail($1, $2::bigint, $3, $4, $5) as outcome';
+/** A failure: the engine decides the retry (backoff, or `retry_at`) or the burial, and
+ * whether the error's names are among its job type's non-retryable errors. */
+export const FAIL = 'select jobs.fail($1, $2::bigint, $3, $4, $5, $6::text[]) as outcome';
 export const SNOOZE = 'select jobs.snooze($1, $2::bigint, $3)';
 export const SNOOZE_NOW = 'select jobs.snooze($1, $2::bigint, clock_timestamp())';
 export const SNOOZE_FOR = 'select jobs.snooze($1, $2::bigint, clock_timestamp() + $3::interval)';

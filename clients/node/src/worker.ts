@@ -12,7 +12,8 @@ import { createHash } from 'node:crypto';
 import os from 'node:os';
 import pg from 'pg';
 import { type AttemptHandle, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
-import { codes, fromDriver, INSTALL_HINT, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
+import { codes, errorNames, fromDriver, INSTALL_HINT, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
+import { Hooks, type OnExhausted, type OnSettled } from './hooks.js';
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
 import { Backoff, OwnConnection, within } from './connection.js';
@@ -54,6 +55,14 @@ export interface WorkerOptions {
    * (that role could run code as the worker): refused unless true (default: whether
    * PGJOBS_TRUST_OWNER is 1). */
   trustOwner?: boolean;
+  /** Called after a settle committed, with the job and how its attempt ended (`completed`,
+   * `retried`, `dead`, `failed`, `cancelled`, `snoozed`). What it throws, or its promise
+   * rejects with, is logged (code PGJOBS_ON_SETTLED_FAILED) and changes nothing. */
+  onSettled?: OnSettled;
+  /** Called with the jobs that ran out of attempts: the ones this worker's claims buried
+   * (their final attempt lapsed, or their run is over), together, and each one this worker
+   * dead-lettered; each job once. Errors as onSettled's (PGJOBS_ON_EXHAUSTED_FAILED). */
+  onExhausted?: OnExhausted;
 }
 
 type Reason = 'lost' | 'cancelled' | 'deadline' | 'shutdown';
@@ -148,6 +157,8 @@ export class Worker {
   private readonly claiming = new Set<number>();
   private readonly guarded = new WeakSet<pg.PoolClient>();
   private readonly warnedNames = new Set<string>();
+  /** The jobs a claim just buried, announced together (onExhausted). */
+  private readonly buried: Job[] = [];
   private readonly logger: Logger;
   private readonly workerId: string;
   private readonly leaseMs: number;
@@ -167,6 +178,10 @@ export class Worker {
   private maxResultBytes: number | null = null;
   /** When a stop gives up settling what its handlers completed (the end of its grace). */
   private giveUpAt = Infinity;
+  /** The application's settle hooks; undefined without any. */
+  private readonly hooks: Hooks | undefined;
+  /** Whether the claims answer the jobs they buried too (for onExhausted). */
+  private readonly reportBuried: boolean;
 
   constructor(private readonly options: WorkerOptions) {
     if (!options.pool && !options.connectionString) {
@@ -185,6 +200,9 @@ export class Worker {
     }
     for (const job of options.jobs) this.jobs.set(job.name, job);
     this.logger = options.logger ?? jsonLogger;
+    this.hooks = options.onSettled || options.onExhausted
+      ? new Hooks(options.onSettled, options.onExhausted, this.logger) : undefined;
+    this.reportBuried = options.onExhausted !== undefined;
     this.workerId = options.workerId ?? `${os.hostname()}:${process.pid}`;
     this.leaseMs = options.leaseMs ?? 30_000;
     this.pollMs = options.pollMs ?? 5_000;
@@ -291,6 +309,8 @@ export class Worker {
       await within(all, ABANDON_MS + 500);
     }
     await this.handBack([...this.held.values()].map((h) => h.job));
+    // Its async hooks end within what is left of the grace.
+    if (this.hooks) await within(this.hooks.settled(), Math.max(this.giveUpAt - Date.now(), 0));
     for (const g of this.groups) for (const c of g.clients.splice(0)) c.release();
     clearInterval(this.heartbeat);
     await this.listener.close();
@@ -353,7 +373,11 @@ export class Worker {
         backoff.reset();
         this.giveBack(group, client, false);
         client = undefined;
-        for (const row of rows) this.launch(group, row);
+        for (const row of rows) {
+          if (row[17] === true) this.buried.push(toJob(row));
+          else this.launch(group, row);
+        }
+        if (this.buried.length > 0) this.hooks?.buried(this.buried.splice(0));
       } catch (err) {
         if (client) this.giveBack(group, client, true);
         if (this.isStopping() && Date.now() >= this.giveUpAt) {
@@ -392,7 +416,8 @@ export class Worker {
       if (free > 0) {
         ({ rows } = await client.query<ClaimedRow>({
           ...this.statement(COMPLETE_AND_CLAIM),
-          values: [ids, claims, this.workerId, group.queues, free, `${this.leaseMs} milliseconds`, results],
+          values: [ids, claims, this.workerId, group.queues, free, `${this.leaseMs} milliseconds`, results,
+            this.reportBuried],
           rowMode: 'array',
         }));
         landed = new Set(ids);
@@ -444,7 +469,7 @@ export class Worker {
   private async failForGood(client: pg.PoolClient, job: Job, error: string): Promise<Outcome> {
     try {
       const { rows } = await client.query<{ outcome: Outcome | null }>(
-        q.FAIL, [job.id, job.claim, error, null, false]);
+        q.FAIL, [job.id, job.claim, error, null, false, null]);
       return rows[0]?.outcome ?? 'lost';
     } catch (err) {
       if (isTransient(err)) throw err;
@@ -476,7 +501,7 @@ export class Worker {
     const claim = this.statement(CLAIM);
     const lease = `${this.leaseMs} milliseconds`;
     const found = await client.query<ClaimedRow>({
-      ...claim, values: [this.workerId, group.queues, group.free, lease, null], rowMode: 'array',
+      ...claim, values: [this.workerId, group.queues, group.free, lease, null, this.reportBuried], rowMode: 'array',
     });
     if (found.rows.length > 0 || this.stopping) return found.rows;
     const pid = (client as unknown as { processID: number }).processID;
@@ -488,7 +513,9 @@ export class Worker {
     try {
       if (group.pending.length > 0) return [];
       const { rows } = await client.query<ClaimedRow>({
-        ...claim, values: [this.workerId, group.queues, group.free, lease, `${this.pollMs} milliseconds`], rowMode: 'array',
+        ...claim,
+        values: [this.workerId, group.queues, group.free, lease, `${this.pollMs} milliseconds`, this.reportBuried],
+        rowMode: 'array',
       });
       return rows;
     } finally {
@@ -540,6 +567,7 @@ export class Worker {
     this.options.metrics?.running(this.held.size);
     this.report(held.job, outcome, Date.now() - started, error);
     if (span) endAttemptSpan(span, outcome, error);
+    this.hooks?.ended(held.job, outcome);
   }
 
   private freeSlot(group: Group): void {
@@ -635,7 +663,7 @@ export class Worker {
       const retryAt = thrown instanceof RetryAfterError ? thrown.retryAt : null;
       const retryable = !(thrown instanceof NonRetryableError);
       const { rows } = await c.query<{ outcome: Outcome | null }>(
-        q.FAIL, [job.id, job.claim, error, retryAt, retryable]);
+        q.FAIL, [job.id, job.claim, error, retryAt, retryable, errorNames(thrown)]);
       return [rows[0]?.outcome ?? 'lost', error];
     }
     let landed: boolean;

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { admin, makeDatabase } from './database.mjs';
-import { cancel, codes, CountingMetrics, JobNotFoundError, NotCancellableError, NotInstalledError, NotPromotableError, NotRequeueableError, createWorker, defineJob, enqueue, enqueueMany, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, useOpenTelemetry, waitForJob } from 'pg-jobs';
+import { cancel, codes, CountingMetrics, JobNotFoundError, NotCancellableError, NotInstalledError, NotPromotableError, NotRequeueableError, createWorker, defineJob, enqueue, enqueueMany, errorNames, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, syncPolicies, useOpenTelemetry, waitForJob } from 'pg-jobs';
 import { assertEnqueued, drain, performJob, refuteEnqueued } from 'pg-jobs/testing';
 
 let db;
@@ -73,6 +73,34 @@ test('drain runs a queue empty with the jobs given, and leaves the pool given as
   await drain({ pool, queues: ['drain'], concurrency: 2, jobs: [job], logger: { info() {}, warn() {}, error() {} } });
   assert.deepEqual(seen.sort(), [1, 2, 3]);
   assert.equal(pool.listenerCount('error'), listeners, 'the worker took its error listener off the pool');
+});
+
+test('errorNames: the name, the classes and the code; nonRetryableErrors reach jobs.job_types', async () => {
+  class Invalid extends RangeError {}
+  const err = Object.assign(new Invalid('bad'), { code: 'E_INVALID' });
+  assert.deepEqual(errorNames(err), ['RangeError', 'Invalid', 'Error', 'E_INVALID']);
+  assert.deepEqual(errorNames('a string'), []);
+  const picky = defineJob({ name: 'picky', policy: { nonRetryableErrors: ['RangeError'] }, handler: () => {} });
+  assert.equal(await syncPolicies(pool, [picky]), 1);
+  const { rows } = await pool.query("select non_retryable_errors from jobs.job_types where name = 'picky'");
+  assert.deepEqual(rows[0].non_retryable_errors, ['RangeError']);
+});
+
+test('a hook that throws is logged with its code and changes nothing', async () => {
+  const picky = defineJob({ name: 'picky_hooked', queue: 'hooks', handler: () => { throw new RangeError('bad input'); } });
+  await pool.query("insert into jobs.job_types (name, non_retryable_errors) values ('picky_hooked', array['RangeError'])");
+  const job = await enqueue(pool, picky, {}, { maxAttempts: 5 });
+  const told = [];
+  const errors = [];
+  await drain({
+    pool, queues: ['hooks'], jobs: [picky],
+    logger: { info() {}, warn() {}, error(msg, fields) { errors.push(fields.code); } },
+    onSettled(settled, outcome) { told.push(outcome); throw new Error('the hook failed on purpose'); },
+    onExhausted(dead) { told.push(...dead.map((j) => j.id)); },
+  });
+  assert.deepEqual(told, ['dead', job.id]);
+  assert.deepEqual(errors, ['PGJOBS_ON_SETTLED_FAILED']);
+  assert.deepEqual((await getJob(pool, job.id)).state, 'dead');
 });
 
 test('ctx.sleep parks the job once, with no attempt used, and returns at once when it runs again', async () => {

@@ -4,7 +4,7 @@ them as plain functions (run in threads), ``--handlers async`` (the default) as 
 
     python clients/python/conformance/worker.py --dsn DSN [--queue Q] [--concurrency N]
         [--lease S] [--shutdown-grace S] [--metrics-port P] [--poll S] [--handlers sync|async]
-        [--no-prepared-statements]
+        [--no-prepared-statements] [--hooks]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -31,6 +31,7 @@ p.add_argument("--metrics-port", type=int)
 p.add_argument("--poll", type=float, default=1)
 p.add_argument("--handlers", choices=["sync", "async"], default="async")
 p.add_argument("--no-prepared-statements", action="store_false", dest="prepared")
+p.add_argument("--hooks", action="store_true")
 args = p.parse_args()
 
 
@@ -140,6 +141,16 @@ def result_jobs(is_async: bool) -> list[pg_jobs.JobDefinition[Any]]:
 
     answers["odd_failure"] = odd_failure
 
+    def throw_named(payload: Any) -> Any:
+        # An exception of a class named `name`, with a base named `base` (or Exception), and `code`.
+        base = type(payload["base"], (Exception,), {}) if payload.get("base") else Exception
+        err = type(payload["name"], (base,), {})("thrown on purpose")
+        if payload.get("code"):
+            err.code = payload["code"]  # type: ignore[attr-defined]
+        raise err
+
+    answers["throw_named"] = throw_named
+
     def define(name: str, answer: Callable[[Any], Any]) -> pg_jobs.JobDefinition[Any]:
         if is_async:
             async def answer_async(payload: Any, ctx: AsyncContext) -> Any:
@@ -232,7 +243,24 @@ def async_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info, *result_jobs(True)]
 
 
+
+
+async def on_settled(job: pg_jobs.Job, outcome: pg_jobs.SettledOutcome) -> None:
+    """--hooks: each settle recorded; a job whose payload has hook_throws makes it raise after."""
+    await asyncio.to_thread(side, "insert into conformance_hooks (job_id, hook, outcome) values (%s, 'settled', %s)",
+                            (job.id, outcome))
+    if isinstance(job.payload, dict) and job.payload.get("hook_throws"):
+        raise RuntimeError("the hook failed on purpose")
+
+
+async def on_exhausted(jobs: Sequence[pg_jobs.Job]) -> None:
+    for job in jobs:
+        await asyncio.to_thread(side, "insert into conformance_hooks (job_id, hook) values (%s, 'exhausted')",
+                                (job.id,))
+
+
+hooks: dict[str, Any] = {"on_settled": on_settled, "on_exhausted": on_exhausted} if args.hooks else {}
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 pg_jobs.Worker(args.dsn, jobs=sync_jobs() if args.handlers == "sync" else async_jobs(), queues=args.queues or ["default"],
                concurrency=args.concurrency, lease=args.lease, shutdown_grace=args.shutdown_grace, poll=args.poll,
-               metrics_port=args.metrics_port, prepared_statements=args.prepared).run()
+               metrics_port=args.metrics_port, prepared_statements=args.prepared, **hooks).run()

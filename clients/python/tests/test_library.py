@@ -95,6 +95,39 @@ def test_drain_runs_sync_and_async_handlers_and_their_writes_commit_with_them(ds
     assert "default/send_email/completed=5" in repr(metrics), repr(metrics)  # what it counted, printed
 
 
+
+def test_error_names_are_the_class_its_bases_and_its_code() -> None:
+    class Invalid(ValueError):
+        code = "E_INVALID"
+
+    assert pg_jobs.errors.error_names(Invalid("bad")) == ["Invalid", "ValueError", "Exception", "E_INVALID"]
+
+
+def test_non_retryable_errors_reach_job_types_and_a_sync_hook_that_raises_changes_nothing(
+        dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    @pg_jobs.job("picky", queue="picky", non_retryable_errors=["ValueError"])
+    def picky(payload: Any, ctx: pg_jobs.Context) -> None:
+        raise ValueError("bad input")
+
+    told: list[Any] = []
+
+    def on_settled(job: pg_jobs.Job, outcome: pg_jobs.SettledOutcome) -> None:
+        told.append(outcome)
+        raise RuntimeError("the hook failed on purpose")
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert pg_jobs.sync_policies(conn, [picky]) == 1
+        assert conn.execute("select non_retryable_errors from jobs.job_types where name = 'picky'").fetchone() == (
+            ["ValueError"],)
+        job = pg_jobs.enqueue(conn, picky, {}, max_attempts=5)
+    drain(pg_jobs.Worker(dsn, jobs=[picky], queues=["picky"], on_settled=on_settled,
+                         on_exhausted=lambda jobs: told.extend(j.id for j in jobs)))
+    assert told == ["dead", job.id]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("select state::text, attempt from jobs.jobs where id = %s", (job.id,)).fetchone() == (
+            "dead", 1)
+    assert "PGJOBS_ON_SETTLED_FAILED" in caplog.text
+
 def test_get_job_and_get_jobs_answer_state_result_and_error_sync_and_async(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         pg_jobs.sync_policies(conn, JOBS)

@@ -10,6 +10,7 @@ from .enqueue import Enqueued, enqueue, enqueue_many
 from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, NotCancellable, NotInstalled,
                      NotPromotable, NotRequeueable, PgJobsError, RetryAfter, TenantNotAllowed,
                      WaitNeedsReadCommitted)
+from .hooks import SettledOutcome
 from .jobs import JobDefinition, Policy, job, jobs_in, sync_policies
 from .observe import CountingMetrics, Metrics, Outcome
 from .operate import cancel, promote, requeue
@@ -21,6 +22,6 @@ __all__ = [
     "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotInstalled", "NotPromotable",
     "NotRequeueable", "PgJobsError", "RetryAfter", "TenantNotAllowed", "WaitNeedsReadCommitted", "JobDefinition",
     "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker", "JobStatus",
-    "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote",
+    "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote", "SettledOutcome",
 ]
 __version__ = "0.1.1"

@@ -25,7 +25,7 @@ T = TypeVar("T")
 CLAIMED_COLUMNS = (
     "id, run_id, name, queue, payload, attempt, max_attempts, claim, deadline, tenant_id, parent_id, "
     "priority, enqueued_at, last_error, tags, meta, "
-    "extract(epoch from deadline - clock_timestamp())::float8 as time_left"
+    "extract(epoch from deadline - clock_timestamp())::float8 as time_left, buried"
 )
 
 

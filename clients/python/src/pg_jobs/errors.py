@@ -141,3 +141,18 @@ def is_connection_error(err: BaseException) -> bool:
     if isinstance(err, psycopg.Error) and err.sqlstate:
         return err.sqlstate.startswith("08") or err.sqlstate in ("57P01", "57P02", "57P03")
     return isinstance(err, psycopg.InterfaceError)
+
+
+def error_names(err: BaseException) -> list[str]:
+    """What jobs.fail matches against a job type's non_retryable_errors: the exception's class
+    and its bases (not ``BaseException`` nor ``object``), then its ``code`` and ``sqlstate``
+    attributes where they are text or numbers."""
+    names = [c.__name__ for c in type(err).__mro__ if c not in (BaseException, object)]
+    for attr in ("code", "sqlstate"):
+        try:
+            value = getattr(err, attr, None)
+        except Exception:  # noqa: BLE001 (a property that raises names nothing)
+            continue
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) not in names:
+            names.append(str(value))
+    return names[:100]

@@ -6,7 +6,7 @@ import datetime as dt
 import functools
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, TypeVar
 
 import psycopg
@@ -31,6 +31,11 @@ class Policy:
     rate_limit: int | None = None
     rate_period: dt.timedelta | None = None
     rate_limit_per_key: bool | None = None
+    #: Errors that end the job at once, however many attempts it has left (dead-lettered, or
+    #: failed where dead_letter is off): an exception's class name, one of its bases' or its
+    #: ``code`` (``sqlstate`` for a database error). Matched by the engine, so a worker of
+    #: another language decides the same.
+    non_retryable_errors: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,17 @@ class JobDefinition(Generic[F]):
 
 
 def job(name: str, *, queue: str | None = None, policy: Policy | None = None,
-        transactional: bool = True) -> Callable[[F], JobDefinition[F]]:
+        transactional: bool = True, non_retryable_errors: Iterable[str] | None = None,
+        ) -> Callable[[F], JobDefinition[F]]:
     """Declares a job: ``@pg_jobs.job("send_email")`` on ``def send(payload, ctx)`` or on an
-    ``async def``."""
+    ``async def``. ``non_retryable_errors`` is the policy's (``Policy.non_retryable_errors``)."""
     if not isinstance(name, str) or not name:
         raise TypeError("pg_jobs.job: name must be a non-empty string")
+    if non_retryable_errors is not None:
+        names = (non_retryable_errors,) if isinstance(non_retryable_errors, str) else tuple(non_retryable_errors)
+        if not all(isinstance(n, str) and n for n in names):
+            raise TypeError(f"pg_jobs.job({name!r}): non_retryable_errors must be non-empty strings")
+        policy = replace(policy or Policy(), non_retryable_errors=names)
 
     def wrap(handler: F) -> JobDefinition[F]:
         if not callable(handler):
@@ -84,7 +95,7 @@ def sync_policies(conn: psycopg.Connection[Any], jobs: Iterable[JobDefinition[An
         if definition.policy is None:
             continue
         chosen = {f.name: getattr(definition.policy, f.name) for f in fields(Policy)}
-        chosen = {k: v for k, v in chosen.items() if v is not None}
+        chosen = {k: list(v) if isinstance(v, tuple) else v for k, v in chosen.items() if v is not None}
         if not chosen:
             continue
         columns = [sql.Identifier(k) for k in chosen]

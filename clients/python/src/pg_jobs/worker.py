@@ -29,7 +29,8 @@ from .arrays import Int8Array, TextArray, UuidArray, int8_array, text_array, uui
 from .connection import Backoff, OwnConnection, Pool, Slot
 from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
 from .deadlines import Deadlines
-from .errors import CODES, INSTALL_HINT, NonRetryable, RetryAfter, from_driver, is_connection_error
+from .errors import CODES, INSTALL_HINT, NonRetryable, RetryAfter, error_names, from_driver, is_connection_error
+from .hooks import Hooks, OnExhausted, OnSettled
 from .jobs import JobDefinition
 from .observe import LEVELS, Metrics, Outcome, describe, first_line, log_outcome
 from .observe import logger as default_logger
@@ -100,7 +101,8 @@ class Worker:
                  metrics_port: int | None = None, logger: logging.Logger | None = None, tracer: Any = None,
                  unknown_snooze: float = 60.0,
                  resolve: Callable[[str], JobDefinition[Any] | None] | None = None,
-                 prepared_statements: bool = True, trust_owner: bool | None = None) -> None:
+                 prepared_statements: bool = True, trust_owner: bool | None = None,
+                 on_settled: OnSettled | None = None, on_exhausted: OnExhausted | None = None) -> None:
         self.dsn = dsn
         #: Work as a superuser even where a role that is not one owns schema jobs or its
         #: functions (that role could run code as the worker); refused unless True (default:
@@ -126,6 +128,11 @@ class Worker:
         #: Finds the job of a name not in ``jobs`` (e.g. a Django task by its module path);
         #: None, or a name it answers None for, is an unknown name.
         self.resolve = resolve
+        #: After a settle committed: ``on_settled(job, outcome)``, ``on_exhausted(jobs)`` for the
+        #: jobs out of attempts (pg_jobs.hooks); None without either.
+        self._hooks = Hooks(on_settled, on_exhausted, self.log) if on_settled or on_exhausted else None
+        #: Whether the claims answer the jobs they buried too (for on_exhausted).
+        self._report_buried = on_exhausted is not None
         #: The jobs held, by their id's number (``UUID.int``: a UUID's hash is Python code).
         self._held: dict[int, _Held] = {}
         self._claiming: set[int] = set()
@@ -252,6 +259,8 @@ class Worker:
                 if not self._keep(group, slot, False):
                     await self._pool.release(slot)
                 slot = None
+                if self._report_buried and rows:
+                    rows = self._announce_buried(rows)
                 for row in rows:
                     self._launch(group, row)
                 if rows and self.metrics:
@@ -301,8 +310,9 @@ class Worker:
         try:
             if free > 0:
                 cur = await slot.conn.execute(
-                    f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%b, %b, %s, %b, %s, %s, %s::jsonb[])",
-                    (ids, claims, self.worker_id, group.queue_array, free, self._lease, results),
+                    f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%b, %b, %s, %b, %s, %s, %s::jsonb[], %s)",
+                    (ids, claims, self.worker_id, group.queue_array, free, self._lease, results,
+                     self._report_buried),
                     prepare=self._prepared, binary=True)
                 rows = await cur.fetchall()
                 landed = None  # all of them: else the statement raised lease_lost
@@ -390,9 +400,9 @@ class Worker:
         claim that sleeps in the server for work (while it does, an ending job completes
         itself). Without the look, a claim answered short was followed by a sleeping one, and
         every job of the batch running then completed with a commit of its own."""
-        query = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %b, %s, %s, %s)"
-        lease = self._lease
-        cur = await slot.conn.execute(query, (self.worker_id, group.queue_array, group.free, lease, None),
+        query = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %b, %s, %s, %s, %s)"
+        lease, buried = self._lease, self._report_buried
+        cur = await slot.conn.execute(query, (self.worker_id, group.queue_array, group.free, lease, None, buried),
                                       prepare=self._prepared, binary=True)
         found = await cur.fetchall()
         if found or self._stopping:
@@ -406,11 +416,21 @@ class Worker:
             if group.pending:  # a job ended during the look: settled with the next claim
                 return []
             cur = await slot.conn.execute(query, (self.worker_id, group.queue_array, group.free, lease,
-                                                  dt.timedelta(seconds=self.poll)), prepare=self._prepared, binary=True)
+                                                  dt.timedelta(seconds=self.poll), buried),
+                                          prepare=self._prepared, binary=True)
             return await cur.fetchall()
         finally:
             group.waiting = False
             self._claiming.discard(pid)
+
+    def _announce_buried(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The rows of jobs to run; the ones the claim buried go to on_exhausted, together."""
+        buried = [Job.from_row(r)[0] for r in rows if r[17]]
+        if not buried:
+            return rows
+        assert self._hooks is not None
+        self._hooks.buried(buried)
+        return [r for r in rows if not r[17]]
 
     def _launch(self, group: _Group, row: tuple[Any, ...]) -> None:
         group.free -= 1
@@ -618,8 +638,9 @@ class Worker:
                 raise thrown
             error = describe(thrown)
             retry_at = thrown.at if isinstance(thrown, RetryAfter) else None
-            cur = await conn.execute("select jobs.fail(%s, %s, %s, %s, %s)",
-                                     (job.id, job.claim, error, retry_at, not isinstance(thrown, NonRetryable)))
+            cur = await conn.execute("select jobs.fail(%s, %s, %s, %s, %s, %s)",
+                                     (job.id, job.claim, error, retry_at, not isinstance(thrown, NonRetryable),
+                                      error_names(thrown)))
             row = await cur.fetchone()
             return (row[0] if row and row[0] else "lost"), error
         if not in_tx and self._leave_to_dispatcher(held, slot):
@@ -703,6 +724,8 @@ class Worker:
         if count and self.metrics:
             self.metrics.running(len(self._held))
         self._report(held.job, outcome, time.monotonic() - started, error)
+        if self._hooks is not None:
+            self._hooks.ended(held.job, outcome)
 
     def _report(self, job: Job, outcome: Outcome, seconds: float, error: str | None) -> None:
         if self.metrics:
@@ -803,6 +826,8 @@ class Worker:
             except Exception as err:  # noqa: BLE001
                 self.log.warning("could not hand job %s back: %s", held.job.id, first_line(err))
             self._ended(held, "handed_back", time.monotonic())
+        if self._hooks is not None:  # its async def hooks end within what is left of the grace
+            await self._hooks.wait(self._give_up_at - time.monotonic())
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
