@@ -42,7 +42,15 @@ create table jobs_data.job_types (
   -- Errors that end a job at once, however many attempts it has left: matched by jobs.fail
   -- against the names its worker passes (an exception's class and bases, its code).
   non_retryable_errors text[] check (cardinality(non_retryable_errors) <= 100
-                                     and array_position(non_retryable_errors, null) is null)
+                                     and array_position(non_retryable_errors, null) is null),
+  -- The most jobs of one concurrency_key running at once (of a job of this name: its key's
+  -- running jobs of any name count), fleet-wide, per tenant.
+  key_concurrency int not null default 1 check (key_concurrency between 1 and 10000),
+  -- What an enqueue with a concurrency_key does when its key is busy (sql/enqueue.sql,
+  -- jobs._enqueue_busy): 'queue' (waits its turn), 'skip' (at the key's limit: nothing
+  -- inserted, the running job answered), 'replace' (a job of the key waiting to start takes
+  -- the new payload: at most one waits).
+  when_busy text not null default 'queue' check (when_busy in ('queue', 'skip', 'replace'))
 );
 
 comment on table jobs_data.job_types is
@@ -144,6 +152,9 @@ create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
 create index jobs_ordering_idx on jobs_data.jobs
   (queue, ordering_key, (coalesce(tenant_id, '')), (run_at = 'infinity'), enqueued_at, id)
   where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+
+create index jobs_busy_idx on jobs_data.jobs (concurrency_key, name)
+  where concurrency_key is not null and state in ('ready', 'delayed', 'running');
 
 create unique index jobs_idempotency_live_idx
   on jobs_data.jobs (name, tenant_id, idempotency_key) nulls not distinct
@@ -1053,10 +1064,11 @@ create table jobs_data.lock_slots (
   primary key (tenant, slot)
 );
 
-insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
+insert into jobs_data.lock_slots (slot) select generate_series(0, 3071);
 
 comment on table jobs_data.lock_slots is
-  'Lock slots for concurrency limits (0-1023) and events (1024-2047), per tenant; rows never change';
+  'Lock slots for concurrency limits (0-1023), events (1024-2047) and busy keys (2048-3071), '
+  'per tenant; rows never change';
 
 create function jobs._lock_slots(p_tenants text[], p_slots int[], p_how text)
 returns text[]
@@ -1185,7 +1197,9 @@ begin atomic
          t.rate_period,
          coalesce(t.rate_limit_per_key, false),
          t.run_timeout,
-         t.non_retryable_errors
+         t.non_retryable_errors,
+         coalesce(t.key_concurrency, 1),
+         coalesce(t.when_busy, 'queue')
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;
@@ -1516,7 +1530,98 @@ begin
 end
 $$;
 
-create function jobs._enqueue(p_specs jobs.job_spec[], p_caller text)
+create function jobs._enqueue_busy(p_specs jobs.job_spec[], p_caller text)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_n      int := cardinality(p_specs);
+  v_now    timestamptz := jobs.clock();
+  v_modes  text[];
+  v_limits int[];
+  v_rest   int[] := '{}';  -- the ordinals of the specs jobs._enqueue inserts
+  v_done   int[] := '{}';  -- the ordinals answered here, and what they answer
+  v_ids    uuid[] := '{}';
+  v_runs   uuid[] := '{}';
+  v_acts   text[] := '{}';
+  v_dedup  boolean[] := '{}';
+  v_spec   jobs.job_spec;
+  v_got    record;
+  v_id     uuid;
+  v_run    uuid;
+  v_count  bigint;
+begin
+  select array_agg(coalesce(t.when_busy, 'queue') order by s.ordinality),
+         array_agg(coalesce(t.key_concurrency, 1) order by s.ordinality)
+    into v_modes, v_limits
+  from unnest(p_specs) with ordinality as s
+  left join jobs_data.job_types as t
+    on t.name = s.name and s.concurrency_key is not null and s.parent_id is null;
+  perform jobs._lock_slots(array_agg(coalesce(s.tenant_id, '')),
+                           array_agg(2048 + (hashtext('busy:' || s.concurrency_key) & 1023)), 'wait')
+  from unnest(p_specs) with ordinality as s
+  where v_modes[s.ordinality] = 'replace'
+  having count(*) > 0;
+
+  for v_i in 1 .. v_n loop
+    v_spec := p_specs[v_i];
+    v_id := null;
+    if v_modes[v_i] = 'skip' then
+      select (array_agg(j.id order by j.claimed_at, j.id))[1], (array_agg(j.run_id order by j.claimed_at, j.id))[1],
+             count(*)
+        into v_id, v_run, v_count
+      from jobs_data.jobs as j
+      where j.concurrency_key = v_spec.concurrency_key and j.state = 'running'
+        and coalesce(j.tenant_id, '') = coalesce(v_spec.tenant_id, '') and j.lease_expires_at > v_now;
+      if v_count < v_limits[v_i] then
+        v_id := null;
+      end if;
+    elsif v_modes[v_i] = 'replace' then
+      update jobs_data.jobs as j set payload = v_spec.payload, updated_at = v_now
+      where j.id = (select x.id from jobs_data.jobs as x
+                    where x.concurrency_key = v_spec.concurrency_key and x.name = v_spec.name
+                      and x.state in ('ready', 'delayed') and x.attempt = 0
+                      and coalesce(x.tenant_id, '') = coalesce(v_spec.tenant_id, '')
+                    order by x.enqueued_at, x.id limit 1)
+        and j.state in ('ready', 'delayed') and j.attempt = 0  -- (still waiting: see the header)
+      returning j.id, j.run_id into v_id, v_run;
+      if v_id is null then
+        -- None waits: this one is inserted now, so that a later spec of the key finds it.
+        select e.id, e.run_id, e.deduped, e.action into v_got
+        from jobs._enqueue(array[v_spec], p_caller, false) as e;
+        v_done := v_done || v_i;
+        v_ids := v_ids || v_got.id;
+        v_runs := v_runs || v_got.run_id;
+        v_dedup := v_dedup || v_got.deduped;
+        v_acts := v_acts || v_got.action;
+        continue;
+      end if;
+    end if;
+    if v_id is null then
+      v_rest := v_rest || v_i;
+    else
+      v_done := v_done || v_i;
+      v_ids := v_ids || v_id;
+      v_runs := v_runs || v_run;
+      v_dedup := v_dedup || true;
+      v_acts := v_acts || case v_modes[v_i] when 'skip' then 'skipped' else 'replaced' end;
+    end if;
+  end loop;
+
+  return query
+  select d.o, d.id, d.run, d.dedup, d.act
+  from unnest(v_done, v_ids, v_runs, v_dedup, v_acts) as d(o, id, run, dedup, act)
+  union all
+  select v_rest[e.ordinal], e.id, e.run_id, e.deduped, e.action
+  from jobs._enqueue(array(select p_specs[r.o] from unnest(v_rest) with ordinality as r(o, n) order by r.n),
+                     p_caller, false) as e
+  where cardinality(v_rest) > 0
+  order by 1;
+end
+$$;
+
+create function jobs._enqueue(p_specs jobs.job_spec[], p_caller text, p_busy boolean default true)
 returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
 language plpgsql volatile
 as $$
@@ -1574,6 +1679,16 @@ begin
                   coalesce(p_specs[v_i].run_id, p_specs[v_i].id)),
         'attach a job only to a run of its own tenant_id, or pass NULL to start a new run');
     end if;
+  end if;
+
+  -- Busy keys: the specs whose key is busy insert nothing (jobs._enqueue_busy). Looked for in
+  -- one statement, which reads jobs_data.job_types only for a spec with a key.
+  if p_busy and exists (select from unnest(p_specs) as s
+                        join jobs_data.job_types as t on t.name = s.name
+                        where s.concurrency_key is not null and s.parent_id is null
+                          and t.when_busy <> 'queue') then
+    return query select * from jobs._enqueue_busy(p_specs, p_caller);
+    return;
   end if;
 
   -- Ordering keys (sql/ordering.sql): under their rows' locks, a spec whose key has a live job,
@@ -1799,7 +1914,10 @@ begin
   -- and needs no run check: the same check, ids, insert and wake-up as jobs._enqueue, without
   -- the batch's statements around them (single enqueues ran 20% faster; docs/BENCHMARKS.md).
   if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null
-     and enqueue.parent_id is null and enqueue.ordering_key is null then
+     and enqueue.parent_id is null and enqueue.ordering_key is null
+     and (enqueue.concurrency_key is null
+          or not exists (select from jobs_data.job_types as t
+                         where t.name = enqueue.name and t.when_busy <> 'queue')) then
     v_problem := jobs._spec_problem(v_spec);
     if v_problem is not null then
       perform jobs._raise(v_problem[1], 'jobs.enqueue: ' || v_problem[2], v_problem[3]);
@@ -1822,7 +1940,7 @@ $$;
 comment on function jobs.enqueue is
   'Enqueue one job. Returns (id, run_id, deduped, action); deduped is true when a live job of the '
   'same name and tenant already holds idempotency_key (or the caller-allocated id exists), and '
-  'action says what was done: inserted, returned, replaced or debounced.';
+  'action says what was done: inserted, returned, replaced, debounced or skipped (when_busy).';
 
 create function jobs._enqueue_json(specs jsonb, p_caller text)
 returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
@@ -1933,6 +2051,7 @@ begin
   with c as (  -- a lookup per candidate, not a join (see the UPDATE in jobs.claim)
     select u.id, u.name, u.bury, u.ord, k.concurrency_key, k.tenant, t.concurrency, t.rate_limit,
            t.rate_period, coalesce(t.rate_limit_per_key, false) as per_key,
+           coalesce(t.key_concurrency, 1) as key_limit,
            (t.concurrency is null and t.rate_limit is null
               or (hashtext('name:' || u.name) & 1023) || ':' || k.tenant = any(v_locked))
            and (k.concurrency_key is null
@@ -1940,7 +2059,8 @@ begin
     from unnest(p_ids, p_names, p_bury) with ordinality as u(id, name, bury, ord)
     cross join lateral (select j.concurrency_key, coalesce(j.tenant_id, '') as tenant
                         from jobs_data.jobs as j where j.id = u.id) as k
-    left join lateral (select t.concurrency, t.rate_limit, t.rate_period, t.rate_limit_per_key
+    left join lateral (select t.concurrency, t.rate_limit, t.rate_period, t.rate_limit_per_key,
+                              t.key_concurrency
                        from jobs_data.job_types as t where t.name = u.name) as t on true
   ),
   -- The jobs running now under a candidate's name or key. No candidate is among them: a
@@ -1961,6 +2081,10 @@ begin
   ),
   held_per_name as (
     select h.name, h.tenant, count(*) as n from held as h group by h.name, h.tenant
+  ),
+  held_per_key as (
+    select h.concurrency_key, h.tenant, count(*) as n from held as h
+    where h.concurrency_key is not null group by h.concurrency_key, h.tenant
   ),
   -- The starts in each rate-limited name's window, per name and key.
   started as (
@@ -1987,12 +2111,10 @@ begin
            r.rate_limit is not null
     from ranked as r
     left join held_per_name as hn on hn.name = r.name and hn.tenant = r.tenant
+    left join held_per_key as hk on hk.concurrency_key = r.concurrency_key and hk.tenant = r.tenant
     where r.locked
       and (r.concurrency is null or r.nth_of_name + coalesce(hn.n, 0) <= r.concurrency)
-      and (r.concurrency_key is null
-           or (r.nth_of_key = 1
-               and not ((r.concurrency_key, r.tenant) in (select h.concurrency_key, h.tenant from held as h
-                                                          where h.concurrency_key is not null))))
+      and (r.concurrency_key is null or r.nth_of_key + coalesce(hk.n, 0) <= r.key_limit)
       and (r.rate_limit is null
            or case when r.per_key
                 then r.nth_of_name_key + coalesce((select s.n from started as s where s.name = r.name

@@ -39,8 +39,8 @@
 
 -- The candidates (in claim order) that fit their limits, at most p_max of them to start and
 -- every burial (which takes no slot):
--- jobs_data.job_types.concurrency (running jobs of a name, fleet-wide), concurrency_key (one
--- running job per key), and rate_limit per rate_period (jobs of a name started in any window
+-- jobs_data.job_types.concurrency (running jobs of a name, fleet-wide), concurrency_key (at
+-- most key_concurrency running jobs per key, one by default), and rate_limit per rate_period (jobs of a name started in any window
 -- of that length, or of a name and key with rate_limit_per_key). Buried candidates always pass:
 -- burying is neither running nor starting. Called by jobs.claim with the candidate rows locked.
 --
@@ -95,6 +95,7 @@ begin
   with c as (  -- a lookup per candidate, not a join (see the UPDATE in jobs.claim)
     select u.id, u.name, u.bury, u.ord, k.concurrency_key, k.tenant, t.concurrency, t.rate_limit,
            t.rate_period, coalesce(t.rate_limit_per_key, false) as per_key,
+           coalesce(t.key_concurrency, 1) as key_limit,
            (t.concurrency is null and t.rate_limit is null
               or (hashtext('name:' || u.name) & 1023) || ':' || k.tenant = any(v_locked))
            and (k.concurrency_key is null
@@ -102,7 +103,8 @@ begin
     from unnest(p_ids, p_names, p_bury) with ordinality as u(id, name, bury, ord)
     cross join lateral (select j.concurrency_key, coalesce(j.tenant_id, '') as tenant
                         from jobs_data.jobs as j where j.id = u.id) as k
-    left join lateral (select t.concurrency, t.rate_limit, t.rate_period, t.rate_limit_per_key
+    left join lateral (select t.concurrency, t.rate_limit, t.rate_period, t.rate_limit_per_key,
+                              t.key_concurrency
                        from jobs_data.job_types as t where t.name = u.name) as t on true
   ),
   -- The jobs running now under a candidate's name or key. No candidate is among them: a
@@ -123,6 +125,10 @@ begin
   ),
   held_per_name as (
     select h.name, h.tenant, count(*) as n from held as h group by h.name, h.tenant
+  ),
+  held_per_key as (
+    select h.concurrency_key, h.tenant, count(*) as n from held as h
+    where h.concurrency_key is not null group by h.concurrency_key, h.tenant
   ),
   -- The starts in each rate-limited name's window, per name and key.
   started as (
@@ -149,12 +155,10 @@ begin
            r.rate_limit is not null
     from ranked as r
     left join held_per_name as hn on hn.name = r.name and hn.tenant = r.tenant
+    left join held_per_key as hk on hk.concurrency_key = r.concurrency_key and hk.tenant = r.tenant
     where r.locked
       and (r.concurrency is null or r.nth_of_name + coalesce(hn.n, 0) <= r.concurrency)
-      and (r.concurrency_key is null
-           or (r.nth_of_key = 1
-               and not ((r.concurrency_key, r.tenant) in (select h.concurrency_key, h.tenant from held as h
-                                                          where h.concurrency_key is not null))))
+      and (r.concurrency_key is null or r.nth_of_key + coalesce(hk.n, 0) <= r.key_limit)
       and (r.rate_limit is null
            or case when r.per_key
                 then r.nth_of_name_key + coalesce((select s.n from started as s where s.name = r.name

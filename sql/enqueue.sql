@@ -264,8 +264,116 @@ begin
 end
 $$;
 
+-- Busy keys (jobs_data.job_types.when_busy), for jobs.enqueue and jobs.enqueue_batch: a spec
+-- with a concurrency_key (and no parent: a child always lands, its parent counts it) whose
+-- job type says
+--   'skip'     while the key is at its limit (key_concurrency of its jobs running) inserts
+--              nothing and answers the key's running job that started first ('skipped');
+--   'replace'  while a job of its name and key waits to start (ready or delayed, never run)
+--              gives that job its payload and answers it ('replaced'): at most one waits.
+-- The other specs are inserted by jobs._enqueue. One row per spec, in order, as it answers.
+--
+-- Races: 'skip' reads the running jobs as committed when it looks, and needs no lock: an
+-- enqueue that saw the key below its limit is one that came before the claim it raced (the
+-- claim could not see its job either). 'replace' must not let two enqueues each find no
+-- waiting job and insert one: they take the key's lock slot (2048-3071, none of the claims'
+-- slots) until they commit, so the second finds the first's job. The waiting job is updated
+-- only while it still waits: a claim that took it meanwhile leaves the update nothing, and
+-- the spec is inserted. A claim holding that job as a candidate is waited for; it never waits
+-- for these slots, so the wait is no cycle.
+create function jobs._enqueue_busy(p_specs jobs.job_spec[], p_caller text)
+returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_n      int := cardinality(p_specs);
+  v_now    timestamptz := jobs.clock();
+  v_modes  text[];
+  v_limits int[];
+  v_rest   int[] := '{}';  -- the ordinals of the specs jobs._enqueue inserts
+  v_done   int[] := '{}';  -- the ordinals answered here, and what they answer
+  v_ids    uuid[] := '{}';
+  v_runs   uuid[] := '{}';
+  v_acts   text[] := '{}';
+  v_dedup  boolean[] := '{}';
+  v_spec   jobs.job_spec;
+  v_got    record;
+  v_id     uuid;
+  v_run    uuid;
+  v_count  bigint;
+begin
+  select array_agg(coalesce(t.when_busy, 'queue') order by s.ordinality),
+         array_agg(coalesce(t.key_concurrency, 1) order by s.ordinality)
+    into v_modes, v_limits
+  from unnest(p_specs) with ordinality as s
+  left join jobs_data.job_types as t
+    on t.name = s.name and s.concurrency_key is not null and s.parent_id is null;
+  perform jobs._lock_slots(array_agg(coalesce(s.tenant_id, '')),
+                           array_agg(2048 + (hashtext('busy:' || s.concurrency_key) & 1023)), 'wait')
+  from unnest(p_specs) with ordinality as s
+  where v_modes[s.ordinality] = 'replace'
+  having count(*) > 0;
+
+  for v_i in 1 .. v_n loop
+    v_spec := p_specs[v_i];
+    v_id := null;
+    if v_modes[v_i] = 'skip' then
+      select (array_agg(j.id order by j.claimed_at, j.id))[1], (array_agg(j.run_id order by j.claimed_at, j.id))[1],
+             count(*)
+        into v_id, v_run, v_count
+      from jobs_data.jobs as j
+      where j.concurrency_key = v_spec.concurrency_key and j.state = 'running'
+        and coalesce(j.tenant_id, '') = coalesce(v_spec.tenant_id, '') and j.lease_expires_at > v_now;
+      if v_count < v_limits[v_i] then
+        v_id := null;
+      end if;
+    elsif v_modes[v_i] = 'replace' then
+      update jobs_data.jobs as j set payload = v_spec.payload, updated_at = v_now
+      where j.id = (select x.id from jobs_data.jobs as x
+                    where x.concurrency_key = v_spec.concurrency_key and x.name = v_spec.name
+                      and x.state in ('ready', 'delayed') and x.attempt = 0
+                      and coalesce(x.tenant_id, '') = coalesce(v_spec.tenant_id, '')
+                    order by x.enqueued_at, x.id limit 1)
+        and j.state in ('ready', 'delayed') and j.attempt = 0  -- (still waiting: see the header)
+      returning j.id, j.run_id into v_id, v_run;
+      if v_id is null then
+        -- None waits: this one is inserted now, so that a later spec of the key finds it.
+        select e.id, e.run_id, e.deduped, e.action into v_got
+        from jobs._enqueue(array[v_spec], p_caller, false) as e;
+        v_done := v_done || v_i;
+        v_ids := v_ids || v_got.id;
+        v_runs := v_runs || v_got.run_id;
+        v_dedup := v_dedup || v_got.deduped;
+        v_acts := v_acts || v_got.action;
+        continue;
+      end if;
+    end if;
+    if v_id is null then
+      v_rest := v_rest || v_i;
+    else
+      v_done := v_done || v_i;
+      v_ids := v_ids || v_id;
+      v_runs := v_runs || v_run;
+      v_dedup := v_dedup || true;
+      v_acts := v_acts || case v_modes[v_i] when 'skip' then 'skipped' else 'replaced' end;
+    end if;
+  end loop;
+
+  return query
+  select d.o, d.id, d.run, d.dedup, d.act
+  from unnest(v_done, v_ids, v_runs, v_dedup, v_acts) as d(o, id, run, dedup, act)
+  union all
+  select v_rest[e.ordinal], e.id, e.run_id, e.deduped, e.action
+  from jobs._enqueue(array(select p_specs[r.o] from unnest(v_rest) with ordinality as r(o, n) order by r.n),
+                     p_caller, false) as e
+  where cardinality(v_rest) > 0
+  order by 1;
+end
+$$;
+
 -- Inserts p_specs, answering one row per spec in order: the job and whether it was deduped.
-create function jobs._enqueue(p_specs jobs.job_spec[], p_caller text)
+create function jobs._enqueue(p_specs jobs.job_spec[], p_caller text, p_busy boolean default true)
 returns table (ordinal int, id uuid, run_id uuid, deduped boolean, action text)
 language plpgsql volatile
 as $$
@@ -323,6 +431,16 @@ begin
                   coalesce(p_specs[v_i].run_id, p_specs[v_i].id)),
         'attach a job only to a run of its own tenant_id, or pass NULL to start a new run');
     end if;
+  end if;
+
+  -- Busy keys: the specs whose key is busy insert nothing (jobs._enqueue_busy). Looked for in
+  -- one statement, which reads jobs_data.job_types only for a spec with a key.
+  if p_busy and exists (select from unnest(p_specs) as s
+                        join jobs_data.job_types as t on t.name = s.name
+                        where s.concurrency_key is not null and s.parent_id is null
+                          and t.when_busy <> 'queue') then
+    return query select * from jobs._enqueue_busy(p_specs, p_caller);
+    return;
   end if;
 
   -- Ordering keys (sql/ordering.sql): under their rows' locks, a spec whose key has a live job,
@@ -552,7 +670,10 @@ begin
   -- and needs no run check: the same check, ids, insert and wake-up as jobs._enqueue, without
   -- the batch's statements around them (single enqueues ran 20% faster; docs/BENCHMARKS.md).
   if enqueue.idempotency_key is null and enqueue.id is null and enqueue.run_id is null
-     and enqueue.parent_id is null and enqueue.ordering_key is null then
+     and enqueue.parent_id is null and enqueue.ordering_key is null
+     and (enqueue.concurrency_key is null
+          or not exists (select from jobs_data.job_types as t
+                         where t.name = enqueue.name and t.when_busy <> 'queue')) then
     v_problem := jobs._spec_problem(v_spec);
     if v_problem is not null then
       perform jobs._raise(v_problem[1], 'jobs.enqueue: ' || v_problem[2], v_problem[3]);
@@ -574,7 +695,7 @@ $$;
 comment on function jobs.enqueue is
   'Enqueue one job. Returns (id, run_id, deduped, action); deduped is true when a live job of the '
   'same name and tenant already holds idempotency_key (or the caller-allocated id exists), and '
-  'action says what was done: inserted, returned, replaced or debounced.';
+  'action says what was done: inserted, returned, replaced, debounced or skipped (when_busy).';
 
 -- jobs.enqueue_batch, and jobs.spawn's enqueue of a child, named in refusals as p_caller.
 create function jobs._enqueue_json(specs jsonb, p_caller text)

@@ -11,8 +11,9 @@ comment on table jobs_data.maintenance is 'When jobs.sweep last pruned jobs.queu
 -- Locks that only pg_jobs's own functions can take: rows of a table no other role may read,
 -- locked with SELECT ... FOR NO KEY UPDATE. Claims under a concurrency limit serialise per
 -- name and key on slots 0-1023, and "no event yet, so suspend" against "publish, then wake"
--- per event on slots 1024-2047 (a key hashes to a slot: two keys may share one, which only
--- serialises them). Advisory locks would do the same, but their keys are public: any role
+-- per event on slots 1024-2047, and enqueues that replace a busy key's waiting job per key
+-- on slots 2048-3071 (a key hashes to a slot: two keys may share one, which only serialises
+-- them). Advisory locks would do the same, but their keys are public: any role
 -- that can connect could take and hold them and stall every limited claim and event wait.
 -- Each tenant has slots of its own (tenant ''; jobs of no tenant), made at its first use, so
 -- a tenant's open transaction holding every slot it can reach stalls only that tenant.
@@ -21,9 +22,10 @@ create table jobs_data.lock_slots (
   slot   int  not null,
   primary key (tenant, slot)
 );
-insert into jobs_data.lock_slots (slot) select generate_series(0, 2047);
+insert into jobs_data.lock_slots (slot) select generate_series(0, 3071);
 comment on table jobs_data.lock_slots is
-  'Lock slots for concurrency limits (0-1023) and events (1024-2047), per tenant; rows never change';
+  'Lock slots for concurrency limits (0-1023), events (1024-2047) and busy keys (2048-3071), '
+  'per tenant; rows never change';
 
 -- Locks the slots (p_tenants[i], p_slots[i]) in (tenant, slot) order, one lock order for all:
 -- p_how 'wait' waits for each and answers them all; 'skip' takes those free now and answers

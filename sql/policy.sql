@@ -23,7 +23,9 @@ begin atomic
          t.rate_period,
          coalesce(t.rate_limit_per_key, false),
          t.run_timeout,
-         t.non_retryable_errors
+         t.non_retryable_errors,
+         coalesce(t.key_concurrency, 1),
+         coalesce(t.when_busy, 'queue')
   from (select) as d
   left join jobs_data.job_types t on t.name = p_name;
 end;

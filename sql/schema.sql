@@ -85,7 +85,15 @@ create table jobs_data.job_types (
   -- Errors that end a job at once, however many attempts it has left: matched by jobs.fail
   -- against the names its worker passes (an exception's class and bases, its code).
   non_retryable_errors text[] check (cardinality(non_retryable_errors) <= 100
-                                     and array_position(non_retryable_errors, null) is null)
+                                     and array_position(non_retryable_errors, null) is null),
+  -- The most jobs of one concurrency_key running at once (of a job of this name: its key's
+  -- running jobs of any name count), fleet-wide, per tenant.
+  key_concurrency int not null default 1 check (key_concurrency between 1 and 10000),
+  -- What an enqueue with a concurrency_key does when its key is busy (sql/enqueue.sql,
+  -- jobs._enqueue_busy): 'queue' (waits its turn), 'skip' (at the key's limit: nothing
+  -- inserted, the running job answered), 'replace' (a job of the key waiting to start takes
+  -- the new payload: at most one waits).
+  when_busy text not null default 'queue' check (when_busy in ('queue', 'skip', 'replace'))
 );
 comment on table jobs_data.job_types is
   'Policy per job name: retries, backoff, dead-lettering, default lease, concurrency, timeout, rate limit';
@@ -207,6 +215,11 @@ create index jobs_run_deadline_idx on jobs_data.jobs (run_deadline)
 create index jobs_ordering_idx on jobs_data.jobs
   (queue, ordering_key, (coalesce(tenant_id, '')), (run_at = 'infinity'), enqueued_at, id)
   where ordering_key is not null and state in ('ready', 'delayed', 'running', 'suspended');
+
+-- Busy keys (jobs_data.job_types.when_busy): a concurrency key's running jobs and the ones
+-- waiting to start. Only keyed jobs are in it.
+create index jobs_busy_idx on jobs_data.jobs (concurrency_key, name)
+  where concurrency_key is not null and state in ('ready', 'delayed', 'running');
 
 -- (Fair queues have an index of their own, jobs_fair_idx, made when the first queue is made
 -- fair: sql/fairness.sql.)

@@ -319,6 +319,31 @@ def test_an_error_its_job_type_declares_non_retryable_dead_letters_at_once(db, s
     db.eventually("select state::text from jobs.jobs where id = %s", "delayed", args=(retried,), timeout=30)
     assert db.one("select attempt, last_error like '%%Timeout%%' from jobs.jobs where id = %s", (retried,)) == (1, True)
 
+
+def test_a_keys_jobs_run_at_most_key_concurrency_at_once_and_a_busy_key_skips(db, start_worker):
+    """23. A job type with key_concurrency 2 (@ultimat3's KeyedConcurrency) and when_busy
+    'skip' (WHEN_BUSY): six jobs of one key at concurrency 8 run two at a time (no three
+    runs of the key overlap), however many slots are free, and jobs of
+    another key run beside them. An enqueue while two run inserts nothing and answers a running
+    job (deduped, 'skipped'). The claim decides: a library that claimed past it, or ran two
+    claims' jobs as one, fails this."""
+    db.execute("insert into jobs.job_types (name, key_concurrency, when_busy) values ('sleep', 2, 'skip')")
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'sleep', "
+               "'concurrency_key', 'acct-1', 'payload', jsonb_build_object('ms', 300))) from generate_series(1, 6)))")
+    other = db.enqueue("sleep", {"ms": 300}, concurrency_key="acct-2")
+    start_worker(db, concurrency=8)
+    db.eventually("select count(*) from jobs.jobs where state = 'running' and concurrency_key = 'acct-1'", 2)
+    deduped, action = db.one("select deduped, action from jobs.enqueue('sleep', '{}', concurrency_key => 'acct-1')")
+    assert (deduped, action) == (True, "skipped")
+    db.eventually("select count(*) from jobs.jobs where state = 'completed'", 7, timeout=60)
+    assert db.one("select state::text from jobs.jobs where id = %s", (other,))[0] == "completed"
+    # Each ran once (attempt 1): the most of the key's runs under way at any one's start.
+    assert db.one("select max(attempt) from jobs.jobs where concurrency_key = 'acct-1'")[0] == 1
+    overlap = db.one("select max((select count(*) from jobs.jobs as b where b.concurrency_key = 'acct-1' "
+                     "and b.claimed_at <= a.claimed_at and b.finished_at > a.claimed_at)) "
+                     "from jobs.jobs as a where a.concurrency_key = 'acct-1'")[0]
+    assert overlap == 2
+
 def test_a_superusers_worker_calls_no_code_a_less_trusted_role_owns(db, start_worker):
     """19. A function of jobs owned by a role that is not a superuser (as the SQL-only edition's
     are, by the role that ran its file), replaced by that owner with code that would make it a

@@ -10,7 +10,8 @@ select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r
 from (select (to_jsonb(t) - 'tenant_id')::text as r from jobs.events t) as t;
 select 'job_types ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'rate_limit', 'rate_period', 'rate_limit_per_key',
-                                  'run_timeout', 'non_retryable_errors'])::text as r
+                                  'run_timeout', 'non_retryable_errors', 'key_concurrency',
+                                  'when_busy'])::text as r
       from jobs.job_types t) as t;
 select 'queues ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (t.queue, t.paused)::text as r from jobs.queues t

@@ -61,6 +61,9 @@
 -- 30. Non-retryable errors per job type (jobs.job_types.non_retryable_errors, matched by
 --     jobs.fail's error_names); claims report the jobs they buried (report_buried, and the
 --     buried attribute of jobs.claimed_job) for the libraries' onExhausted hooks.
+-- 31. Keyed concurrency above one (jobs.job_types.key_concurrency) and what an enqueue does
+--     when its key is busy (jobs.job_types.when_busy, jobs._enqueue_busy, jobs_busy_idx, and
+--     lock slots 2048-3071 in sql/internal.sql).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -358,6 +361,12 @@ select set_config('pg_jobs_upgrade.fail_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.fail(uuid, bigint, text, timestamptz, boolean);
+-- 31.
+alter table jobs_data.job_types
+  add column key_concurrency int not null default 1 check (key_concurrency between 1 and 10000),
+  add column when_busy text not null default 'queue' check (when_busy in ('queue', 'skip', 'replace'));
+create index jobs_busy_idx on jobs_data.jobs (concurrency_key, name)
+  where concurrency_key is not null and state in ('ready', 'delayed', 'running');
 alter type jobs.job_spec add attribute tags text[], add attribute meta jsonb,
   add attribute run_timeout interval;
 create index jobs_tags_idx on jobs_data.jobs using gin (tags) where tags is not null;

@@ -50,7 +50,7 @@ export interface Enqueued {
   runId: string;
   deduped: boolean;
   /** What the engine did: inserted, returned (deduped), replaced or debounced. */
-  action: 'inserted' | 'returned' | 'replaced' | 'debounced';
+  action: 'inserted' | 'returned' | 'replaced' | 'debounced' | 'skipped';
 }
 
 export interface EnqueueItem<P = unknown> extends EnqueueOptions {

@@ -19,6 +19,13 @@ export interface Policy {
    * failed where deadLetter is false): an error's `name`, its class's or a base class's name,
    * or its `code`. Matched by the engine, so a worker of another language decides the same. */
   nonRetryableErrors?: readonly string[];
+  /** The most jobs of one `concurrencyKey` running at once, fleet-wide (default 1). */
+  keyConcurrency?: number;
+  /** What an enqueue with a `concurrencyKey` does when its key is busy: `queue` (default: it
+   * waits its turn), `skip` (at the key's limit: nothing is inserted, the running job is
+   * answered, action `skipped`), `replace` (a job of the key waiting to start takes the new
+   * payload, action `replaced`: at most one waits). */
+  whenBusy?: 'queue' | 'skip' | 'replace';
 }
 
 export type Handler<P, R> = (payload: P, ctx: JobContext<P>) => Promise<R> | R;
@@ -90,6 +97,8 @@ export async function syncPolicies(db: Queryable, jobs: readonly JobDefinition[]
       ['rate_period', ms(p.rateLimit?.periodMs), 'interval'],
       ['rate_limit_per_key', p.rateLimit?.perKey, 'boolean'],
       ['non_retryable_errors', p.nonRetryableErrors, 'text[]'],
+      ['key_concurrency', p.keyConcurrency, 'int'],
+      ['when_busy', p.whenBusy, 'text'],
     ];
     const set = columns.filter(([, value]) => value !== undefined && value !== null);
     if (set.length === 0) continue;

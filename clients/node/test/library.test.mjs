@@ -75,15 +75,18 @@ test('drain runs a queue empty with the jobs given, and leaves the pool given as
   assert.equal(pool.listenerCount('error'), listeners, 'the worker took its error listener off the pool');
 });
 
-test('errorNames: the name, the classes and the code; nonRetryableErrors reach jobs.job_types', async () => {
+test('errorNames: the name, the classes and the code; the policy reaches jobs.job_types', async () => {
   class Invalid extends RangeError {}
   const err = Object.assign(new Invalid('bad'), { code: 'E_INVALID' });
   assert.deepEqual(errorNames(err), ['RangeError', 'Invalid', 'Error', 'E_INVALID']);
   assert.deepEqual(errorNames('a string'), []);
-  const picky = defineJob({ name: 'picky', policy: { nonRetryableErrors: ['RangeError'] }, handler: () => {} });
+  const picky = defineJob({
+    name: 'picky', policy: { nonRetryableErrors: ['RangeError'], keyConcurrency: 3, whenBusy: 'replace' }, handler: () => {},
+  });
   assert.equal(await syncPolicies(pool, [picky]), 1);
-  const { rows } = await pool.query("select non_retryable_errors from jobs.job_types where name = 'picky'");
-  assert.deepEqual(rows[0].non_retryable_errors, ['RangeError']);
+  const { rows } = await pool.query(
+    "select non_retryable_errors, key_concurrency, when_busy from jobs.job_types where name = 'picky'");
+  assert.deepEqual(rows[0], { non_retryable_errors: ['RangeError'], key_concurrency: 3, when_busy: 'replace' });
 });
 
 test('a hook that throws is logged with its code and changes nothing', async () => {

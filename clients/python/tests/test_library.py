@@ -105,7 +105,8 @@ def test_error_names_are_the_class_its_bases_and_its_code() -> None:
 
 def test_non_retryable_errors_reach_job_types_and_a_sync_hook_that_raises_changes_nothing(
         dsn: str, caplog: pytest.LogCaptureFixture) -> None:
-    @pg_jobs.job("picky", queue="picky", non_retryable_errors=["ValueError"])
+    @pg_jobs.job("picky", queue="picky", non_retryable_errors=["ValueError"],
+                 policy=pg_jobs.Policy(key_concurrency=3, when_busy="replace"))
     def picky(payload: Any, ctx: pg_jobs.Context) -> None:
         raise ValueError("bad input")
 
@@ -117,8 +118,8 @@ def test_non_retryable_errors_reach_job_types_and_a_sync_hook_that_raises_change
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert pg_jobs.sync_policies(conn, [picky]) == 1
-        assert conn.execute("select non_retryable_errors from jobs.job_types where name = 'picky'").fetchone() == (
-            ["ValueError"],)
+        assert conn.execute("select non_retryable_errors, key_concurrency, when_busy from jobs.job_types "
+                            "where name = 'picky'").fetchone() == (["ValueError"], 3, "replace")
         job = pg_jobs.enqueue(conn, picky, {}, max_attempts=5)
     drain(pg_jobs.Worker(dsn, jobs=[picky], queues=["picky"], on_settled=on_settled,
                          on_exhausted=lambda jobs: told.extend(j.id for j in jobs)))

@@ -30,7 +30,8 @@ class Enqueued:
     id: uuid.UUID
     run_id: uuid.UUID
     deduped: bool
-    #: What the engine did: inserted, returned (deduped), replaced or debounced (``on_conflict``).
+    #: What the engine did: inserted, returned (deduped), replaced or debounced (``on_conflict``),
+    #: or for a busy key (``when_busy``) skipped or replaced.
     action: str = "inserted"
 
 

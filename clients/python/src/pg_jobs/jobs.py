@@ -36,6 +36,13 @@ class Policy:
     #: ``code`` (``sqlstate`` for a database error). Matched by the engine, so a worker of
     #: another language decides the same.
     non_retryable_errors: tuple[str, ...] | None = None
+    #: The most jobs of one ``concurrency_key`` running at once, fleet-wide (the table's default: 1).
+    key_concurrency: int | None = None
+    #: What an enqueue with a ``concurrency_key`` does when its key is busy: 'queue' (it waits its
+    #: turn), 'skip' (at the key's limit: nothing inserted, the running job answered, action
+    #: 'skipped'), 'replace' (a job of the key waiting to start takes the new payload: at most
+    #: one waits).
+    when_busy: str | None = None
 
 
 @dataclass(frozen=True)
