@@ -7,6 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
+import http from 'node:http';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { admin, makeDatabase } from './database.mjs';
@@ -265,6 +266,49 @@ test('pg-jobs worker runs a TypeScript module through tsx; without tsx it says h
     rmSync(bare, { recursive: true });
     assert.equal(run.status, 1, run.stderr);
     assert.match(run.stderr, /npm install --save-dev tsx.*node --import tsx node_modules\/\.bin\/pg-jobs worker jobs\.ts/s);
+  }
+});
+
+test('pg-jobs enqueue prints the id, the same one for a taken key; bad JSON exits 2 and enqueues nothing', async () => {
+  const cli = (...args) => spawnSync(process.execPath, ['dist/cjs/cli.js', 'enqueue', '--dsn', dsn, ...args], { encoding: 'utf8' });
+  const first = cli('from_shell', '{"n": 1}', '--queue', 'shell', '--idempotency-key', 'nightly', '--max-attempts', '3');
+  assert.equal(first.status, 0, first.stderr);
+  const again = cli('from_shell', '{"n": 2}', '--queue', 'shell', '--idempotency-key', 'nightly');
+  assert.equal(again.stdout, `${first.stdout.trim()} (an existing job: its key was taken)\n`);
+  const { rows } = await pool.query('select queue, payload, max_attempts from jobs.jobs where id = $1', [first.stdout.trim()]);
+  assert.deepEqual(rows, [{ queue: 'shell', payload: { n: 1 }, max_attempts: 3 }]);
+  const bad = cli('from_shell', '{not json', '--queue', 'shell');
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /PAYLOAD is not JSON/);
+  assert.equal((await pool.query("select count(*)::int as n from jobs.jobs where queue = 'shell'")).rows[0].n, 1);
+});
+
+test('pg-jobs worker --metrics-port serves jobs_total for what it ran', async () => {
+  writeFileSync('metered_jobs.mjs', "import { defineJob } from 'pg-jobs';\n"
+    + "export const metered = defineJob({ name: 'metered', queue: 'metered', handler: () => ({ ok: true }) });\n");
+  try {
+    const { id } = await enqueue(pool, 'metered', {}, { queue: 'metered' });
+    const port = 54470 + (process.pid % 20);
+    const worker = spawn(process.execPath, ['dist/cjs/cli.js', 'worker', '--dsn', dsn, '--queue', 'metered',
+      '--metrics-port', String(port), 'metered_jobs.mjs'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    worker.stderr.on('data', (d) => { log += d; });
+    assert.equal((await waitForJob(pool, id, 30_000)).state, 'completed', log);
+    let text = '';
+    for (let i = 0; i < 100 && !text.includes('outcome="completed"'); i++) {
+      text = await new Promise((resolve) => {
+        http.get(`http://127.0.0.1:${port}/metrics`, (res) => {
+          let body = '';
+          res.on('data', (d) => { body += d; }).on('end', () => resolve(body));
+        }).on('error', () => resolve(''));
+      });
+      if (!text.includes('outcome="completed"')) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    worker.kill('SIGTERM');
+    assert.equal(await new Promise((resolve) => worker.on('exit', resolve)), 0, log);
+    assert.match(text, /jobs_total\{queue="metered",name="metered",outcome="completed"\} 1/);
+  } finally {
+    rmSync('metered_jobs.mjs');
   }
 });
 
