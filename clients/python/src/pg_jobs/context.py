@@ -17,16 +17,12 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.types.json import Jsonb
 
+from . import queries as q
 from .errors import from_driver
 from .jobs import JobDefinition
 
 T = TypeVar("T")
 
-CLAIMED_COLUMNS = (
-    "id, run_id, name, queue, payload, attempt, max_attempts, claim, deadline, tenant_id, parent_id, "
-    "priority, enqueued_at, last_error, tags, meta, "
-    "extract(epoch from deadline - clock_timestamp())::float8 as time_left, buried"
-)
 
 
 @dataclass(frozen=True)
@@ -111,15 +107,15 @@ class _Durable:
             raise from_driver(err) from None
 
     async def saved_step(self, name: str) -> tuple[bool, Any]:
-        rows = await self._call("select done, output from jobs.get_step(%s, %s)", (self.job.run_id, name))
+        rows = await self._call(q.GET_STEP, (self.job.run_id, name))
         return (True, rows[0][1]) if rows and rows[0][0] else (False, None)
 
     async def save_step(self, name: str, output: Any) -> None:
-        await self._call("select jobs.save_step(%s, %s, %s, %s)", (self.job.id, self.job.claim, name, Jsonb(output)))
+        await self._call(q.SAVE_STEP, (self.job.id, self.job.claim, name, Jsonb(output)))
 
     async def wait_for_event(self, name: str, key: str | None, timeout: float | None) -> EventResult:
         rows = await self._call(
-            "select status, payload from jobs.await_event(%s, %s, %s, %s, %s)",
+            q.AWAIT_EVENT,
             (self.job.id, self.job.claim, name, key, None if timeout is None else dt.timedelta(seconds=timeout)))
         if not rows or rows[0][0] == "waiting":
             raise Parked(f"waiting for event {name}")
@@ -133,17 +129,17 @@ class _Durable:
         if queue is not None:
             item["queue"] = queue
         item.update({k: v for k, v in options.items() if v is not None})
-        rows = await self._call("select id, deduped from jobs.spawn(%s, %s, %s)",
+        rows = await self._call(q.SPAWN,
                                 (self.job.id, self.job.claim, Jsonb(item)))
         return rows[0][0], rows[0][1]
 
     async def sleep(self, step: str, until: dt.datetime) -> None:
-        rows = await self._call("select jobs.sleep(%s, %s, %s, %s)", (self.job.id, self.job.claim, step, until))
+        rows = await self._call(q.SLEEP, (self.job.id, self.job.claim, step, until))
         if not rows or not rows[0][0]:
             raise Parked(f"asleep until {until.isoformat()}")
 
     async def await_children(self) -> list[ChildResult]:
-        rows = await self._call("select status, children from jobs.await_children(%s, %s)", (self.job.id, self.job.claim))
+        rows = await self._call(q.AWAIT_CHILDREN, (self.job.id, self.job.claim))
         if not rows or rows[0][0] == "waiting":
             raise Parked("waiting for its children")
         return [ChildResult(id=uuid.UUID(c["id"]), name=c["name"], state=c["state"], result=c.get("result"),

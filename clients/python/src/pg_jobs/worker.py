@@ -27,7 +27,8 @@ from psycopg.pq import TransactionStatus
 
 from .arrays import Int8Array, TextArray, UuidArray, int8_array, text_array, uuid_array
 from .connection import Backoff, OwnConnection, Pool, Slot
-from .context import CLAIMED_COLUMNS, AsyncContext, Context, Job, Parked
+from . import queries as q
+from .context import AsyncContext, Context, Job, Parked
 from .deadlines import Deadlines
 from .errors import CODES, INSTALL_HINT, NonRetryable, RetryAfter, error_names, from_driver, is_connection_error
 from .hooks import Hooks, OnExhausted, OnSettled
@@ -112,7 +113,7 @@ class Worker:
         if isinstance(concurrency, int):
             self._groups = [_Group(self.queues, concurrency)]
         else:
-            self._groups = [_Group([q], n) for q, n in concurrency.items() if n > 0]
+            self._groups = [_Group([queue], n) for queue, n in concurrency.items() if n > 0]
         self.concurrency = sum(g.free for g in self._groups)
         if self.concurrency < 1:
             raise ValueError("pg_jobs.Worker: concurrency must be at least 1")
@@ -173,12 +174,7 @@ class Worker:
         backoff = Backoff(0.2, 10.0)
         while True:
             try:
-                version, preloaded, installed = (await self._control.query(
-                    "select current_setting('server_version'), "
-                    "(select setting ~ 'pg_jobs' from pg_settings where name = 'shared_preload_libraries'), "
-                    # the extension (or its pg_tle form), or the SQL-only edition's file
-                    "exists (select from pg_extension where extname = 'pg_jobs') "
-                    "or to_regnamespace('jobs_config') is not null"))[0]
+                version, preloaded, installed = (await self._control.query(q.SERVER))[0]
                 break
             except Exception as err:  # noqa: BLE001 (any database error: try again)
                 if self._stopping:
@@ -193,7 +189,7 @@ class Worker:
             if owners:
                 raise UntrustedOwner(owners)
         try:
-            self._max_result = (await self._control.query("select jobs.max_payload_size()"))[0][0]
+            self._max_result = (await self._control.query(q.MAX_PAYLOAD_SIZE))[0][0]
         except Exception:  # noqa: BLE001 (an older server: the engine's limit alone)
             self._max_result = None
         if self.metrics_port is not None:
@@ -201,7 +197,7 @@ class Worker:
             self.metrics = self.metrics or prometheus.PrometheusMetrics()
             prometheus.serve(self.metrics_port)
         self.log.info("pg_jobs worker started: queues=%s concurrency=%d jobs=%s server=%s preloaded=%s worker_id=%s",
-                      ",".join(q for g in self._groups for q in g.queues), self.concurrency,
+                      ",".join(queue for g in self._groups for queue in g.queues), self.concurrency,
                       ",".join(self.jobs), version, preloaded, self.worker_id)
         self._loops = [asyncio.create_task(self._dispatch(g)) for g in self._groups]
         self._loops.append(asyncio.create_task(self._heartbeats()))
@@ -310,7 +306,7 @@ class Worker:
         try:
             if free > 0:
                 cur = await slot.conn.execute(
-                    f"select {CLAIMED_COLUMNS} from jobs.complete_and_claim(%b, %b, %s, %b, %s, %s, %s::jsonb[], %s)",
+                    q.COMPLETE_AND_CLAIM,
                     (ids, claims, self.worker_id, group.queue_array, free, self._lease, results,
                      self._report_buried),
                     prepare=self._prepared, binary=True)
@@ -342,7 +338,7 @@ class Worker:
             job = held.job
             error: str | None = None
             try:
-                cur = await slot.conn.execute("select jobs.complete(%s, %s, %s)", (job.id, job.claim, encoded(result)))
+                cur = await slot.conn.execute(q.COMPLETE, (job.id, job.claim, encoded(result)))
                 row = await cur.fetchone()
                 outcome: Outcome = "completed" if row and row[0] else "lost"
             except psycopg.Error as err:
@@ -357,7 +353,7 @@ class Worker:
         """Fails a held job for good (no retry): its result could not be settled."""
         job = held.job
         try:
-            cur = await slot.conn.execute("select jobs.fail(%s, %s, %s, null, false)", (job.id, job.claim, error))
+            cur = await slot.conn.execute(q.FAIL_FOR_GOOD, (job.id, job.claim, error))
             row = await cur.fetchone()
             return row[0] if row and row[0] else "lost"
         except psycopg.Error as err:
@@ -378,7 +374,7 @@ class Worker:
 
     async def _complete_many(self, slot: Slot, ids: UuidArray, claims: Int8Array,
                              results: list[Any] | None) -> set[Any]:
-        cur = await slot.conn.execute("select id, landed from jobs.complete_many(%b, %b, %s::jsonb[])",
+        cur = await slot.conn.execute(q.COMPLETE_MANY,
                                       (ids, claims, results), prepare=self._prepared)
         return {r[0] for r in await cur.fetchall() if r[1]}
 
@@ -400,7 +396,7 @@ class Worker:
         claim that sleeps in the server for work (while it does, an ending job completes
         itself). Without the look, a claim answered short was followed by a sleeping one, and
         every job of the batch running then completed with a commit of its own."""
-        query = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %b, %s, %s, %s, %s)"
+        query = q.CLAIM
         lease, buried = self._lease, self._report_buried
         cur = await slot.conn.execute(query, (self.worker_id, group.queue_array, group.free, lease, None, buried),
                                       prepare=self._prepared, binary=True)
@@ -531,7 +527,7 @@ class Worker:
 
     async def _unknown(self, group: _Group, job: Job) -> None:
         try:
-            await self._control.query("select jobs.snooze(%s, %s, clock_timestamp() + %s)",
+            await self._control.query(q.SNOOZE_FOR,
                                       (job.id, job.claim, dt.timedelta(seconds=self.unknown_snooze)))
             if job.name not in self._warned:
                 self._warned.add(job.name)
@@ -618,12 +614,12 @@ class Worker:
         if held.reason is not None:
             await self._rollback(slot, in_tx)
             if held.reason == "shutdown":
-                await conn.execute("select jobs.snooze(%s, %s, clock_timestamp())", (job.id, job.claim))
+                await conn.execute(q.SNOOZE_NOW, (job.id, job.claim))
             return self._stopped_outcome(held), None
         if isinstance(thrown, Parked):
             await self._rollback(slot, in_tx)
             if thrown.until is not None:
-                await conn.execute("select jobs.snooze(%s, %s, %s)", (job.id, job.claim, thrown.until))
+                await conn.execute(q.SNOOZE, (job.id, job.claim, thrown.until))
             return "parked", None
         if thrown is None and status == TransactionStatus.INERROR:
             thrown = RuntimeError("the handler's transaction failed (a statement of it raised) and was rolled back")
@@ -638,7 +634,7 @@ class Worker:
                 raise thrown
             error = describe(thrown)
             retry_at = thrown.at if isinstance(thrown, RetryAfter) else None
-            cur = await conn.execute("select jobs.fail(%s, %s, %s, %s, %s, %s)",
+            cur = await conn.execute(q.FAIL,
                                      (job.id, job.claim, error, retry_at, not isinstance(thrown, NonRetryable),
                                       error_names(thrown)))
             row = await cur.fetchone()
@@ -646,7 +642,7 @@ class Worker:
         if not in_tx and self._leave_to_dispatcher(held, slot):
             return None, None
         try:
-            cur = await conn.execute("select jobs.complete(%s, %s, %s)", (job.id, job.claim, encoded(held.encoded or "null")))
+            cur = await conn.execute(q.COMPLETE, (job.id, job.claim, encoded(held.encoded or "null")))
         except psycopg.Error as err:
             if is_transient(err):
                 raise
@@ -687,7 +683,7 @@ class Worker:
                          "its connection is closed", job.id, held.reason)
         if held.reason == "shutdown":  # handed back on the control connection
             try:
-                await self._control.query("select jobs.snooze(%s, %s, clock_timestamp())", (job.id, job.claim))
+                await self._control.query(q.SNOOZE_NOW, (job.id, job.claim))
             except Exception as err:  # noqa: BLE001 (left to its lease)
                 self.log.warning("could not hand job %s back: %s", job.id, first_line(err))
         if slot is not None:
@@ -750,7 +746,7 @@ class Worker:
             return
         try:
             rows = await self._control.query(
-                "select h.id, jobs.heartbeat(h.id, h.claim) from unnest(%s::uuid[], %s::bigint[]) as h(id, claim)",
+                q.HEARTBEATS,
                 ([h.job.id for h in helds], [h.job.claim for h in helds]))
         except Exception as err:  # noqa: BLE001 (tried again at the next beat)
             self.log.warning("heartbeat failed; trying again: %s", first_line(err))
@@ -806,8 +802,7 @@ class Worker:
         if self._claiming:
             try:
                 await self._control.query(
-                    "select pg_cancel_backend(a.pid) from pg_stat_activity as a where a.pid = any(%s) "
-                    "and a.state = 'active' and a.query like '%%jobs.claim(%%'", (list(self._claiming),))
+                    q.CANCEL_WAITING_CLAIMS, (list(self._claiming),))
             except Exception:  # noqa: BLE001
                 pass
         dispatchers = self._loops[:len(self._groups)]
@@ -822,7 +817,7 @@ class Worker:
             await asyncio.gather(*self._letting_go, return_exceptions=True)
         for held in list(self._held.values()):
             try:
-                await self._control.query("select jobs.snooze(%s, %s, clock_timestamp())", (held.job.id, held.job.claim))
+                await self._control.query(q.SNOOZE_NOW, (held.job.id, held.job.claim))
             except Exception as err:  # noqa: BLE001
                 self.log.warning("could not hand job %s back: %s", held.job.id, first_line(err))
             self._ended(held, "handed_back", time.monotonic())
