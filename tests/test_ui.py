@@ -500,7 +500,7 @@ def test_every_page_and_action_in_a_browser(filled, browser):
 
 def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
     one(dsn, "insert into jobs.job_types (name, concurrency, timeout) values ('send_email', 5, '1 minute')")
-    policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter "
+    policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter, key_concurrency, when_busy "
               "from jobs.job_types where name = %s")
     with ui(dsn) as base:
         csrf = csrf_of(base, "/types")
@@ -512,14 +512,16 @@ def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
         form = page[page.index('name="name" value="send_email"'):]
         fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form[:form.index("</form>")]))
         assert fields["concurrency"] == "5" and fields["max_attempts"] == "25"
-        saved = {**fields, "csrf": csrf, "max_attempts": "3", "concurrency": ""}
+        saved = {**fields, "csrf": csrf, "max_attempts": "3", "concurrency": "", "key_concurrency": "2",
+                 "when_busy": "skip"}
         status, _, text = request(base, "POST", "/types", saved)
         assert status == 200 and "Saved the policy of" in text, text
         with psycopg.connect(dsn) as conn:
-            assert conn.execute(policy, ("send_email",)).fetchone() == (3, "exponential", None, "00:01:00", True)
+            assert conn.execute(policy, ("send_email",)).fetchone() == (3, "exponential", None, "00:01:00", True, 2, "skip")
             before = conn.execute("select t::text from jobs.job_types as t order by name").fetchall()
         for bad, said in [({"max_attempts": "0"}, "violates check constraint"),
                           ({"jitter": "lots"}, "invalid input syntax"),
+                          ({"when_busy": "sometimes"}, "violates check constraint"),
                           ({"name": "nobody"}, "no job type is named")]:
             status, _, text = request(base, "POST", "/types", {**saved, **bad})
             assert status == 400 and said in text, (bad, text)

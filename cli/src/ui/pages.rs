@@ -984,7 +984,7 @@ pub async fn schedule_op(
 }
 
 /// The columns of jobs.job_types a page edits, and the cast of each (NULL: an empty field).
-const POLICY: [(&str, &str); 12] = [
+const POLICY: [(&str, &str); 14] = [
     ("max_attempts", "$::text::int"),
     ("backoff", "$::text"),
     ("backoff_base", "$::text::interval"),
@@ -997,6 +997,8 @@ const POLICY: [(&str, &str); 12] = [
     ("rate_limit", "nullif($::text, '')::int"),
     ("rate_period", "nullif($::text, '')::interval"),
     ("rate_limit_per_key", "$::text::boolean"),
+    ("key_concurrency", "$::text::int"),
+    ("when_busy", "$::text"),
 ];
 
 pub async fn types(State(app): State<Arc<App>>) -> Page {
