@@ -111,7 +111,23 @@ begin atomic
       'run_timeout must be more than 0 and at most 365 days, got ' || s.run_timeout,
       'pass the most the whole run (every attempt, waits included) may take, e.g. ''1 hour'', '
       'or NULL for the job type''s']
+    when length(s.enqueued_by) not between 1 and 200 then array['22023',
+      'enqueued_by must be 1 to 200 characters, got ' || length(s.enqueued_by),
+      'pass a short service name, e.g. ''billing-api'', or NULL for application_name']
   end;
+end;
+
+-- Who enqueues a job, as jobs.jobs.enqueued_by keeps it: a child is its parent's ('job <id>');
+-- else the role (the one SET ROLE chose, else the session's, so a caller cannot name another)
+-- with, in parentheses, the label it gave (enqueued_by) or else its application_name.
+create function jobs._enqueuer(p_label text, p_parent uuid)
+returns text
+language sql stable
+begin atomic
+  select case when p_parent is not null then 'job ' || p_parent
+    else coalesce(nullif(current_setting('role'), 'none'), session_user::text)
+         || coalesce(' (' || coalesce(p_label, nullif(current_setting('application_name'), '')) || ')', '')
+    end;
 end;
 
 -- How a refusal of jobs.enqueue or jobs.enqueue_batch names what it refuses: 'jobs.enqueue: '
@@ -198,7 +214,8 @@ begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                              tags, meta, run_timeout, run_deadline, ordering_key, fair_group)
+                              tags, meta, run_timeout, run_deadline, ordering_key, fair_group,
+                              enqueued_by)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now or p_parked[s.ordinality] then 'delayed' else 'ready' end::jobs.job_state,
          s.priority,
@@ -208,7 +225,8 @@ begin
          s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
          nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
          p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
-         jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key)
+         jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key),
+         jobs._enqueuer(s.enqueued_by, s.parent_id)
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p
   left join jobs_data.queues as fq on fq.queue = s.queue;  -- (fair queues: sql/fairness.sql)
@@ -509,7 +527,8 @@ begin
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                                  tags, meta, run_timeout, run_deadline, ordering_key, fair_group)
+                                  tags, meta, run_timeout, run_deadline, ordering_key, fair_group,
+                                  enqueued_by)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now or v_parked[o.i] then 'delayed' else 'ready' end::jobs.job_state,
              s.priority,
@@ -520,7 +539,8 @@ begin
              s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
              nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
              v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
-             jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key)
+             jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key),
+             jobs._enqueuer(s.enqueued_by, s.parent_id)
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -655,13 +675,14 @@ create function jobs.enqueue(
   tags            text[]      default null,
   meta            jsonb       default null,
   run_timeout     interval    default null,
-  ordering_key    text        default null
+  ordering_key    text        default null,
+  enqueued_by     text        default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
   v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
-                                 $14, $15, $16, $17, $18, $19);
+                                 $14, $15, $16, $17, $18, $19, $20);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -728,7 +749,7 @@ begin
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
                         'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
-                        'debounce_max', 'tags', 'meta', 'run_timeout', 'ordering_key')
+                        'debounce_max', 'tags', 'meta', 'run_timeout', 'ordering_key', 'enqueued_by')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -743,7 +764,7 @@ begin
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
                  r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max, r.tags, r.meta,
-                 r.run_timeout, r.ordering_key)::jobs.job_spec
+                 r.run_timeout, r.ordering_key, r.enqueued_by)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);

@@ -169,7 +169,7 @@ begin
 
   -- Answered before: the same answer, whatever was published since.
   select s.output into v_memo from jobs_data.steps as s
-  where s.run_id = v_job.run_id and s.step = v_step;
+  where s.run_id = v_job.run_id and s.step = v_step and s.state = 'completed';
   if found then
     return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
     return;
@@ -187,8 +187,11 @@ begin
   end if;
 
   if v_memo is not null then
-    insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
-    values (v_job.run_id, v_step, v_memo, v_now, v_job.attempt);
+    insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, finished_at)
+    values (v_job.run_id, v_step, v_memo, v_now, v_job.attempt, v_now)
+    on conflict on constraint steps_pkey do update
+      set output = excluded.output, saved_at = v_now, attempt = excluded.attempt,
+          state = 'completed', finished_at = v_now, error = null;
     update jobs_data.jobs as j set wait_event = null, wait_key = null, wait_until = null
     where j.id = await_event.id and j.wait_event is not null;
     return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);

@@ -66,6 +66,11 @@
 -- 31. Keyed concurrency above one (jobs.job_types.key_concurrency) and what an enqueue does
 --     when its key is busy (jobs.job_types.when_busy, jobs._enqueue_busy, jobs_busy_idx, and
 --     lock slots 2048-3071 in sql/internal.sql).
+-- 32. Step states: a step is marked running when it starts and failed with its error
+--     (jobs_data.steps.state, started_at, finished_at, error; jobs.start_step, jobs.fail_step,
+--     jobs.get_steps in sql/steps.sql); only a completed step is a memo. jobs.fail takes a last
+--     argument, timed_out (a step past its timeout). Provenance: jobs.jobs.enqueued_by, set by
+--     every enqueue (jobs._enqueuer), and jobs.enqueue's last argument of the same name.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -386,7 +391,8 @@ begin
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
       'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
-      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at and idempotency_key');
+      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at, idempotency_key '
+      'and enqueued_by');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -401,7 +407,7 @@ begin
       case when new.job ? 'tags' and new.job->'tags' <> 'null'
            then array(select jsonb_array_elements_text(new.job->'tags')) end,
       nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval,
-      new.job->>'ordering_key')::jobs.job_spec);
+      new.job->>'ordering_key', null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '
@@ -519,6 +525,7 @@ begin
           select e.id from jobs.enqueue_batch((
             select jsonb_agg(s.job || jsonb_build_object(
                      'run_at', u.t,
+                     'enqueued_by', left('schedule ' || s.name, 200),
                      'payload', coalesce(s.job->'payload', '{}') || jsonb_build_object('scheduled_for', u.t),
                      'idempotency_key', format('pg_jobs.schedule:%s@%s',
                                                case when octet_length(s.name) <= 400 then s.name
@@ -733,6 +740,13 @@ select set_config('pg_jobs_upgrade.fail_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.fail(uuid, bigint, text, timestamptz, boolean);
+-- 32.
+alter table jobs_data.steps
+  add column state text not null default 'completed' check (state in ('running', 'completed', 'failed')),
+  add column started_at timestamptz, add column finished_at timestamptz, add column error text;
+comment on table jobs_data.steps is
+  'Steps of durable runs, in the order they were started (seq): running, failed (with its error) '
+  'or completed (its output is the memo); saved_at is when the row was last written';
 -- 31.
 alter table jobs_data.job_types
   add column key_concurrency int not null default 1 check (key_concurrency between 1 and 10000),
@@ -759,6 +773,9 @@ alter table jobs_data.queues add column fairness text not null default 'none'
 comment on table jobs_data.queues is
   'Every queue ever used (enqueue adds it), whether it is paused and how claims share it';
 alter table jobs_data.jobs add column fair_group text;
+-- 32.
+alter table jobs_data.jobs add column enqueued_by text;
+alter type jobs.job_spec add attribute enqueued_by text;
 
 -- Every function and view of the install files as it is now, and the privileges.
 
@@ -1077,7 +1094,20 @@ begin atomic
       'run_timeout must be more than 0 and at most 365 days, got ' || s.run_timeout,
       'pass the most the whole run (every attempt, waits included) may take, e.g. ''1 hour'', '
       'or NULL for the job type''s']
+    when length(s.enqueued_by) not between 1 and 200 then array['22023',
+      'enqueued_by must be 1 to 200 characters, got ' || length(s.enqueued_by),
+      'pass a short service name, e.g. ''billing-api'', or NULL for application_name']
   end;
+end;
+
+create or replace function jobs._enqueuer(p_label text, p_parent uuid)
+returns text
+language sql stable
+begin atomic
+  select case when p_parent is not null then 'job ' || p_parent
+    else coalesce(nullif(current_setting('role'), 'none'), session_user::text)
+         || coalesce(' (' || coalesce(p_label, nullif(current_setting('application_name'), '')) || ')', '')
+    end;
 end;
 
 create or replace function jobs._spec_ref(p_caller text, p_n int)
@@ -1149,7 +1179,8 @@ begin
   insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                              tags, meta, run_timeout, run_deadline, ordering_key, fair_group)
+                              tags, meta, run_timeout, run_deadline, ordering_key, fair_group,
+                              enqueued_by)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now or p_parked[s.ordinality] then 'delayed' else 'ready' end::jobs.job_state,
          s.priority,
@@ -1159,7 +1190,8 @@ begin
          s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
          nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
          p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
-         jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key)
+         jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key),
+         jobs._enqueuer(s.enqueued_by, s.parent_id)
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p
   left join jobs_data.queues as fq on fq.queue = s.queue;  -- (fair queues: sql/fairness.sql)
@@ -1438,7 +1470,8 @@ begin
       insert into jobs_data.jobs as j (id, run_id, name, queue, state, priority, run_at, max_attempts,
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
-                                  tags, meta, run_timeout, run_deadline, ordering_key, fair_group)
+                                  tags, meta, run_timeout, run_deadline, ordering_key, fair_group,
+                                  enqueued_by)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now or v_parked[o.i] then 'delayed' else 'ready' end::jobs.job_state,
              s.priority,
@@ -1449,7 +1482,8 @@ begin
              s.parent_id, case when s.parent_id is not null then coalesce(s.close_policy, 'terminate') end,
              nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
              v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
-             jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key)
+             jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key),
+             jobs._enqueuer(s.enqueued_by, s.parent_id)
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -1580,13 +1614,14 @@ create or replace function jobs.enqueue(
   tags            text[]      default null,
   meta            jsonb       default null,
   run_timeout     interval    default null,
-  ordering_key    text        default null
+  ordering_key    text        default null,
+  enqueued_by     text        default null
 ) returns jobs.enqueued
 language plpgsql volatile
 as $$
 declare
   v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
-                                 $14, $15, $16, $17, $18, $19);
+                                 $14, $15, $16, $17, $18, $19, $20);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -1653,7 +1688,7 @@ begin
     where k.key not in ('name', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
                         'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
-                        'debounce_max', 'tags', 'meta', 'run_timeout', 'ordering_key')
+                        'debounce_max', 'tags', 'meta', 'run_timeout', 'ordering_key', 'enqueued_by')
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -1668,7 +1703,7 @@ begin
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
                  r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max, r.tags, r.meta,
-                 r.run_timeout, r.ordering_key)::jobs.job_spec
+                 r.run_timeout, r.ordering_key, r.enqueued_by)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
@@ -2681,7 +2716,7 @@ comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int,
 
 create or replace function jobs.fail(id uuid, claim bigint, error text,
                           retry_at timestamptz default null, retryable boolean default true,
-                          error_names text[] default null)
+                          error_names text[] default null, timed_out boolean default false)
 returns text
 language plpgsql volatile
 as $$
@@ -2737,7 +2772,8 @@ begin
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now, 'failed', left(fail.error, 10000)
+    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now,
+           case when fail.timed_out then 'timed_out' else 'failed' end, left(fail.error, 10000)
     from settled as s
   )
   select s.state, s.queue into v_state, v_queue from settled as s;
@@ -2750,10 +2786,11 @@ begin
 end
 $$;
 
-comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[]) is
+comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[], boolean) is
   'Record a failed attempt: ''retried'' (delayed until retry_at or the backoff), ''dead'' or '
   '''failed'' (no attempts left, retryable false, or one of error_names among the job type''s '
-  'non_retryable_errors); NULL when the claim is no longer held';
+  'non_retryable_errors); NULL when the claim is no longer held. timed_out records the attempt '
+  'as timed out (a step past its timeout) rather than failed';
 
 create or replace function jobs.snooze(id uuid, claim bigint, run_at timestamptz)
 returns boolean
@@ -2875,9 +2912,12 @@ begin
       'stop working on this job and roll back',
       ', which sees the steps saved so far');
   end if;
-  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
-  values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt)
-  on conflict on constraint steps_pkey do nothing;
+  insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, finished_at)
+  values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt, jobs.clock())
+  on conflict on constraint steps_pkey do update
+    set output = excluded.output, saved_at = excluded.saved_at, attempt = excluded.attempt,
+        state = 'completed', finished_at = excluded.finished_at, error = null
+    where s.state <> 'completed';
 end
 $$;
 
@@ -2912,11 +2952,15 @@ begin
       'stop working on this job and roll back',
       ', which sees the steps saved so far');
   end if;
-  if exists (select from jobs_data.steps as s where s.run_id = v_run and s.step = sleep.step) then
+  if exists (select from jobs_data.steps as s
+             where s.run_id = v_run and s.step = sleep.step and s.state = 'completed') then
     return true;  -- slept already
   end if;
-  insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
-  values (v_run, sleep.step, jsonb_build_object('until', sleep.until), v_now, v_attempt);
+  insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, started_at, finished_at)
+  values (v_run, sleep.step, jsonb_build_object('until', sleep.until), v_now, v_attempt, v_now, v_now)
+  on conflict on constraint steps_pkey do update
+    set output = excluded.output, saved_at = v_now, attempt = v_attempt, state = 'completed',
+        started_at = v_now, finished_at = v_now, error = null;
   if sleep.until <= v_now then
     return true;
   end if;
@@ -2929,6 +2973,24 @@ comment on function jobs.sleep(uuid, bigint, text, timestamptz) is
   'A durable sleep step: the first call suspends the held job until then (no attempt used) and '
   'answers false; once it runs again the call answers true at once';
 
+create or replace function jobs._check_run_readable(p_fn text, p_run uuid)
+returns void
+language plpgsql stable
+as $$
+begin
+  if jobs._tenants() is not null
+     and not exists (select from jobs_data.jobs as j
+                     where j.id = p_run and j.tenant_id = any(jobs._tenants()))
+     and not exists (select from jobs_data.jobs as j
+                     where j.run_id = p_run and j.run_id <> j.id
+                       and j.tenant_id = any(jobs._tenants())) then
+    perform jobs._raise('PJ007', format('%s: run %s is not a run of this role''s tenants (%s)',
+      p_fn, p_run, array_to_string(jobs._tenants(), ', ')),
+      'read the steps of runs your claims returned');
+  end if;
+end
+$$;
+
 create or replace function jobs.get_step(run_id uuid, step text)
 returns table (done boolean, output jsonb)
 language plpgsql stable
@@ -2939,27 +3001,121 @@ begin
     perform jobs._raise('22004', 'jobs.get_step: run_id and step must not be NULL',
       'pass the run_id jobs.claim returned and the step name');
   end if;
-  -- A role bound to tenants reads the steps of its tenants' runs only.
-  -- (By the primary key, then jobs_attached_idx: one index each.)
-  if jobs._tenants() is not null
-     and not exists (select from jobs_data.jobs as j
-                     where j.id = get_step.run_id and j.tenant_id = any(jobs._tenants()))
-     and not exists (select from jobs_data.jobs as j
-                     where j.run_id = get_step.run_id and j.run_id <> j.id
-                       and j.tenant_id = any(jobs._tenants())) then
-    perform jobs._raise('PJ007', format('jobs.get_step: run %s is not a run of this role''s tenants (%s)',
-      get_step.run_id, array_to_string(jobs._tenants(), ', ')),
-      'read the steps of runs your claims returned');
-  end if;
+  perform jobs._check_run_readable('jobs.get_step', get_step.run_id);
   return query
   select s.step is not null, s.output
   from (select) as d
-  left join jobs_data.steps as s on s.run_id = get_step.run_id and s.step = get_step.step;
+  left join jobs_data.steps as s on s.run_id = get_step.run_id and s.step = get_step.step
+                                  and s.state = 'completed';
 end
 $$;
 
 comment on function jobs.get_step(uuid, text) is
-  'Whether a step of a run was saved, and its output: replay it instead of redoing it';
+  'Whether a step of a run was saved (completed), and its output: replay it instead of redoing it';
+
+create or replace function jobs.get_steps(run_id uuid)
+returns table (step text, state text, output jsonb, error text, attempt int,
+               started_at timestamptz, finished_at timestamptz)
+language plpgsql stable
+as $$
+#variable_conflict use_column
+begin
+  if get_steps.run_id is null then
+    perform jobs._raise('22004', 'jobs.get_steps: run_id must not be NULL',
+      'pass the run_id jobs.claim returned');
+  end if;
+  perform jobs._check_run_readable('jobs.get_steps', get_steps.run_id);
+  return query
+  select s.step, s.state, s.output, s.error, s.attempt, s.started_at, s.finished_at
+  from jobs_data.steps as s
+  where s.run_id = get_steps.run_id
+  order by s.seq;
+end
+$$;
+
+comment on function jobs.get_steps(uuid) is
+  'The steps of a run in the order they started: running, completed (with the output replayed) '
+  'or failed (with its error)';
+
+create or replace function jobs.start_step(id uuid, claim bigint, step text, out done boolean, out output jsonb)
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_run     uuid;
+  v_attempt int;
+begin
+  perform jobs._check_hold_args('jobs.start_step', start_step.id, start_step.claim);
+  perform jobs._check_step('jobs.start_step', start_step.step);
+  select j.run_id, j.attempt into v_run, v_attempt
+  from jobs_data.jobs as j
+  where j.id = start_step.id and j.claim = start_step.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > v_now
+  for share;
+  if v_run is null then
+    perform jobs._raise_lost('jobs.start_step: ', start_step.id, start_step.claim,
+      'stop working on this job', ', which sees the steps saved so far');
+  end if;
+  select s.output into output
+  from jobs_data.steps as s
+  where s.run_id = v_run and s.step = start_step.step and s.state = 'completed';
+  if found then
+    done := true;
+    return;
+  end if;
+  insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, state, started_at)
+  values (v_run, start_step.step, null, v_now, v_attempt, 'running', v_now)
+  on conflict on constraint steps_pkey do update
+    set saved_at = v_now, attempt = v_attempt, state = 'running', started_at = v_now,
+        finished_at = null, error = null
+    where s.state <> 'completed';
+  done := false;
+  output := null;
+end
+$$;
+
+comment on function jobs.start_step(uuid, bigint, text) is
+  'Begin a step of a held job''s run: (true, output) when the run completed it before, else it '
+  'is marked running and (false, NULL) answers; lease_lost when the claim is no longer held';
+
+create or replace function jobs.fail_step(id uuid, claim bigint, step text, error text)
+returns void
+language plpgsql volatile
+as $$
+declare
+  v_now     timestamptz := jobs.clock();
+  v_run     uuid;
+  v_attempt int;
+begin
+  perform jobs._check_hold_args('jobs.fail_step', fail_step.id, fail_step.claim);
+  perform jobs._check_step('jobs.fail_step', fail_step.step);
+  if fail_step.error is null then
+    perform jobs._raise('22004', 'jobs.fail_step: error must not be NULL',
+      'pass the error text the step failed with');
+  end if;
+  select j.run_id, j.attempt into v_run, v_attempt
+  from jobs_data.jobs as j
+  where j.id = fail_step.id and j.claim = fail_step.claim and jobs._tenant_ok(j.tenant_id)
+    and j.state = 'running' and j.lease_expires_at > v_now
+  for share;
+  if v_run is null then
+    perform jobs._raise_lost('jobs.fail_step: ', fail_step.id, fail_step.claim,
+      'stop working on this job', ', which sees the steps saved so far');
+  end if;
+  insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, state, started_at,
+                                    finished_at, error)
+  values (v_run, fail_step.step, null, v_now, v_attempt, 'failed', v_now, v_now,
+          left(fail_step.error, 10000))
+  on conflict on constraint steps_pkey do update
+    set saved_at = v_now, attempt = v_attempt, state = 'failed', finished_at = v_now,
+        error = excluded.error
+    where s.state <> 'completed';
+end
+$$;
+
+comment on function jobs.fail_step(uuid, bigint, text, text) is
+  'Record that a step of a held job''s run failed, with its error (it runs again on the next '
+  'attempt); lease_lost when the claim is no longer held';
 
 create or replace function jobs._event_lock(p_name text, p_key text, p_tenant text, p_await boolean)
 returns void
@@ -3091,7 +3247,7 @@ begin
 
   -- Answered before: the same answer, whatever was published since.
   select s.output into v_memo from jobs_data.steps as s
-  where s.run_id = v_job.run_id and s.step = v_step;
+  where s.run_id = v_job.run_id and s.step = v_step and s.state = 'completed';
   if found then
     return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
     return;
@@ -3109,8 +3265,11 @@ begin
   end if;
 
   if v_memo is not null then
-    insert into jobs_data.steps (run_id, step, output, saved_at, attempt)
-    values (v_job.run_id, v_step, v_memo, v_now, v_job.attempt);
+    insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, finished_at)
+    values (v_job.run_id, v_step, v_memo, v_now, v_job.attempt, v_now)
+    on conflict on constraint steps_pkey do update
+      set output = excluded.output, saved_at = v_now, attempt = excluded.attempt,
+          state = 'completed', finished_at = v_now, error = null;
     update jobs_data.jobs as j set wait_event = null, wait_key = null, wait_until = null
     where j.id = await_event.id and j.wait_event is not null;
     return query select v_memo->>'status', nullif(v_memo->'payload', 'null'::jsonb);
@@ -4161,7 +4320,8 @@ begin
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
       'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
-      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at and idempotency_key');
+      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at, idempotency_key '
+      'and enqueued_by');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -4176,7 +4336,7 @@ begin
       case when new.job ? 'tags' and new.job->'tags' <> 'null'
            then array(select jsonb_array_elements_text(new.job->'tags')) end,
       nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval,
-      new.job->>'ordering_key')::jobs.job_spec);
+      new.job->>'ordering_key', null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '
@@ -4291,6 +4451,7 @@ begin
           select e.id from jobs.enqueue_batch((
             select jsonb_agg(s.job || jsonb_build_object(
                      'run_at', u.t,
+                     'enqueued_by', left('schedule ' || s.name, 200),
                      'payload', coalesce(s.job->'payload', '{}') || jsonb_build_object('scheduled_for', u.t),
                      'idempotency_key', format('pg_jobs.schedule:%s@%s',
                                                case when octet_length(s.name) <= 400 then s.name
@@ -4780,7 +4941,7 @@ comment on view jobs.jobs is 'One row per job (the table jobs_data.jobs); see do
 
 create or replace view jobs.steps as select * from jobs_data.steps;
 
-comment on view jobs.steps is 'Memoised steps of durable runs (the table jobs_data.steps)';
+comment on view jobs.steps is 'Steps of durable runs, running, failed or completed (the table jobs_data.steps)';
 
 create or replace view jobs.events as select * from jobs_data.events;
 
@@ -4799,6 +4960,27 @@ comment on view jobs.attempts is
 create or replace view jobs.queues as select * from jobs_data.queues;
 
 comment on view jobs.queues is 'Every queue ever used and whether it is paused (the table jobs_data.queues)';
+
+create or replace view jobs.backfills as
+select p.run_id, j.name, j.state, p.passes, p.rows, p.cursor, p.started_at, p.last_pass_at,
+       j.finished_at, j.last_error
+from (select s.run_id,
+             count(*) filter (where s.state = 'completed') as passes,
+             coalesce(sum(case when jsonb_typeof(s.output->'rows') = 'number' then (s.output->>'rows')::numeric end)
+                      filter (where s.state = 'completed'), 0) as rows,
+             (array_agg(s.output->'cursor' order by s.seq desc) filter (where s.state = 'completed'))[1] as cursor,
+             min(s.started_at) as started_at,
+             max(s.finished_at) filter (where s.state = 'completed') as last_pass_at
+      from jobs_data.steps as s
+      where s.step like 'backfill:%'
+      group by s.run_id) as p
+left join lateral (select j.name, j.state, j.finished_at, j.last_error
+                   from jobs_data.jobs as j
+                   where j.id = p.run_id or (j.run_id = p.run_id and j.run_id <> j.id)
+                   order by j.enqueued_at desc limit 1) as j on true;
+
+comment on view jobs.backfills is
+  'Backfills (ctx.backfill): per run, its job, the passes finished, the rows they handled and the cursor to resume after';
 
 create or replace view jobs.tenant_jobs with (security_barrier = true) as
 select j.* from jobs_data.jobs as j
@@ -4890,7 +5072,7 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
-                               'await_children', 'sleep'], false);
+                               'await_children', 'sleep', 'start_step', 'fail_step', 'get_steps'], false);
       select format('%I may enqueue, publish, claim and settle jobs (worker)', $1) $$;
 
 comment on function jobs.grant_worker(name) is
@@ -5145,6 +5327,7 @@ begin
                         'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
+                        'start_step', 'fail_step', 'get_steps',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
                         '_queue_fairness_set', 'max_payload_size')
@@ -5220,7 +5403,7 @@ do $$
 begin
   if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
     execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
-      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval, text) to '
+      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval, text, text) to '
       || current_setting('pg_jobs_upgrade.enqueue_grantees');
   end if;
 end
@@ -5242,7 +5425,7 @@ begin
       || current_setting('pg_jobs_upgrade.claim_grantees');
   end if;
   if current_setting('pg_jobs_upgrade.fail_grantees') <> '' then  -- 30.
-    execute 'grant execute on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[]) to '
+    execute 'grant execute on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[], boolean) to '
       || current_setting('pg_jobs_upgrade.fail_grantees');
   end if;
 end
@@ -5327,7 +5510,8 @@ begin
       ('jobs.complete_many(uuid[], bigint[], jsonb[])',
        'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean)'),
       ('jobs.save_step(uuid, bigint, text, jsonb)',
-       'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz)'),
+       'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz), '
+       'jobs.start_step(uuid, bigint, text), jobs.fail_step(uuid, bigint, text, text), jobs.get_steps(uuid)'),
       ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval), '
                                     'jobs.max_payload_size()'),
       ('jobs._tenants()', 'jobs._binding(), jobs._bindings(), jobs._binding_array(text)')) as g(held, added)

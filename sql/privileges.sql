@@ -89,7 +89,7 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
-                               'await_children', 'sleep'], false);
+                               'await_children', 'sleep', 'start_step', 'fail_step', 'get_steps'], false);
       select format('%I may enqueue, publish, claim and settle jobs (worker)', $1) $$;
 comment on function jobs.grant_worker(name) is
   'Let a role enqueue and publish, claim, settle, heartbeat, save steps and await events';
@@ -377,6 +377,7 @@ begin
                         'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
+                        'start_step', 'fail_step', 'get_steps',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
                         '_queue_fairness_set', 'max_payload_size')

@@ -78,7 +78,8 @@ begin
     perform jobs._raise('22023', format('%s: job has the key %L, which a schedule sets itself '
       'or enqueue does not take', v_what, v_key),
       'a schedule''s job takes name, payload, queue, priority, max_attempts, tenant_id, '
-      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at and idempotency_key');
+      'concurrency_key, timeout, tags, meta, run_timeout and ordering_key; each slot sets run_at, idempotency_key '
+      'and enqueued_by');
   end if;
   if jsonb_typeof(coalesce(new.job->'payload', '{}')) <> 'object' then
     perform jobs._raise('22023', format('%s: the job''s payload must be a JSON object, got %s',
@@ -93,7 +94,7 @@ begin
       case when new.job ? 'tags' and new.job->'tags' <> 'null'
            then array(select jsonb_array_elements_text(new.job->'tags')) end,
       nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval,
-      new.job->>'ordering_key')::jobs.job_spec);
+      new.job->>'ordering_key', null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '
@@ -212,6 +213,7 @@ begin
           select e.id from jobs.enqueue_batch((
             select jsonb_agg(s.job || jsonb_build_object(
                      'run_at', u.t,
+                     'enqueued_by', left('schedule ' || s.name, 200),
                      'payload', coalesce(s.job->'payload', '{}') || jsonb_build_object('scheduled_for', u.t),
                      'idempotency_key', format('pg_jobs.schedule:%s@%s',
                                                case when octet_length(s.name) <= 400 then s.name

@@ -148,7 +148,8 @@ create table jobs_data.jobs (
   run_timeout      interval,      -- the most the whole run may take; NULL: no limit
   run_deadline     timestamptz,   -- enqueue (or requeue) + run_timeout: past it the job is buried
   ordering_key     text,          -- jobs of a queue, tenant and key run one at a time, in order
-  fair_group       text           -- in a fair queue, the group whose turn it waits for (sql/fairness.sql)
+  fair_group       text,          -- in a fair queue, the group whose turn it waits for (sql/fairness.sql)
+  enqueued_by      text           -- who enqueued it: 'role (label)', or 'job <id>' for a child (jobs._enqueuer)
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -278,7 +279,8 @@ create type jobs.job_spec as (
   tags            text[],
   meta            jsonb,
   run_timeout     interval,
-  ordering_key    text
+  ordering_key    text,
+  enqueued_by     text
 );
 
 -- The one source of time for every lease, run_at, backoff and retention decision is

@@ -345,7 +345,7 @@ comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int,
 
 create function jobs.fail(id uuid, claim bigint, error text,
                           retry_at timestamptz default null, retryable boolean default true,
-                          error_names text[] default null)
+                          error_names text[] default null, timed_out boolean default false)
 returns text
 language plpgsql volatile
 as $$
@@ -401,7 +401,8 @@ begin
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now, 'failed', left(fail.error, 10000)
+    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now,
+           case when fail.timed_out then 'timed_out' else 'failed' end, left(fail.error, 10000)
     from settled as s
   )
   select s.state, s.queue into v_state, v_queue from settled as s;
@@ -413,10 +414,11 @@ begin
   return v_state::text;
 end
 $$;
-comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[]) is
+comment on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[], boolean) is
   'Record a failed attempt: ''retried'' (delayed until retry_at or the backoff), ''dead'' or '
   '''failed'' (no attempts left, retryable false, or one of error_names among the job type''s '
-  'non_retryable_errors); NULL when the claim is no longer held';
+  'non_retryable_errors); NULL when the claim is no longer held. timed_out records the attempt '
+  'as timed out (a step past its timeout) rather than failed';
 
 create function jobs.snooze(id uuid, claim bigint, run_at timestamptz)
 returns boolean

@@ -374,7 +374,7 @@ pub async fn doctor(client: &Client, t: &Thresholds, json: bool) -> Result<bool>
                ('worker', 'claim', array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs',
                   'wait_for_job', 'claim', 'heartbeat', 'complete', 'complete_many', 'complete_and_claim', 'fail',
                   'snooze', 'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn', 'await_children',
-                  'sleep']))
+                  'sleep', 'start_step', 'fail_step', 'get_steps']))
              select row_to_json(x) from (
                select r.rolname as role, t.tier,
                       string_agg(distinct p.proname::text, ', ' order by p.proname::text) as missing

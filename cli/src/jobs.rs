@@ -112,7 +112,7 @@ pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result
         &format!(
             "select row_to_json(x) from (
            select j.id, j.run_id, j.name, j.queue, j.state, j.attempt, j.max_attempts, j.priority,
-                  j.tenant_id, j.idempotency_key, j.concurrency_key, j.parent_id,
+                  j.tenant_id, j.idempotency_key, j.concurrency_key, j.parent_id, j.enqueued_by,
                   j.claimed_by, date_trunc('second', j.enqueued_at) as enqueued_at,
                   date_trunc('second', j.run_at) as run_at,
                   date_trunc('second', j.claimed_at) as claimed_at,
@@ -147,7 +147,9 @@ pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result
         client,
         &format!(
             "select row_to_json(x) from (
-           select s.seq, s.step, s.attempt, date_trunc('second', s.saved_at) as saved_at, {}
+           select s.seq, s.step, s.state, s.attempt, date_trunc('second', s.saved_at) as saved_at,
+                  date_trunc('second', s.started_at) as started_at,
+                  date_trunc('second', s.finished_at) as finished_at, s.error, {}
            from jobs.steps as s
            where s.run_id = (select j.run_id from jobs.jobs as j where j.id = $1::text::uuid)
              and s.seq > $3::bigint

@@ -344,6 +344,71 @@ def test_a_keys_jobs_run_at_most_key_concurrency_at_once_and_a_busy_key_skips(db
                      "from jobs.jobs as a where a.concurrency_key = 'acct-1'")[0]
     assert overlap == 2
 
+def test_a_runs_steps_show_running_and_failed_and_a_step_timeout_fails_the_attempt(db, start_worker):
+    """24. A run's steps as jobs.get_steps shows them: a step is running while its function
+    runs; one whose function throws is failed with its error (the attempt retried), completed
+    by the next attempt, and the step before it ran once. A step past its own timeout (1.5 s of
+    60) has its function stopped (reason step_timeout), is failed, and its attempt is recorded
+    as timed out. Checked to fail with the library's step left as a get_step and a save_step:
+    no running or failed row, and the attempt recorded as failed."""
+    db.execute("insert into jobs.job_types (name, backoff_base, jitter) values ('two_steps', '1 hour', 0)")
+    failing = db.enqueue("two_steps", {"fail_in_second": True})
+    slow = db.enqueue("slow_step", {"ms": 60_000, "timeout_ms": 1500}, max_attempts=1)
+    start_worker(db, concurrency=2)
+    db.eventually("select state from jobs.get_steps(%s) where step = 'slow'", "running", args=(slow,))
+    db.eventually("select state::text from jobs.jobs where id = %s", "delayed", args=(failing,))
+    assert db.all("select step, state, attempt, error like '%%the step failed on purpose%%' "
+                  "from jobs.get_steps(%s)", (failing,)) == [("one", "completed", 1, None), ("two", "failed", 1, True)]
+    db.eventually("select state::text from jobs.jobs where id = %s", "dead", args=(slow,))
+    assert db.one("select state, error like '%%timed out after%%', finished_at is not null "
+                  "from jobs.get_steps(%s) where step = 'slow'", (slow,)) == ("failed", True, True)
+    assert db.all("select outcome from jobs.attempts where job_id = %s", (slow,)) == [("timed_out",)]
+    db.eventually("select count(*) from conformance_aborts where job_id = %s and reason = 'step_timeout'", 1,
+                  args=(slow,))
+    db.execute("select jobs.promote(%s)", (failing,))
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(failing,))
+    assert db.all("select step, state, attempt from jobs.get_steps(%s)", (failing,)) == [
+        ("one", "completed", 1), ("two", "completed", 2)]
+    assert db.all("select step, count(*) from conformance_step_runs where job_id = %s group by step order by step",
+                  (failing,)) == [("one", 1), ("two", 2)]
+
+
+def test_who_enqueued_a_job_is_kept_with_it(db, start_worker):
+    """25. Provenance: a job the library enqueues from a handler (on the job's transaction) is
+    kept as enqueued by the worker's role with the label given (enqueuedBy / enqueued_by), or
+    else its connection's application_name; a spawned child is enqueued by its parent."""
+    labelled = db.enqueue("enqueue_one", {"by": "billing-api"})
+    plain = db.enqueue("enqueue_one")
+    parent = db.enqueue("fan_out", {"children": 2})
+    start_worker(db, concurrency=2)
+    for job in (labelled, plain, parent):
+        db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,))
+    made = {job: db.one("select result->>'id' from jobs.jobs where id = %s", (job,))[0] for job in (labelled, plain)}
+    assert db.one("select enqueued_by from jobs.jobs where id = %s", (made[labelled],))[0] == "postgres (billing-api)"
+    assert db.one("select enqueued_by from jobs.jobs where id = %s", (made[plain],))[0] == "postgres (pg-jobs worker)"
+    assert db.all("select distinct enqueued_by from jobs.jobs where parent_id = %s", (parent,)) == [(f"job {parent}",)]
+
+
+def test_a_backfill_resumes_after_its_last_finished_pass(db, start_worker):
+    """26. A backfill (ctx.backfill, @ultimat3's backfill-pass and backfill-ledger) of rows 1 to
+    10 in passes of 3, whose pass from row 6 fails on attempt 1: attempt 2 resumes at that pass
+    (the passes before it ran once), every row is written once, and jobs.backfills lists the
+    run with its 5 passes (the last, of 0 rows, ends it), 10 rows and its cursor."""
+    db.execute("insert into jobs.job_types (name, backoff_base, jitter) values ('backfill', '100 milliseconds', 0)")
+    job = db.enqueue("backfill", {"total": 10, "batch": 3, "fail_at": 6})
+    start_worker(db, concurrency=1)
+    db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
+    assert db.one("select attempt, result from jobs.jobs where id = %s", (job,)) == (
+        2, {"passes": 5, "rows": 10, "cursor": 10})
+    assert db.all("select n, count(*) from conformance_rows where job_id = %s group by n order by n",
+                  (job,)) == [(n, 1) for n in range(1, 11)]
+    assert db.all("select step, count(*) from conformance_step_runs where job_id = %s group by step "
+                  "order by step", (job,)) == [("from 0", 1), ("from 10", 1), ("from 3", 1), ("from 6", 2),
+                                              ("from 9", 1)]
+    assert db.one("select name, state::text, passes, rows, cursor from jobs.backfills where run_id = %s",
+                  (job,)) == ("backfill", "completed", 5, 10, 10)
+
+
 def test_a_superusers_worker_calls_no_code_a_less_trusted_role_owns(db, start_worker):
     """19. A function of jobs owned by a role that is not a superuser (as the SQL-only edition's
     are, by the role that ran its file), replaced by that owner with code that would make it a

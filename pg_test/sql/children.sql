@@ -32,7 +32,8 @@ select deduped from jobs.spawn(:'parent', :parent_claim,
   '{"name": "child", "child_key": "b", "queue": "kids", "payload": {"i": 2}, "close_policy": "abandon"}');
 select deduped from jobs.spawn(:'parent', :parent_claim,
   '{"name": "child", "child_key": "b", "queue": "kids", "payload": {"i": 99}}');
-select name, state, payload, close_policy, parent_id = :'parent' as of_parent
+select name, state, payload, close_policy, parent_id = :'parent' as of_parent,
+       enqueued_by = 'job ' || :'parent' as enqueued_by_parent
 from jobs.jobs where name = 'child' order by payload->>'i';
 select children_live from jobs.jobs where id = :'parent';
 

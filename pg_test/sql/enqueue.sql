@@ -118,3 +118,20 @@ select jobs.enqueue_batch('[{"name": "x", "idempotency_key": "k", "debounce_max"
 select jobs.enqueue_batch('[{"name": "x", "idempotency_key": "k", "on_conflict": "debounce", "debounce": "soon"}]');
 \echo :LAST_ERROR_SQLSTATE
 select count(*) = :jobs_before as unchanged from jobs.jobs;
+
+-- Provenance: enqueued_by is the role and, in parentheses, the label given or else the
+-- application_name; a child's is its parent. A caller names a label, never another role.
+truncate jobs_data.jobs;
+set application_name = 'billing-api';
+select jobs.enqueue('prov_a') is not null;
+select jobs.enqueue('prov_b', enqueued_by => 'nightly-import') is not null;
+set application_name = '';
+select jobs.enqueue('prov_c') is not null;
+select count(*) from jobs.enqueue_batch('[{"name": "prov_d", "enqueued_by": "batch"}, {"name": "prov_e"}]');
+select name, enqueued_by from jobs.jobs order by name;
+select jobs.enqueue('prov_f', enqueued_by => repeat('x', 201));
+\echo :LAST_ERROR_SQLSTATE
+select jobs.enqueue_batch('[{"name": "prov_g", "enqueued_by": ""}]');
+\echo :LAST_ERROR_SQLSTATE
+select count(*) as still_five from jobs.jobs;
+reset application_name;

@@ -27,6 +27,8 @@ reset role;
 set role pgj_producer;
 select deduped from jobs.enqueue('task', idempotency_key => 'k1');
 select count(*) from jobs.enqueue_batch('[{"name": "task"}]');
+-- It names itself, never another role: the label is its own, the role the one it acts as.
+select deduped from jobs.enqueue('labelled', enqueued_by => 'postgres');
 select jobs.publish('evt') is not null as published;
 select count(*) from jobs.claim('p');
 select count(*) from jobs.jobs;
@@ -39,6 +41,9 @@ select id, run_id, claim from jobs.claim('w') \gset
 select jobs.heartbeat(:'id', :claim) is not null as held;
 select jobs.save_step(:'id', :claim, 's', '1');
 select done from jobs.get_step(:'run_id', 's');
+select done from jobs.start_step(:'id', :claim, 't');
+select jobs.fail_step(:'id', :claim, 't', 'boom');
+select step, state from jobs.get_steps(:'run_id') order by step;
 select jobs.complete(:'id', :claim);
 select jobs.cancel(:'id');
 select jobs.requeue(:'id');
@@ -49,6 +54,7 @@ reset role;
 
 -- An admin does everything.
 set role pgj_admin;
+select name, enqueued_by from jobs.jobs where name in ('task', 'labelled') order by name, enqueued_by;
 select jobs.requeue(:'id');
 select count(*) from jobs.jobs;
 select queue, ready from jobs.queue_stats where queue = 'default';

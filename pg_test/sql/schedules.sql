@@ -96,7 +96,8 @@ select schedule,
 from jobs.run_schedules() group by schedule order by schedule;
 -- Each job carries its slot, keyed by it, runs at it; the schedules moved on.
 select (payload->>'scheduled_for')::timestamptz = run_at as payload_has_slot, payload->>'kind' as kept,
-       idempotency_key = 'pg_jobs.schedule:latest@' || to_char(run_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as keyed_by_slot
+       idempotency_key = 'pg_jobs.schedule:latest@' || to_char(run_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as keyed_by_slot,
+       enqueued_by = current_user || ' (schedule latest)' as enqueued_by_its_schedule
 from jobs.jobs where idempotency_key like 'pg_jobs.schedule:latest@%';
 select name, last_slot = date_trunc('year', now()) as last_slot_set, next_slot = date_trunc('year', now()) + interval '1 year' as next_new_year,
        last_job_id is not null as has_job, last_error

@@ -75,3 +75,41 @@ select jobs.save_step(:'doomed', :doomed_claim, 'late', '{}');
 select jobs.requeue(:'doomed');
 select jobs.assert_claim(:'doomed', :doomed_claim);
 select jobs.save_step('00000000-0000-0000-0000-00000000dead', 1, 'late', '{}');
+
+-- Step states: start_step marks a step running (or answers its saved output), fail_step keeps
+-- a failure with its error, and only a completed step is a memo: a failed one runs again.
+truncate jobs_data.jobs, jobs_data.steps;
+select jobs.enqueue('stateful', id => '00000000-0000-0000-0000-0000000000a4') is not null;
+select id, claim, run_id from jobs.claim('w') \gset
+select * from jobs.start_step(:'id', :claim, 'fetch');
+select step, state, error, finished_at is null as unfinished from jobs.get_steps(:'run_id');
+select jobs.fail_step(:'id', :claim, 'fetch', 'connection refused');
+select step, state, error, finished_at >= started_at as finished from jobs.get_steps(:'run_id');
+select * from jobs.get_step(:'run_id', 'fetch');
+select jobs.fail(:'id', :claim, 'step fetch timed out after 50 ms', timed_out => true);
+select outcome, error from jobs.attempts where job_id = :'id';
+select jobs.promote(:'id');
+select id, claim, attempt from jobs.claim('w') \gset
+-- The second attempt runs it again; its save completes it, and a late failure changes nothing.
+select * from jobs.start_step(:'id', :claim, 'fetch');
+select step, state, attempt, error from jobs.get_steps(:'run_id');
+select jobs.save_step(:'id', :claim, 'fetch', '{"rows": 3}');
+select jobs.fail_step(:'id', :claim, 'fetch', 'too late');
+select * from jobs.start_step(:'id', :claim, 'fetch');
+select step, state, output, error from jobs.get_steps(:'run_id');
+-- A step that failed and is saved by a plain save_step (no start) completes too.
+select jobs.fail_step(:'id', :claim, 'direct', 'boom');
+select jobs.save_step(:'id', :claim, 'direct', '1');
+select step, state, output from jobs.get_steps(:'run_id') order by step;
+-- Bad input and lost claims: a clear error, and nothing changes.
+select jobs.fail_step(:'id', :claim, 'fetch', null);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.start_step(:'id', :claim, '');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.get_steps(null);
+\echo :LAST_ERROR_SQLSTATE
+select jobs.start_step(:'id', :claim + 1, 'other');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.fail_step(:'id', :claim + 1, 'fetch', 'stale');
+\echo :LAST_ERROR_SQLSTATE
+select step, state, error from jobs.get_steps(:'run_id') order by step;

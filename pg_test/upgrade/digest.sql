@@ -4,8 +4,13 @@
 -- an upgrade carries over (the last line checks the jobs').
 select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'deadline', 'claimed_at', 'parent_id', 'close_policy', 'children_live',
-                                      'tags', 'meta', 'run_timeout', 'run_deadline', 'ordering_key', 'fair_group'])::text as r from jobs.jobs t) as t;
-select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(t::text, '|' order by t::text), '')) from jobs.steps t;
+                                      'tags', 'meta', 'run_timeout', 'run_deadline', 'ordering_key', 'fair_group',
+                                      'enqueued_by'])::text as r from jobs.jobs t) as t;
+-- (every step saved before 0.1.1 is completed; that column is kept in the digest)
+select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
+from (select (to_jsonb(t) - array['started_at', 'finished_at', 'error']
+              || jsonb_build_object('state', coalesce(to_jsonb(t) ->> 'state', 'completed')))::text as r
+      from jobs.steps t) as t;
 select 'events ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - 'tenant_id')::text as r from jobs.events t) as t;
 select 'job_types ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))

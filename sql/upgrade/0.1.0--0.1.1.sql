@@ -64,6 +64,11 @@
 -- 31. Keyed concurrency above one (jobs.job_types.key_concurrency) and what an enqueue does
 --     when its key is busy (jobs.job_types.when_busy, jobs._enqueue_busy, jobs_busy_idx, and
 --     lock slots 2048-3071 in sql/internal.sql).
+-- 32. Step states: a step is marked running when it starts and failed with its error
+--     (jobs_data.steps.state, started_at, finished_at, error; jobs.start_step, jobs.fail_step,
+--     jobs.get_steps in sql/steps.sql); only a completed step is a memo. jobs.fail takes a last
+--     argument, timed_out (a step past its timeout). Provenance: jobs.jobs.enqueued_by, set by
+--     every enqueue (jobs._enqueuer), and jobs.enqueue's last argument of the same name.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -361,6 +366,13 @@ select set_config('pg_jobs_upgrade.fail_grantees',
               and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0), ''),
   true);
 drop function jobs.fail(uuid, bigint, text, timestamptz, boolean);
+-- 32.
+alter table jobs_data.steps
+  add column state text not null default 'completed' check (state in ('running', 'completed', 'failed')),
+  add column started_at timestamptz, add column finished_at timestamptz, add column error text;
+comment on table jobs_data.steps is
+  'Steps of durable runs, in the order they were started (seq): running, failed (with its error) '
+  'or completed (its output is the memo); saved_at is when the row was last written';
 -- 31.
 alter table jobs_data.job_types
   add column key_concurrency int not null default 1 check (key_concurrency between 1 and 10000),
@@ -387,6 +399,9 @@ alter table jobs_data.queues add column fairness text not null default 'none'
 comment on table jobs_data.queues is
   'Every queue ever used (enqueue adds it), whether it is paused and how claims share it';
 alter table jobs_data.jobs add column fair_group text;
+-- 32.
+alter table jobs_data.jobs add column enqueued_by text;
+alter type jobs.job_spec add attribute enqueued_by text;
 -- @after
 -- 20. ... and may call the new publish.
 do $$
@@ -402,7 +417,7 @@ do $$
 begin
   if current_setting('pg_jobs_upgrade.enqueue_grantees') <> '' then
     execute 'grant execute on function jobs.enqueue(text, jsonb, text, timestamptz, int, int, text, '
-      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval, text) to '
+      || 'text, text, text, uuid, uuid, uuid, interval, interval, text[], jsonb, interval, text, text) to '
       || current_setting('pg_jobs_upgrade.enqueue_grantees');
   end if;
 end
@@ -424,7 +439,7 @@ begin
       || current_setting('pg_jobs_upgrade.claim_grantees');
   end if;
   if current_setting('pg_jobs_upgrade.fail_grantees') <> '' then  -- 30.
-    execute 'grant execute on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[]) to '
+    execute 'grant execute on function jobs.fail(uuid, bigint, text, timestamptz, boolean, text[], boolean) to '
       || current_setting('pg_jobs_upgrade.fail_grantees');
   end if;
 end
@@ -481,7 +496,8 @@ begin
       ('jobs.complete_many(uuid[], bigint[], jsonb[])',
        'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean)'),
       ('jobs.save_step(uuid, bigint, text, jsonb)',
-       'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz)'),
+       'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz), '
+       'jobs.start_step(uuid, bigint, text), jobs.fail_step(uuid, bigint, text, text), jobs.get_steps(uuid)'),
       ('jobs.enqueue_batch(jsonb)', 'jobs.get_job(uuid), jobs.get_jobs(uuid[]), jobs.wait_for_job(uuid, interval), '
                                     'jobs.max_payload_size()'),
       ('jobs._tenants()', 'jobs._binding(), jobs._bindings(), jobs._binding_array(text)')) as g(held, added)

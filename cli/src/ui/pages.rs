@@ -547,8 +547,11 @@ pub async fn job(
         ol.steps {
             @for s in steps {
                 @let step = render::text(s, "step");
-                li { strong { (step) } " · attempt " (render::text(s, "attempt")) " · " (render::text(s, "saved_at"))
-                     (value(s, "output", &format!("/jobs/{id}/steps/{}", urlencoding(&step)))) }
+                @let state = render::text(s, "state");
+                li { strong { (step) } " · " span class={ "state " (state) } { (state) }
+                     " · attempt " (render::text(s, "attempt")) " · " (render::text(s, "saved_at"))
+                     @if state == "failed" { pre { (render::text(s, "error")) } }
+                     @else if state == "completed" { (value(s, "output", &format!("/jobs/{id}/steps/{}", urlencoding(&step)))) } }
             }
         }
         @if let Some(last) = more_steps { p { a href={ "/jobs/" (id) "?steps_after=" (last) } { "later steps →" } } }

@@ -6,7 +6,7 @@
 //                               [--no-prepared-statements] [--hooks]
 import http from 'node:http';
 import pg from 'pg';
-import { createWorker, defineJob, prometheusMetrics } from '../dist/esm/index.js';
+import { createWorker, defineJob, enqueue, prometheusMetrics } from '../dist/esm/index.js';
 
 const args = {
   dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null, poll: 1, prepared: true,
@@ -74,9 +74,46 @@ const jobs = [
       if (payload.fail_after_first && ctx.job.attempt === 1) throw new Error('failing after the first step');
       const two = await ctx.step('two', async () => {
         await side.query('insert into conformance_step_runs (job_id, step) values ($1, $2)', [ctx.job.id, 'two']);
+        if (payload.fail_in_second && ctx.job.attempt === 1) throw new Error('the step failed on purpose');
         return { second: ctx.job.attempt };
       });
       return { one, two };
+    },
+  }),
+  defineJob({
+    name: 'slow_step',
+    async handler(payload, ctx) {
+      // The step's function stops when its signal aborts (at its timeout), recording why.
+      return ctx.step('slow', (signal) => new Promise((resolve, reject) => {
+        const timer = setTimeout(resolve, payload.ms ?? 60_000);
+        signal.addEventListener('abort', () => {
+          clearTimeout(timer);
+          side.query('insert into conformance_aborts (job_id, reason) values ($1, $2)', [ctx.job.id, String(signal.reason)])
+            .finally(() => reject(new Error(`stopped: ${signal.reason}`)));
+        }, { once: true });
+      }), { timeoutMs: payload.timeout_ms });
+    },
+  }),
+  defineJob({
+    name: 'backfill',
+    async handler(payload, ctx) {
+      // Rows 1..total in passes of `batch`; attempt 1 fails the pass that starts at `fail_at`.
+      return ctx.backfill(async (cursor) => {
+        const start = cursor ?? 0;
+        const end = Math.min(start + payload.batch, payload.total);
+        await side.query('insert into conformance_step_runs (job_id, step) values ($1, $2)', [ctx.job.id, `from ${start}`]);
+        if (start === payload.fail_at && ctx.job.attempt === 1) throw new Error('the pass failed on purpose');
+        await side.query('insert into conformance_rows (job_id, n) select $1, g from generate_series($2::int, $3::int) as g',
+          [ctx.job.id, start + 1, end]);
+        return { rows: end - start, cursor: end };
+      });
+    },
+  }),
+  defineJob({
+    name: 'enqueue_one',
+    async handler(payload, ctx) {
+      const made = await enqueue(ctx.tx, 'noop', {}, payload.by ? { enqueuedBy: payload.by } : {});
+      return { id: made.id };
     },
   }),
   defineJob({

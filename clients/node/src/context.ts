@@ -4,7 +4,7 @@
 // with a Parked signal the worker understands: no attempt is used.
 
 import type { PoolClient } from 'pg';
-import { fromDriver } from './errors.js';
+import { describe, fromDriver, StepTimeoutError } from './errors.js';
 import type { Queryable } from './db.js';
 import * as q from './queries.js';
 
@@ -55,8 +55,18 @@ export interface JobContext<P = unknown> {
   /** The client of the transaction that completes the job (autocommit when the job is not
    * transactional). */
   readonly tx: PoolClient;
-  /** Runs `fn` once per run: a later attempt gets the saved result without running it. */
-  step<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
+  /** Runs `fn` once per run: a later attempt gets the saved result without running it. The step
+   * is recorded running while `fn` runs and failed, with its error, when it throws. `fn` gets an
+   * AbortSignal, aborted when the attempt's is and, with `timeoutMs`, when the step runs past
+   * it: then the step throws StepTimeoutError at once and the attempt fails as timed out. */
+  step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T>;
+  /** A long backfill as a sequence of passes, each a step (`backfill:1`, `backfill:2`, ...):
+   * `pass(cursor, signal)` handles the batch after `cursor` (null at first) and answers how many
+   * rows it handled and the cursor to go on from; a pass of 0 rows (or `done: true`) ends it.
+   * Each pass is saved as it finishes, so a later attempt (or the run requeued) resumes after
+   * the last finished one; `jobs.backfills` lists the runs. Answers the passes, rows and cursor. */
+  backfill<C = unknown>(pass: (cursor: C | null, signal: AbortSignal) => Promise<BackfillPass<C>> | BackfillPass<C>,
+    options?: StepOptions): Promise<BackfillDone<C>>;
   /** The event's payload once published; or parks the job until it is (no attempt used). */
   waitForEvent<T = unknown>(name: string, options?: { key?: string; timeoutMs?: number }):
     Promise<{ status: 'received' | 'timed_out'; payload: T | null }>;
@@ -72,6 +82,28 @@ export interface JobContext<P = unknown> {
    * Date, or ms from now; no attempt used) and ends the handler; when the job runs again it
    * returns at once, so a retry does not sleep again. */
   sleep(step: string, until: Date | number): Promise<void>;
+}
+
+/** The options of `ctx.step`. */
+export interface StepOptions {
+  /** The most the step may run, in ms; past it the step fails with StepTimeoutError. */
+  timeoutMs?: number;
+}
+
+/** What a backfill's pass answers: the rows it handled, where the next pass starts, and
+ * whether it was the last (as a pass of 0 rows is). */
+export interface BackfillPass<C = unknown> {
+  rows: number;
+  cursor?: C | null;
+  done?: boolean;
+}
+
+/** What a finished backfill answers: its passes (the last included), the rows they handled
+ * and the last cursor. */
+export interface BackfillDone<C = unknown> {
+  passes: number;
+  rows: number;
+  cursor: C | null;
 }
 
 /** Thrown inside a handler to end it when the job was parked. */
@@ -102,6 +134,7 @@ export interface AttemptHandle {
  * a context costs the jobs that use none of them two objects. */
 class Context<P> implements JobContext<P> {
   #step: JobContext<P>['step'] | undefined;
+  #backfill: JobContext<P>['backfill'] | undefined;
   #waitForEvent: JobContext<P>['waitForEvent'] | undefined;
   #spawn: JobContext<P>['spawn'] | undefined;
   #awaitChildren: JobContext<P>['awaitChildren'] | undefined;
@@ -127,14 +160,64 @@ class Context<P> implements JobContext<P> {
 
   get step(): JobContext<P>['step'] {
     const job = this.job;
-    return this.#step ??= async <T>(name: string, fn: () => Promise<T> | T): Promise<T> => {
-      const [saved] = await this.call<{ done: boolean; output: T }>(
-        q.GET_STEP, [job.runId, name]);
-      if (saved?.done) return saved.output;
-      const output = await fn();
+    return this.#step ??= async <T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T,
+      options: StepOptions = {}): Promise<T> => {
+      const timeoutMs = options.timeoutMs;
+      if (timeoutMs !== undefined && !(Number.isFinite(timeoutMs) && timeoutMs > 0)) {
+        throw new RangeError(`step ${name}: timeoutMs must be a positive number of milliseconds, got ${String(timeoutMs)}`);
+      }
+      const [begun] = await this.call<{ done: boolean; output: T }>(q.START_STEP, [job.id, job.claim, name]);
+      if (begun?.done) return begun.output;
+      let output: T;
+      try {
+        output = await runStep(name, fn, this.attempt.signal(), timeoutMs);
+      } catch (err) {
+        if (!(err instanceof Parked)) {
+          // Kept with its error; a claim lost meanwhile records nothing, and the step's own
+          // error is the one the handler sees.
+          await this.call(q.FAIL_STEP, [job.id, job.claim, name, describe(err)]).catch(() => undefined);
+        }
+        throw err;
+      }
       await this.call(q.SAVE_STEP,
         [job.id, job.claim, name, JSON.stringify(output ?? null)]);
       return output;
+    };
+  }
+
+  get backfill(): JobContext<P>['backfill'] {
+    const job = this.job;
+    return this.#backfill ??= async <C>(pass: (cursor: C | null, signal: AbortSignal) =>
+      Promise<BackfillPass<C>> | BackfillPass<C>, options: StepOptions = {}): Promise<BackfillDone<C>> => {
+      // Where the run got to: its finished passes, read at once rather than replayed one by one.
+      const steps = await this.call<{ step: string; state: string; output: Required<BackfillPass<C>> }>(
+        q.GET_STEPS, [job.runId]);
+      const done: BackfillDone<C> & { ended: boolean } = { passes: 0, rows: 0, cursor: null, ended: false };
+      for (const s of steps) {
+        const n = /^backfill:([1-9][0-9]*)$/.exec(s.step);
+        if (!n || s.state !== 'completed') continue;
+        done.rows += s.output.rows;
+        if (Number(n[1]) > done.passes) {
+          done.passes = Number(n[1]);
+          done.cursor = s.output.cursor;
+          done.ended = s.output.done;
+        }
+      }
+      while (!done.ended) {
+        const cursor = done.cursor;
+        const out = await this.step(`backfill:${done.passes + 1}`, async (signal) => {
+          const answer = await pass(cursor, signal);
+          if (!Number.isSafeInteger(answer.rows) || answer.rows < 0) {
+            throw new TypeError(`backfill pass ${done.passes + 1}: rows must be a count, got ${String(answer.rows)}`);
+          }
+          return { rows: answer.rows, cursor: answer.cursor ?? null, done: answer.done === true || answer.rows === 0 };
+        }, options);
+        done.passes += 1;
+        done.rows += out.rows;
+        done.cursor = out.cursor;
+        done.ended = out.done;
+      }
+      return { passes: done.passes, rows: done.rows, cursor: done.cursor };
     };
   }
 
@@ -188,6 +271,31 @@ class Context<P> implements JobContext<P> {
         [job.id, job.claim, step, at.toISOString()]);
       if (!answer?.slept) throw new Parked(`asleep until ${at.toISOString()}`);
     };
+  }
+}
+
+/** A step's function under a signal of its own: aborted with the attempt's, or at timeoutMs,
+ * when the step rejects with StepTimeoutError without waiting for the function to return. */
+async function runStep<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, attempt: AbortSignal,
+  timeoutMs: number | undefined): Promise<T> {
+  const controller = new AbortController();
+  const follow = (): void => controller.abort(attempt.reason);
+  if (attempt.aborted) follow();
+  else attempt.addEventListener('abort', follow, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const work = Promise.resolve().then(() => fn(controller.signal));
+    if (timeoutMs === undefined) return await work;
+    work.catch(() => undefined); // past the timeout, what it does after is not the handler's
+    return await Promise.race([work, new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => {
+        controller.abort('step_timeout');
+        reject(new StepTimeoutError(name, timeoutMs));
+      }, timeoutMs);
+    })]);
+  } finally {
+    clearTimeout(timer);
+    attempt.removeEventListener('abort', follow);
   }
 }
 

@@ -43,6 +43,9 @@ export interface EnqueueOptions {
   /** A small JSON object carried to every attempt (ctx.job.meta). With useOpenTelemetry, the
    * active trace context's `traceparent` is added unless meta has one. */
   meta?: Record<string, unknown>;
+  /** Who enqueues it, kept in jobs.jobs.enqueued_by beside the role that did (`role (label)`):
+   * a service name, 1 to 200 characters; by default the connection's application_name. */
+  enqueuedBy?: string;
 }
 
 export interface Enqueued {
@@ -86,6 +89,7 @@ function spec(job: JobDefinition | string, payload: unknown, options: EnqueueOpt
     tags: options.tags,
     ordering_key: options.orderingKey,
     meta: withTrace(options.meta),
+    enqueued_by: options.enqueuedBy,
   };
   return Object.fromEntries(Object.entries(out).filter(([, value]) => value !== undefined));
 }

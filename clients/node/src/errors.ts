@@ -87,6 +87,31 @@ export class NonRetryableError extends Error {
   }
 }
 
+/** Thrown by `ctx.step` when a step runs past its `timeoutMs`: the step is recorded failed with
+ * this error, its function's signal aborted (reason `'step_timeout'`), and the attempt fails as
+ * timed out (retried while attempts are left). */
+export class StepTimeoutError extends Error {
+  readonly step: string;
+  readonly timeoutMs: number;
+
+  constructor(step: string, timeoutMs: number) {
+    super(`step ${step} timed out after ${timeoutMs} ms`);
+    this.name = 'StepTimeoutError';
+    this.step = step;
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/** What was thrown, as text: anything at all may be (a value without toString, a BigInt). */
+export function describe(err: unknown): string {
+  try {
+    if (err instanceof Error) return `${err.name}: ${err.message}`;
+    return String(err);
+  } catch {
+    return Object.prototype.toString.call(err);
+  }
+}
+
 /** Thrown by a handler: the attempt fails and the job is retried at `retryAt` (attempts left
  * permitting) instead of after its type's backoff. */
 export class RetryAfterError extends Error {

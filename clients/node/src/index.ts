@@ -11,11 +11,11 @@ export { createWorker, Worker } from './worker.js';
 export type { WorkerOptions } from './worker.js';
 export { hookCodes } from './hooks.js';
 export type { OnExhausted, OnSettled, SettledOutcome } from './hooks.js';
-export type { Job, JobContext, ChildJob, ChildResult } from './context.js';
+export type { Job, JobContext, ChildJob, ChildResult, StepOptions, BackfillPass, BackfillDone } from './context.js';
 export {
   codes, PgJobsError, LeaseLostError, DuplicateJobError, JobNotFoundError, NotRequeueableError, NotCancellableError,
   NotPromotableError, TenantNotAllowedError, WaitNeedsReadCommittedError, NotInstalledError, NonRetryableError,
-  RetryAfterError, errorNames,
+  RetryAfterError, StepTimeoutError, errorNames,
 } from './errors.js';
 export { jsonLogger, silentLogger, CountingMetrics } from './log.js';
 export type { Logger, Metrics, Outcome } from './log.js';

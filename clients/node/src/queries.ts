@@ -16,7 +16,7 @@ export const COMPLETE_MANY = 'select id::text, landed from jobs.complete_many($1
 export const COMPLETE = 'select jobs.complete($1, $2::bigint, $3::jsonb) as landed';
 /** A failure: the engine decides the retry (backoff, or `retry_at`) or the burial, and
  * whether the error's names are among its job type's non-retryable errors. */
-export const FAIL = 'select jobs.fail($1, $2::bigint, $3, $4, $5, $6::text[]) as outcome';
+export const FAIL = 'select jobs.fail($1, $2::bigint, $3, $4, $5, $6::text[], $7) as outcome';
 export const SNOOZE = 'select jobs.snooze($1, $2::bigint, $3)';
 export const SNOOZE_NOW = 'select jobs.snooze($1, $2::bigint, clock_timestamp())';
 export const SNOOZE_FOR = 'select jobs.snooze($1, $2::bigint, clock_timestamp() + $3::interval)';
@@ -35,7 +35,9 @@ export const SERVER = "select current_setting('server_version') as version, "
   + " or to_regnamespace('jobs_config') is not null) as installed";
 
 // A handler's durable calls (ctx).
-export const GET_STEP = 'select done, output from jobs.get_step($1, $2)';
+export const START_STEP = 'select done, output from jobs.start_step($1, $2::bigint, $3)';
+export const GET_STEPS = 'select step, state, output from jobs.get_steps($1)';
+export const FAIL_STEP = 'select jobs.fail_step($1, $2::bigint, $3, $4)';
 export const SAVE_STEP = 'select jobs.save_step($1, $2, $3, $4::jsonb)';
 export const AWAIT_EVENT = 'select status, payload from jobs.await_event($1, $2, $3, $4, $5::interval)';
 export const SPAWN = 'select id, deduped from jobs.spawn($1, $2, $3::jsonb)';

@@ -12,7 +12,9 @@ import { createHash } from 'node:crypto';
 import os from 'node:os';
 import pg from 'pg';
 import { type AttemptHandle, type ClaimedRow, type Control, type Job, makeContext, Parked, toJob } from './context.js';
-import { codes, errorNames, fromDriver, INSTALL_HINT, isConnectionError, NonRetryableError, RetryAfterError } from './errors.js';
+import {
+  codes, describe, errorNames, fromDriver, INSTALL_HINT, isConnectionError, NonRetryableError, RetryAfterError, StepTimeoutError,
+} from './errors.js';
 import { Hooks, type OnExhausted, type OnSettled } from './hooks.js';
 import type { JobDefinition } from './jobs.js';
 import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
@@ -469,7 +471,7 @@ export class Worker {
   private async failForGood(client: pg.PoolClient, job: Job, error: string): Promise<Outcome> {
     try {
       const { rows } = await client.query<{ outcome: Outcome | null }>(
-        q.FAIL, [job.id, job.claim, error, null, false, null]);
+        q.FAIL, [job.id, job.claim, error, null, false, null, false]);
       return rows[0]?.outcome ?? 'lost';
     } catch (err) {
       if (isTransient(err)) throw err;
@@ -663,7 +665,7 @@ export class Worker {
       const retryAt = thrown instanceof RetryAfterError ? thrown.retryAt : null;
       const retryable = !(thrown instanceof NonRetryableError);
       const { rows } = await c.query<{ outcome: Outcome | null }>(
-        q.FAIL, [job.id, job.claim, error, retryAt, retryable, errorNames(thrown)]);
+        q.FAIL, [job.id, job.claim, error, retryAt, retryable, errorNames(thrown), thrown instanceof StepTimeoutError]);
       return [rows[0]?.outcome ?? 'lost', error];
     }
     let landed: boolean;
@@ -781,16 +783,6 @@ export class Worker {
     const fields = { id: job.id, name: job.name, queue: job.queue, attempt: job.attempt, durationMs, outcome, error };
     if (outcome === 'completed' || outcome === 'parked' || outcome === 'handed_back') this.logger.info(`job ${outcome}`, fields);
     else this.logger.warn(`job ${outcome}`, fields);
-  }
-}
-
-/** What was thrown, as text: anything at all may be (a value without toString, a BigInt). */
-function describe(err: unknown): string {
-  try {
-    if (err instanceof Error) return `${err.name}: ${err.message}`;
-    return String(err);
-  } catch {
-    return Object.prototype.toString.call(err);
   }
 }
 

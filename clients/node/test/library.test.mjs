@@ -153,6 +153,18 @@ test('performJob runs one job with a real context and answers how it ended; refu
   await assert.rejects(refuteEnqueued(pool, 'inline_job', { n: 21 }), /expected no job inline_job/);
 });
 
+test('a bad step timeout is refused before the step starts; enqueuedBy is kept beside the role', async () => {
+  const bad = defineJob({ name: 'bad_step_timeout', async handler(_payload, ctx) {
+    return ctx.step('never', () => 1, { timeoutMs: -5 });
+  } });
+  const done = await performJob({ pool, logger: silentLogger }, bad, {}, { maxAttempts: 1 });
+  assert.match(done.lastError, /RangeError: step never: timeoutMs must be a positive number/);
+  assert.equal((await pool.query('select count(*)::int as n from jobs.steps where run_id = $1', [done.id])).rows[0].n, 0);
+  const made = await enqueue(pool, 'provenance', {}, { enqueuedBy: 'billing-api' });
+  const { rows } = await pool.query('select enqueued_by from jobs.jobs where id = $1', [made.id]);
+  assert.match(rows[0].enqueued_by, / \(billing-api\)$/);
+});
+
 test('cancel, requeue and promote move a job; a refusal is a PgJobsError and changes nothing', async () => {
   const job = defineJob({ name: 'operated', queue: 'operated', handler: () => ({ ok: 1 }) });
   const { id } = await enqueue(pool, job, {}, { runAt: new Date(Date.now() + 3_600_000) });

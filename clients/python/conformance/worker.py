@@ -45,6 +45,16 @@ def record_abort(ctx: AsyncContext | Context) -> None:
     side("insert into conformance_aborts (job_id, reason) values (%s, %s)", (ctx.job.id, ctx.cancel_reason))
 
 
+def backfill_pass(payload: Any, ctx: AsyncContext | Context, cursor: Any) -> tuple[int, int]:
+    """A pass of the backfill handler: rows 1..total in passes of `batch`, attempt 1 failing
+    the pass that starts at `fail_at`; answers the pass's (start, end)."""
+    start = cursor or 0
+    side("insert into conformance_step_runs (job_id, step) values (%s, %s)", (ctx.job.id, f"from {start}"))
+    if start == payload.get("fail_at") and ctx.job.attempt == 1:
+        raise RuntimeError("the pass failed on purpose")
+    return start, min(start + payload["batch"], payload["total"])
+
+
 # -- plain handlers (threads) ------------------------------------------------------------------
 
 def pause_sync(seconds: float, ctx: Context) -> None:
@@ -78,12 +88,35 @@ def sync_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     def two_steps(payload: Any, ctx: Context) -> Any:
         def step(name: str, key: str) -> Any:
             side("insert into conformance_step_runs (job_id, step) values (%s, %s)", (ctx.job.id, name))
+            if name == "two" and payload.get("fail_in_second") and ctx.job.attempt == 1:
+                raise RuntimeError("the step failed on purpose")
             return {key: ctx.job.attempt}
         one = ctx.step("one", lambda: step("one", "first"))
         if payload.get("fail_after_first") and ctx.job.attempt == 1:
             raise RuntimeError("failing after the first step")
         two = ctx.step("two", lambda: step("two", "second"))
         return {"one": one, "two": two}
+
+    @pg_jobs.job("slow_step")
+    def slow_step(payload: Any, ctx: Context) -> Any:
+        # The step's function watches ctx.cancelled, set at the step's timeout.
+        return ctx.step("slow", lambda: pause_sync(payload.get("ms", 60_000) / 1000, ctx),
+                        timeout=payload["timeout_ms"] / 1000)
+
+    @pg_jobs.job("backfill")
+    def backfill(payload: Any, ctx: Context) -> Any:
+        def run_pass(cursor: Any) -> dict[str, Any]:
+            start, end = backfill_pass(payload, ctx, cursor)
+            side("insert into conformance_rows (job_id, n) select %s, g from generate_series(%s::int, %s::int) as g",
+                 (ctx.job.id, start + 1, end))
+            return {"rows": end - start, "cursor": end}
+        done = ctx.backfill(run_pass)
+        return {"passes": done.passes, "rows": done.rows, "cursor": done.cursor}
+
+    @pg_jobs.job("enqueue_one")
+    def enqueue_one(payload: Any, ctx: Context) -> Any:
+        made = pg_jobs.enqueue(ctx.conn, "noop", {}, **({"enqueued_by": payload["by"]} if payload.get("by") else {}))
+        return {"id": str(made.id)}
 
     @pg_jobs.job("wait_event")
     def wait_event(payload: Any, ctx: Context) -> Any:
@@ -116,7 +149,8 @@ def sync_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     def job_info(payload: Any, ctx: Context) -> Any:
         return {"tags": ctx.job.tags, "meta": ctx.job.meta}
 
-    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info, *result_jobs(False)]
+    return [noop, sleep, fail, write, two_steps, slow_step, backfill, enqueue_one, wait_event, fan_out, child, nap,
+            job_info, *result_jobs(False)]
 
 
 class Unprintable(Exception):
@@ -201,12 +235,43 @@ def async_jobs() -> list[pg_jobs.JobDefinition[Any]]:
         async def step(name: str, key: str) -> Any:
             await asyncio.to_thread(side, "insert into conformance_step_runs (job_id, step) values (%s, %s)",
                                     (ctx.job.id, name))
+            if name == "two" and payload.get("fail_in_second") and ctx.job.attempt == 1:
+                raise RuntimeError("the step failed on purpose")
             return {key: ctx.job.attempt}
         one = await ctx.step("one", lambda: step("one", "first"))
         if payload.get("fail_after_first") and ctx.job.attempt == 1:
             raise RuntimeError("failing after the first step")
         two = await ctx.step("two", lambda: step("two", "second"))
         return {"one": one, "two": two}
+
+    @pg_jobs.job("slow_step")
+    async def slow_step(payload: Any, ctx: AsyncContext) -> Any:
+        async def slow() -> None:
+            # Cancelled at the step's timeout (the attempt goes on): recorded as such.
+            try:
+                await asyncio.sleep(payload.get("ms", 60_000) / 1000)
+            except asyncio.CancelledError:
+                await asyncio.to_thread(side, "insert into conformance_aborts (job_id, reason) values (%s, %s)",
+                                        (ctx.job.id, ctx.cancel_reason or "step_timeout"))
+                raise
+        return await ctx.step("slow", slow, timeout=payload["timeout_ms"] / 1000)
+
+    @pg_jobs.job("backfill")
+    async def backfill(payload: Any, ctx: AsyncContext) -> Any:
+        async def run_pass(cursor: Any) -> dict[str, Any]:
+            start, end = await asyncio.to_thread(backfill_pass, payload, ctx, cursor)
+            await asyncio.to_thread(
+                side, "insert into conformance_rows (job_id, n) select %s, g from generate_series(%s::int, %s::int) as g",
+                (ctx.job.id, start + 1, end))
+            return {"rows": end - start, "cursor": end}
+        done = await ctx.backfill(run_pass)
+        return {"passes": done.passes, "rows": done.rows, "cursor": done.cursor}
+
+    @pg_jobs.job("enqueue_one")
+    async def enqueue_one(payload: Any, ctx: AsyncContext) -> Any:
+        made = await pg_jobs.enqueue(ctx.conn, "noop", {},
+                                     **({"enqueued_by": payload["by"]} if payload.get("by") else {}))
+        return {"id": str(made.id)}
 
     @pg_jobs.job("wait_event")
     async def wait_event(payload: Any, ctx: AsyncContext) -> Any:
@@ -240,7 +305,8 @@ def async_jobs() -> list[pg_jobs.JobDefinition[Any]]:
     async def job_info(payload: Any, ctx: AsyncContext) -> Any:
         return {"tags": ctx.job.tags, "meta": ctx.job.meta}
 
-    return [noop, sleep, fail, write, two_steps, wait_event, fan_out, child, nap, job_info, *result_jobs(True)]
+    return [noop, sleep, fail, write, two_steps, slow_step, backfill, enqueue_one, wait_event, fan_out, child, nap,
+            job_info, *result_jobs(True)]
 
 
 

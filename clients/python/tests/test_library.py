@@ -210,6 +210,20 @@ def test_perform_job_runs_one_job_with_a_real_context_and_refute_enqueued(dsn: s
             refute_enqueued(conn, "send_email_async", {"to": "p@example.com"})
 
 
+def test_a_bad_step_timeout_is_refused_before_the_step_starts_and_enqueued_by_is_kept(dsn: str) -> None:
+    @pg_jobs.job("bad_step_timeout")
+    async def bad(payload: Any, ctx: pg_jobs.AsyncContext) -> Any:
+        return await ctx.step("never", lambda: 1, timeout=float("nan"))
+
+    done = perform_job(dsn, bad, max_attempts=1)
+    assert done.state == "dead" and "step never: timeout must be a positive number" in (done.last_error or "")
+    assert count(dsn, f"select count(*) from jobs.steps where run_id = '{done.id}'") == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        made = pg_jobs.enqueue(conn, "provenance", enqueued_by="billing-api")
+        row = conn.execute("select enqueued_by from jobs.jobs where id = %s", (made.id,)).fetchone()
+    assert row is not None and row[0].endswith(" (billing-api)")
+
+
 def test_cancel_requeue_and_promote_move_a_job_and_a_refusal_changes_nothing(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         made = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "o@example.com"},

@@ -5,10 +5,10 @@ and hands the outcome to your handler: a cancellation event (and task cancellati
 ``async def`` handlers), the connection of the transaction that completes the job, and a few
 durable calls."""
 
-from .context import AsyncContext, ChildResult, Context, EventResult, Job
+from .context import AsyncContext, Backfill, ChildResult, Context, EventResult, Job
 from .enqueue import Enqueued, enqueue, enqueue_many
 from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, NotCancellable, NotInstalled,
-                     NotPromotable, NotRequeueable, PgJobsError, RetryAfter, TenantNotAllowed,
+                     NotPromotable, NotRequeueable, PgJobsError, RetryAfter, StepTimeout, TenantNotAllowed,
                      WaitNeedsReadCommitted)
 from .hooks import SettledOutcome
 from .jobs import JobDefinition, Policy, job, jobs_in, sync_policies
@@ -18,10 +18,10 @@ from .status import JobStatus, get_job, get_jobs, wait_for_job
 from .worker import Worker
 
 __all__ = [
-    "AsyncContext", "ChildResult", "Context", "EventResult", "Job", "Enqueued", "enqueue", "enqueue_many", "CODES",
+    "AsyncContext", "Backfill", "ChildResult", "Context", "EventResult", "Job", "Enqueued", "enqueue", "enqueue_many", "CODES",
     "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotInstalled", "NotPromotable",
     "NotRequeueable", "PgJobsError", "RetryAfter", "TenantNotAllowed", "WaitNeedsReadCommitted", "JobDefinition",
     "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker", "JobStatus",
-    "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote", "SettledOutcome",
+    "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote", "SettledOutcome", "StepTimeout",
 ]
 __version__ = "0.1.1"

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
+import math
+import re
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -18,8 +20,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import queries as q
-from .errors import from_driver
+from .errors import PgJobsError, StepTimeout, from_driver
 from .jobs import JobDefinition
+from .observe import describe
 
 T = TypeVar("T")
 
@@ -73,6 +76,33 @@ class ChildResult:
     error: str | None
 
 
+@dataclass
+class Backfill:
+    """What a backfill (``ctx.backfill``) did: its passes (the last included), the rows they
+    handled and the last cursor."""
+
+    passes: int = 0
+    rows: int = 0
+    cursor: Any = None
+    ended: bool = False
+
+    def next_pass(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        """A pass's answer as its step saves it: rows, cursor, and whether it was the last."""
+        rows = answer.get("rows")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            raise TypeError(f"backfill pass {self.passes + 1}: rows must be a count, got {rows!r}")
+        return {"rows": rows, "cursor": answer.get("cursor"), "done": bool(answer.get("done")) or rows == 0}
+
+    def passed(self, output: Mapping[str, Any]) -> None:
+        self.passes += 1
+        self.rows += output["rows"]
+        self.cursor = output["cursor"]
+        self.ended = output["done"]
+
+
+_PASS = re.compile(r"backfill:([1-9][0-9]*)")
+
+
 @dataclass(frozen=True)
 class EventResult:
     status: str  # 'received' | 'timed_out'
@@ -106,9 +136,31 @@ class _Durable:
         except psycopg.Error as err:
             raise from_driver(err) from None
 
-    async def saved_step(self, name: str) -> tuple[bool, Any]:
-        rows = await self._call(q.GET_STEP, (self.job.run_id, name))
+    async def start_step(self, name: str) -> tuple[bool, Any]:
+        """(True, the saved output) when the run completed the step before; else the step is
+        marked running and (False, None) answers."""
+        rows = await self._call(q.START_STEP, (self.job.id, self.job.claim, name))
         return (True, rows[0][1]) if rows and rows[0][0] else (False, None)
+
+    async def backfill_start(self) -> Backfill:
+        """Where the run's backfill got to: its finished passes, read at once."""
+        done = Backfill()
+        for step, state, output in await self._call(q.GET_STEPS, (self.job.run_id,)):
+            n = _PASS.fullmatch(step)
+            if n is None or state != "completed":
+                continue
+            done.rows += output["rows"]
+            if int(n[1]) > done.passes:
+                done.passes, done.cursor, done.ended = int(n[1]), output["cursor"], output["done"]
+        return done
+
+    async def fail_step(self, name: str, err: BaseException) -> None:
+        """Records the step failed with its error; a claim lost meanwhile records nothing, and
+        the step's own error is the one the handler sees."""
+        try:
+            await self._call(q.FAIL_STEP, (self.job.id, self.job.claim, name, describe(err)))
+        except (PgJobsError, psycopg.Error):
+            pass
 
     async def save_step(self, name: str, output: Any) -> None:
         await self._call(q.SAVE_STEP, (self.job.id, self.job.claim, name, Jsonb(output)))
@@ -144,6 +196,34 @@ class _Durable:
             raise Parked("waiting for its children")
         return [ChildResult(id=uuid.UUID(c["id"]), name=c["name"], state=c["state"], result=c.get("result"),
                             error=c.get("error")) for c in rows[0][1] or []]
+
+
+def _step_timeout(name: str, timeout: float | dt.timedelta | None) -> float | None:
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else float(timeout)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"step {name}: timeout must be a positive number of seconds, got {timeout!r}")
+    return seconds
+
+
+async def _run_async_step(name: str, fn: Callable[[], T] | Callable[[], Awaitable[T]], seconds: float | None) -> T:
+    """The step's value; past ``seconds`` its coroutine is cancelled and StepTimeout raised."""
+    result = fn()
+    if not inspect.isawaitable(result):
+        return result
+    if seconds is None:
+        return await result
+    task: asyncio.Future[T] = asyncio.ensure_future(result)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if task in done:
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except BaseException:  # noqa: BLE001 - what it does once cancelled is not the handler's
+        pass
+    raise StepTimeout(name, seconds)
 
 
 def _until(until: dt.datetime | float) -> dt.datetime:
@@ -191,15 +271,38 @@ class AsyncContext:
         the transaction, and the worker commits it with the completion. Do not commit it."""
         return self._conn
 
-    async def step(self, name: str, fn: Callable[[], T] | Callable[[], Awaitable[T]]) -> T:
-        """Runs ``fn`` once per run: a later attempt gets the saved result without running it."""
-        done, output = await self._durable.saved_step(name)
+    async def step(self, name: str, fn: Callable[[], T] | Callable[[], Awaitable[T]], *,
+                   timeout: float | dt.timedelta | None = None) -> T:
+        """Runs ``fn`` once per run: a later attempt gets the saved result without running it.
+        The step is recorded running while ``fn`` runs and failed, with its error, when it
+        raises. With ``timeout`` (seconds), a step still running then is cancelled and raises
+        StepTimeout, and the attempt fails as timed out."""
+        seconds = _step_timeout(name, timeout)
+        durable = self._durable
+        done, output = await durable.start_step(name)
         if done:
             return output  # type: ignore[no-any-return]
-        result = fn()
-        value: T = await result if inspect.isawaitable(result) else result
-        await self._durable.save_step(name, value)
+        try:
+            value = await _run_async_step(name, fn, seconds)
+        except Exception as err:
+            await durable.fail_step(name, err)
+            raise
+        await durable.save_step(name, value)
         return value
+
+    async def backfill(self, run_pass: Callable[[Any], Awaitable[Mapping[str, Any]]], *,
+                       timeout: float | dt.timedelta | None = None) -> Backfill:
+        """A long backfill as a sequence of passes, each a step (``backfill:1``, ...):
+        ``run_pass(cursor)`` handles the batch after ``cursor`` (None at first) and answers
+        ``{"rows": n, "cursor": ...}``; a pass of 0 rows (or ``"done": True``) ends it. Each
+        pass is saved as it finishes, so a later attempt (or the run requeued) resumes after
+        the last finished one; ``jobs.backfills`` lists the runs. ``timeout`` is each pass's."""
+        done = await self._durable.backfill_start()
+        while not done.ended:
+            async def one(cursor: Any = done.cursor) -> dict[str, Any]:
+                return done.next_pass(await run_pass(cursor))
+            done.passed(await self.step(f"backfill:{done.passes + 1}", one, timeout=timeout))
+        return done
 
     async def wait_for_event(self, name: str, *, key: str | None = None, timeout: float | None = None) -> EventResult:
         """The event's payload once published; or parks the job until it is (no attempt used)."""
@@ -276,14 +379,58 @@ class Context:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def step(self, name: str, fn: Callable[[], T]) -> T:
-        """Runs ``fn`` once per run: a later attempt gets the saved result without running it."""
-        done, output = self._run(self._durable.saved_step(name))
+    def step(self, name: str, fn: Callable[[], T], *, timeout: float | dt.timedelta | None = None) -> T:
+        """Runs ``fn`` once per run: a later attempt gets the saved result without running it.
+        The step is recorded running while ``fn`` runs and failed, with its error, when it
+        raises. With ``timeout`` (seconds), ``ctx.cancelled`` is set then (``cancel_reason``
+        ``'step_timeout'``): ``fn`` should watch it, as a handler watches its deadline. When
+        ``fn`` returns or raises past the timeout, the step raises StepTimeout and the attempt
+        fails as timed out."""
+        seconds = _step_timeout(name, timeout)
+        durable = self._durable
+        done, output = self._run(durable.start_step(name))
         if done:
             return output  # type: ignore[no-any-return]
-        value = fn()
-        self._run(self._durable.save_step(name, value))
+        fired = threading.Event()
+        timer = None
+        if seconds is not None:
+            def expire() -> None:
+                fired.set()
+                if self.cancel_reason is None:
+                    self._cancel("step_timeout")
+            timer = threading.Timer(seconds, expire)
+            timer.daemon = True
+            timer.start()
+        try:
+            try:
+                value = fn()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if fired.is_set():
+                raise StepTimeout(name, seconds or 0)
+        except Exception as err:
+            failure = StepTimeout(name, seconds or 0) if fired.is_set() and not isinstance(err, StepTimeout) else err
+            self._run(durable.fail_step(name, failure))
+            if failure is not err:
+                raise failure from err
+            raise
+        self._run(durable.save_step(name, value))
         return value
+
+    def backfill(self, run_pass: Callable[[Any], Mapping[str, Any]], *,
+                 timeout: float | dt.timedelta | None = None) -> Backfill:
+        """A long backfill as a sequence of passes, each a step (``backfill:1``, ...):
+        ``run_pass(cursor)`` handles the batch after ``cursor`` (None at first) and answers
+        ``{"rows": n, "cursor": ...}``; a pass of 0 rows (or ``"done": True``) ends it. Each
+        pass is saved as it finishes, so a later attempt (or the run requeued) resumes after
+        the last finished one; ``jobs.backfills`` lists the runs. ``timeout`` is each pass's."""
+        done = self._run(self._durable.backfill_start())
+        while not done.ended:
+            def one(cursor: Any = done.cursor) -> dict[str, Any]:
+                return done.next_pass(run_pass(cursor))
+            done.passed(self.step(f"backfill:{done.passes + 1}", one, timeout=timeout))
+        return done
 
     def wait_for_event(self, name: str, *, key: str | None = None, timeout: float | None = None) -> EventResult:
         """The event's payload once published; or parks the job until it is (no attempt used)."""

@@ -19,7 +19,7 @@ from .jobs import JobDefinition
 _SQL = "select id, run_id, deduped, action from jobs.enqueue_batch(%s::jsonb) order by ordinal"
 _OPTIONS = {"queue", "run_at", "delay", "priority", "max_attempts", "idempotency_key", "tenant_id",
             "concurrency_key", "on_conflict", "id", "run_id", "parent_id", "timeout", "debounce",
-            "debounce_max", "run_timeout", "tags", "meta", "ordering_key"}
+            "debounce_max", "run_timeout", "tags", "meta", "ordering_key", "enqueued_by"}
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,9 @@ def enqueue(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], job: J
             payload: Any = None, **options: Any) -> Enqueued | Coroutine[Any, Any, Enqueued]:
     """Enqueues one job in ``conn``'s transaction (awaitable on an AsyncConnection). Options:
     queue, run_at or delay, priority, max_attempts, idempotency_key, tenant_id,
-    concurrency_key, on_conflict, id, run_id, parent_id, timeout."""
+    concurrency_key, on_conflict, id, run_id, parent_id, timeout, run_timeout, debounce,
+    debounce_max, tags, meta, ordering_key, enqueued_by (a service name kept beside the role:
+    by default the connection's application_name)."""
     specs = [spec(job, payload, **options)]
     if isinstance(conn, psycopg.AsyncConnection):
         return _first(_many_async(conn, specs))

@@ -104,6 +104,18 @@ class NonRetryable(Exception):
     """Raised by a handler: the job fails for good, whatever attempts it has left."""
 
 
+class StepTimeout(TimeoutError):
+    """Raised by ``ctx.step`` when a step runs past its ``timeout``: the step is recorded failed
+    with this error and the attempt fails as timed out (retried while attempts are left). An
+    ``async`` step is cancelled at the timeout; a plain handler's ``ctx.cancelled`` is set
+    (``cancel_reason`` ``'step_timeout'``), which its step should watch."""
+
+    def __init__(self, step: str, timeout: float) -> None:
+        super().__init__(f"step {step} timed out after {timeout:g} s")
+        self.step = step
+        self.timeout = timeout
+
+
 class RetryAfter(Exception):
     """Raised by a handler: the attempt fails and the job is retried after ``seconds`` (or at
     ``at``), attempts left permitting, instead of after its type's backoff."""

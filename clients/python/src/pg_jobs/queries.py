@@ -19,7 +19,7 @@ COMPLETE_MANY = "select id, landed from jobs.complete_many(%b, %b, %s::jsonb[])"
 COMPLETE = "select jobs.complete(%s, %s, %s)"
 #: A failure: the engine decides the retry (backoff, or retry_at) or the burial, and whether
 #: the error's names are among its job type's non-retryable errors.
-FAIL = "select jobs.fail(%s, %s, %s, %s, %s, %s)"
+FAIL = "select jobs.fail(%s, %s, %s, %s, %s, %s, %s)"
 #: A job whose result cannot be settled: failed for good.
 FAIL_FOR_GOOD = "select jobs.fail(%s, %s, %s, null, false)"
 SNOOZE = "select jobs.snooze(%s, %s, %s)"
@@ -38,7 +38,9 @@ SERVER = ("select current_setting('server_version'), "
           "or to_regnamespace('jobs_config') is not null")
 
 # A handler's durable calls (ctx).
-GET_STEP = "select done, output from jobs.get_step(%s, %s)"
+START_STEP = "select done, output from jobs.start_step(%s, %s, %s)"
+GET_STEPS = "select step, state, output from jobs.get_steps(%s)"
+FAIL_STEP = "select jobs.fail_step(%s, %s, %s, %s)"
 SAVE_STEP = "select jobs.save_step(%s, %s, %s, %s)"
 AWAIT_EVENT = "select status, payload from jobs.await_event(%s, %s, %s, %s, %s)"
 SPAWN = "select id, deduped from jobs.spawn(%s, %s, %s)"

@@ -30,7 +30,8 @@ from .connection import Backoff, OwnConnection, Pool, Slot
 from . import queries as q
 from .context import AsyncContext, Context, Job, Parked
 from .deadlines import Deadlines
-from .errors import CODES, INSTALL_HINT, NonRetryable, RetryAfter, error_names, from_driver, is_connection_error
+from .errors import (CODES, INSTALL_HINT, NonRetryable, RetryAfter, StepTimeout, error_names, from_driver,
+                     is_connection_error)
 from .hooks import Hooks, OnExhausted, OnSettled
 from .jobs import JobDefinition
 from .observe import LEVELS, Metrics, Outcome, describe, first_line, log_outcome
@@ -636,7 +637,7 @@ class Worker:
             retry_at = thrown.at if isinstance(thrown, RetryAfter) else None
             cur = await conn.execute(q.FAIL,
                                      (job.id, job.claim, error, retry_at, not isinstance(thrown, NonRetryable),
-                                      error_names(thrown)))
+                                      error_names(thrown), isinstance(thrown, StepTimeout)))
             row = await cur.fetchone()
             return (row[0] if row and row[0] else "lost"), error
         if not in_tx and self._leave_to_dispatcher(held, slot):
