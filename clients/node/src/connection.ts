@@ -6,12 +6,13 @@ import { isConnectionError } from './errors.js';
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Waits for `promise`, or `ms` at most; its timer is cleared either way, so that a process
- * whose work is done is not kept alive by it. */
-export async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+/** Waits for `promise`, or `ms` at most, and answers whether it settled; its timer is cleared
+ * either way, so that a process whose work is done is not kept alive by it. */
+export async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([promise, new Promise<void>((resolve) => { timer = setTimeout(resolve, ms); })]);
+    return await Promise.race([promise.then(() => true),
+      new Promise<boolean>((resolve) => { timer = setTimeout(() => resolve(false), ms); })]);
   } finally {
     clearTimeout(timer);
   }

@@ -125,6 +125,8 @@ interface Group {
 
 /** How much longer than its signal a handler is waited for before its connection is closed. */
 const ABANDON_MS = 1000;
+/** How often a stop cancels again the claims still sleeping in the server. */
+const RECANCEL_MS = 1000;
 const QUERY_CANCELED = '57014';
 /** A prepared statement missing, or another of that name there: a server connection other than
  * the one that prepared it (a transaction-pooling PgBouncer before 1.21). */
@@ -302,8 +304,11 @@ export class Worker {
     this.giveUpAt = Date.now() + graceMs;
     for (const wake of this.wake.splice(0)) wake();
     for (const g of this.groups) g.wake?.();
-    await this.cancelWaitingClaims();
-    await Promise.all(this.loops);
+    // A claim sleeping in the server is cancelled; again each second while a dispatcher waits,
+    // as a cancel that came before its claim was under way found nothing to cancel.
+    const loops = Promise.all(this.loops);
+    do await this.cancelWaitingClaims();
+    while (!await within(loops, RECANCEL_MS));
     const all = Promise.all(this.jobsRunning);
     await within(all, graceMs);
     if (this.held.size > 0) {

@@ -165,6 +165,33 @@ test('a bad step timeout is refused before the step starts; enqueuedBy is kept b
   assert.match(rows[0].enqueued_by, / \(billing-api\)$/);
 });
 
+test('a stop ends the claim sleeping in the server though its first cancel came too soon', async () => {
+  // A cancel that reaches the server before the claim is under way cancels nothing: the stop
+  // sends it again each second. Checked to fail with the cancel sent once: stop() waited out
+  // the claim's 600 s (the test's 30 s bound).
+  const worker = createWorker({ pool, jobs: [], queues: ['sleepers'], pollMs: 600_000, logger: silentLogger });
+  await worker.start();
+  const asleep = "select count(*)::int as n from pg_stat_activity where datname = current_database() and state = 'active' "
+    + "and query like '%jobs.claim(%' and (wait_event_type = 'Extension' or wait_event = 'PgSleep') and pid <> pg_backend_pid()";
+  const deadline = Date.now() + 20_000;
+  while ((await pool.query(asleep)).rows[0].n === 0) {
+    assert.ok(Date.now() < deadline, 'no claim slept in the server');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const control = worker.control;
+  const query = control.query.bind(control);
+  let lost = 0;
+  control.query = (text, values) => (text.includes('pg_cancel_backend') && lost++ === 0 ? Promise.resolve([]) : query(text, values));
+  let timer;
+  const bound = new Promise((_resolve, reject) => { timer = setTimeout(() => reject(new Error('stop() did not return within 30 s')), 30_000); });
+  try {
+    await Promise.race([worker.stop(), bound]);
+  } finally {
+    clearTimeout(timer);
+  }
+  assert.ok(lost >= 2, `the cancel was sent ${lost} time(s)`);
+});
+
 test('cancel, requeue and promote move a job; a refusal is a PgJobsError and changes nothing', async () => {
   const job = defineJob({ name: 'operated', queue: 'operated', handler: () => ({ ok: 1 }) });
   const { id } = await enqueue(pool, job, {}, { runAt: new Date(Date.now() + 3_600_000) });

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 import pg_jobs
+from pg_jobs import queries
 from pg_jobs.testing import adrain, assert_enqueued, drain, perform_job, refute_enqueued
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -550,6 +551,58 @@ def test_a_plain_handler_failing_in_a_shutdowns_grace_has_its_failure_recorded(d
     with psycopg.connect(dsn) as conn:
         row = conn.execute("select attempt, last_error from jobs.jobs").fetchone()
     assert row is not None and row[0] == 1 and "failed in the grace" in (row[1] or ""), row
+
+
+@pytest.mark.parametrize("when", ["while_its_idle_connections_go_back", "before_its_claim_is_under_way"])
+def test_a_stop_ends_the_claim_sleeping_in_the_server(dsn: str, when: str) -> None:
+    """A worker whose claims sleep 600 s in the server stops at once however its stop meets its
+    claim: a stop that begins while the idle connections go back, before the sleeping claim is
+    sent, finds no claim to cancel (the claim must not be sent then); a cancel that reaches the
+    server before the claim is under way cancels nothing (it is sent again, each second). Checked
+    to fail with the cancel sent once only (both cases; the first passes then through the check
+    after the release alone): stop() waited out the 600 s claim (the test's 30 s bound)."""
+
+    async def run() -> None:
+        # Claims sleep 1 s until the jobs are done, so that the idle connections go back
+        # before the next one (the first case), and 600 s from then on.
+        worker = pg_jobs.Worker(dsn, jobs=JOBS, concurrency=4, poll=1 if when.startswith("while") else 600)
+        stopping: list[asyncio.Future[None]] = []
+        release = worker._pool.release  # noqa: SLF001 (the races are inside the worker)
+        query = worker._control.query  # noqa: SLF001
+
+        async def release_then_stop(slot: Any, broken: bool = False) -> None:
+            if not stopping and not worker._stopping:  # noqa: SLF001
+                stopping.append(asyncio.ensure_future(worker.stop(grace=5)))
+                await asyncio.sleep(0.3)  # the stop has begun, and found no claim to cancel
+            await release(slot, broken)
+
+        async def first_cancel_lost(sql: str, args: Any = None) -> Any:
+            if sql == queries.CANCEL_WAITING_CLAIMS and not stopping:
+                stopping.append(asyncio.get_running_loop().create_future())  # (marks the one lost)
+                return []
+            return await query(sql, args)
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for n in range(4):
+                pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": f"stop{n}@example.com"})
+        await worker.start()
+        deadline = time.monotonic() + 20
+        while count(dsn, "select count(*) from jobs.jobs where state = 'completed'") < 4:
+            assert time.monotonic() < deadline, "the jobs did not complete"
+            await asyncio.sleep(0.02)
+        if when == "while_its_idle_connections_go_back":
+            worker.poll = 600
+            worker._pool.release = release_then_stop  # type: ignore[method-assign]  # noqa: SLF001
+            while not stopping:
+                assert time.monotonic() < deadline, "the stop did not meet the idle connections going back"
+                await asyncio.sleep(0.02)
+            await asyncio.wait_for(stopping[0], 30)
+        else:
+            worker._control.query = first_cancel_lost  # type: ignore[method-assign]  # noqa: SLF001
+            await asyncio.wait_for(worker.stop(grace=5), 30)
+            assert stopping, "no cancel was sent"
+
+    asyncio.run(run())
 
 
 def test_a_stop_gives_up_a_settle_the_database_refuses_past_its_grace(dsn: str) -> None:

@@ -47,6 +47,8 @@ QUERY_CANCELED = "57014"
 NOT_KEPT = {"26000", "42P05", "08P01"}
 #: How much longer than its cancellation a handler is waited for before it is abandoned.
 ABANDON = 1.0
+#: How often a stop cancels again the claims still sleeping in the server.
+RECANCEL = 1.0
 #: How long, at most, the dispatcher lets plain handlers just started end before it settles.
 GATHER = 0.0002
 
@@ -410,7 +412,9 @@ class Worker:
         self._claiming.add(pid)
         group.waiting = True
         try:
-            if group.pending:  # a job ended during the look: settled with the next claim
+            # A job ended during the look: settled with the next claim. A stop that began
+            # while the idle connections went back found no claim of this worker's to cancel.
+            if group.pending or self._stopping:
                 return []
             cur = await slot.conn.execute(query, (self.worker_id, group.queue_array, group.free, lease,
                                                   dt.timedelta(seconds=self.poll), buried),
@@ -800,14 +804,18 @@ class Worker:
         self._wake.set()
         for g in self._groups:
             g.wake.set()
-        if self._claiming:
-            try:
-                await self._control.query(
-                    q.CANCEL_WAITING_CLAIMS, (list(self._claiming),))
-            except Exception:  # noqa: BLE001
-                pass
         dispatchers = self._loops[:len(self._groups)]
         others = self._loops[len(self._groups):]
+        # A claim sleeping in the server is cancelled; again each second while a dispatcher
+        # waits, as a cancel that came before its claim was under way found nothing to cancel.
+        waiting = {d for d in dispatchers if not d.done()}
+        while waiting:
+            if self._claiming:
+                try:
+                    await self._control.query(q.CANCEL_WAITING_CLAIMS, (list(self._claiming),))
+                except Exception:  # noqa: BLE001
+                    pass
+            _, waiting = await asyncio.wait(waiting, timeout=RECANCEL)
         await asyncio.gather(*dispatchers, return_exceptions=True)
         await self._wait_running(grace)
         if self._live():
