@@ -19,8 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-# Each upgrade script is generated (scripts/upgrade-script.py): it must be current.
-python3 scripts/upgrade-script.py --check
+# The releases' scripts are as they were released; the one to this version is made by the
+# build (build.rs, scripts/upgrade-script.py) that installed it.
+bash scripts/check-released.sh
 ext_dir="$("$PG_CONFIG" --sharedir)/extension"
 current=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 if [ ! -f "$ext_dir/pg_jobs--$current.sql" ]; then
