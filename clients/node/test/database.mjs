@@ -29,19 +29,24 @@ export async function makeDatabase(prefix) {
     pool,
     async drop() {
       await pool.end();
-      // pool.end() resolves once each client was told to end, not once its backend left: a
-      // backend still reading its Terminate when the drop's force signals it answers with a
-      // FATAL the ending client raises as an uncaught error. Wait (5 s at most) for the clients'
-      // backends to go; the force is for the pg_jobs sweeper, whose backend comes and goes.
-      for (let waited = 0; waited < 5000; waited += 20) {
-        const [{ n }] = await admin(
-          "select count(*)::int as n from pg_stat_activity where datname = $1 and backend_type = 'client backend'",
-          [name],
-        );
-        if (n === 0) break;
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-      await admin(`drop database ${name} with (force)`);
+      await dropDatabase(name);
     },
   };
+}
+
+/** Drops a database once its clients' backends have gone. pool.end() resolves once each
+ * client was told to end, not once its backend left: a backend still reading its Terminate
+ * when the drop's force signals it answers with a FATAL the ending client raises as an
+ * uncaught error. So wait (5 s at most) for the clients' backends to go; the force is for the
+ * pg_jobs sweeper, whose backend comes and goes. */
+export async function dropDatabase(name) {
+  for (let waited = 0; waited < 5000; waited += 20) {
+    const [{ n }] = await admin(
+      "select count(*)::int as n from pg_stat_activity where datname = $1 and backend_type = 'client backend'",
+      [name],
+    );
+    if (n === 0) break;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  await admin(`drop database ${name} with (force)`);
 }

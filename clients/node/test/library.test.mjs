@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
-import { admin, makeDatabase } from './database.mjs';
+import { admin, dropDatabase, makeDatabase } from './database.mjs';
 import { cancel, codes, CountingMetrics, JobNotFoundError, NotCancellableError, NotInstalledError, NotPromotableError, NotRequeueableError, createWorker, defineJob, enqueue, enqueueMany, errorNames, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, syncPolicies, useOpenTelemetry, waitForJob } from 'pg-jobs';
 import { assertEnqueued, drain, performJob, refuteEnqueued } from 'pg-jobs/testing';
 
@@ -228,7 +228,7 @@ test('an enqueue on a database without pg_jobs is a PgJobsError whose hint is th
       (err) => err instanceof NotInstalledError && err.code === '3F000' && err.hint.includes('CREATE EXTENSION pg_jobs'));
   } finally {
     await bare.end();
-    await pool.query(`drop database ${name} with (force)`);
+    await dropDatabase(name);
   }
 });
 
