@@ -95,7 +95,7 @@ pub async fn connect(dsn: Option<&str>) -> Result<Client> {
     client
         .batch_execute("set jit = off")
         .await
-        .map_err(|e| anyhow::anyhow!(crate::output::describe(&e)))?;
+        .map_err(|e| crate::output::db_error(&e))?;
     crate::owner::check(&client).await?;
     crate::role::learn(&client).await;
     Ok(client)

@@ -4,6 +4,7 @@
 use anyhow::Result;
 use comfy_table::{presets::UTF8_BORDERS_ONLY, ContentArrangement, Table};
 use serde_json::{Map, Value};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
@@ -44,13 +45,54 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// A database error as `describe` words it, with its SQLSTATE kept to match on (a page's
+/// status, a fallback for a role without a grant), never read back out of the words.
+#[derive(Debug)]
+pub struct DbError {
+    pub code: SqlState,
+    text: String,
+}
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for DbError {}
+
+/// A database error for `?`: a `DbError` when the server sent a SQLSTATE, else its words.
+pub fn db_error(e: &tokio_postgres::Error) -> anyhow::Error {
+    wrap(describe(e), e)
+}
+
+/// The same, its words after `what: `.
+pub fn db_error_in(what: &str, e: &tokio_postgres::Error) -> anyhow::Error {
+    wrap(format!("{what}: {}", describe(e)), e)
+}
+
+fn wrap(text: String, e: &tokio_postgres::Error) -> anyhow::Error {
+    match e.code() {
+        Some(code) => anyhow::Error::new(DbError {
+            code: code.clone(),
+            text,
+        }),
+        None => anyhow::anyhow!(text),
+    }
+}
+
+/// The SQLSTATE of an error, when the database raised it.
+pub fn sqlstate(e: &anyhow::Error) -> Option<&SqlState> {
+    e.downcast_ref::<DbError>().map(|d| &d.code)
+}
+
 /// Runs a query whose rows are one `json` column each (`select row_to_json(x) from (...) x`),
 /// keeping the columns' order.
 pub async fn rows(client: &Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
     let found = client
         .query(crate::role::for_role(sql).as_ref(), params)
         .await
-        .map_err(|e| anyhow::anyhow!(describe(&e)))?;
+        .map_err(|e| db_error(&e))?;
     Ok(found
         .iter()
         .filter_map(|r| match r.get::<_, Value>(0) {

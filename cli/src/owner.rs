@@ -32,7 +32,7 @@ pub async fn check(client: &Client) -> Result<()> {
     let row = client
         .query_one(UNTRUSTED_OWNERS, &[])
         .await
-        .map_err(|e| anyhow::anyhow!(crate::output::describe(&e)))?;
+        .map_err(|e| crate::output::db_error(&e))?;
     if let Some(owners) = row.get::<_, Option<String>>(0) {
         bail!(
             "refusing to call pg_jobs as a superuser: schema jobs or its functions belong to {owners}, \

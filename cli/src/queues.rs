@@ -13,7 +13,7 @@ pub async fn set_paused(client: &Client, queue: &str, paused: bool) -> Result<()
     client
         .execute(sql, &[&queue])
         .await
-        .map_err(|e| anyhow::anyhow!(output::describe(&e)))?;
+        .map_err(|e| output::db_error(&e))?;
     println!(
         "{} queue {queue}",
         if paused { "paused" } else { "resumed" }
@@ -26,7 +26,7 @@ pub async fn set_fairness(client: &Client, queue: &str, mode: &str) -> Result<()
     let row = client
         .query_one("select jobs.set_fairness($1, $2)", &[&queue, &mode])
         .await
-        .map_err(|e| anyhow::anyhow!(output::describe(&e)))?;
+        .map_err(|e| output::db_error(&e))?;
     println!("{}", row.get::<_, String>(0));
     Ok(())
 }

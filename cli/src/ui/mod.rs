@@ -115,7 +115,7 @@ impl App {
             .config
             .connect(self.tls.clone())
             .await
-            .map_err(|e| anyhow::anyhow!("cannot connect: {}", crate::output::describe(&e)))?;
+            .map_err(|e| crate::output::db_error_in("cannot connect", &e))?;
         tokio::spawn(crate::connect::drive(connection));
         // A page never waits long: not on a lock another role's statement queued on a view
         // (docs/SECURITY.md), nor on a search that reads too much; it says so and the next
@@ -127,7 +127,7 @@ impl App {
                 "set lock_timeout = '2s'; set statement_timeout = '15s'; set jit = off; set enable_seqscan = off",
             )
             .await
-            .map_err(|e| anyhow::anyhow!(crate::output::describe(&e)))?;
+            .map_err(|e| crate::output::db_error(&e))?;
         crate::owner::check(&client).await?;
         crate::role::learn(&client).await;
         let client = Arc::new(client);

@@ -10,6 +10,7 @@ use maud::{html, Markup};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
+use tokio_postgres::error::SqlState;
 
 pub type Page = (StatusCode, Markup);
 
@@ -91,13 +92,15 @@ fn hidden(params: &[(&'static str, String)]) -> Markup {
 
 /// A failure as a page: a missing grant is 403, a bad value 400, the rest 500.
 fn failed(app: &App, title: &str, e: anyhow::Error) -> Page {
-    let s = e.to_string();
-    let status = if s.contains("[42501]") {
-        StatusCode::FORBIDDEN
-    } else if s.contains("[22") || s.contains("[23") || s.contains("[PJ") || !s.contains(" [") {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::INTERNAL_SERVER_ERROR
+    let status = match output::sqlstate(&e).map(|c| c.code()) {
+        Some("42501") => StatusCode::FORBIDDEN,
+        // A bad value (class 22), a constraint (23), a refusal of pg_jobs (PJ).
+        Some(c) if c.starts_with("22") || c.starts_with("23") || c.starts_with("PJ") => {
+            StatusCode::BAD_REQUEST
+        }
+        Some(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        // Not the database's: the dashboard refused what it was sent.
+        None => StatusCode::BAD_REQUEST,
     };
     (
         status,
@@ -162,7 +165,7 @@ async fn finished_counts(
         }
     }
     let rows = match output::rows(db, FINISHED, &[]).await {
-        Err(e) if e.to_string().contains("[42501]") => {
+        Err(e) if output::sqlstate(&e) == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
             output::rows(db, FINISHED_MONITOR, &[]).await?
         }
         other => other?,
@@ -664,7 +667,7 @@ async fn download(
         Ok(db) => db
             .query_opt(crate::role::for_role(sql).as_ref(), &[&id, &step])
             .await
-            .map_err(|e| anyhow::anyhow!(output::describe(&e))),
+            .map_err(|e| output::db_error(&e)),
         Err(e) => Err(e),
     };
     match found {
@@ -841,7 +844,7 @@ pub async fn queue_op(
         Ok(db) => db
             .execute(sql, &[&queue])
             .await
-            .map_err(|e| anyhow::anyhow!(output::describe(&e))),
+            .map_err(|e| output::db_error(&e)),
         Err(e) => Err(e),
     };
     forget_finished(&app);
@@ -967,7 +970,7 @@ pub async fn schedule_op(
                 &[&name, &enabled],
             )
             .await
-            .map_err(|e| anyhow::anyhow!(output::describe(&e))),
+            .map_err(|e| output::db_error(&e)),
         Err(e) => Err(e),
     };
     match done {
@@ -1090,7 +1093,7 @@ pub async fn type_op(State(app): State<Arc<App>>, RawForm(body): RawForm) -> Pag
         );
         db.execute(&sql, &params).await
     };
-    match done.map_err(|e| anyhow::anyhow!(output::describe(&e))) {
+    match done.map_err(|e| output::db_error(&e)) {
         Ok(0) if !adding => failed(
             &app,
             "Job types",
