@@ -44,7 +44,7 @@ for n in "${releases[@]}"; do
   . scripts/lib.sh
   # On 18, the in-server tests (a debug build, which the package check then replaces): they
   # test what Rust answers to SQL, which has no code of its own per release; the code that
-  # differs by release (src/vacuum.rs, src/launcher.rs) is the background worker's, tested
+  # differs by release (src/background/vacuum.rs, src/background/launcher.rs) is the background worker's, tested
   # from outside on each release below. Then, on each, the tarball for this release,
   # installed from it; its SQL tests; the upgrade from every earlier release of pg_jobs.
   if [ "$n" = 18 ]; then

@@ -226,7 +226,7 @@ as $$
 declare
   v_queue text;
 begin
-  perform jobs._signal_work(p_queues);  -- the blocking claims, at commit (src/wakeups.rs)
+  perform jobs._signal_work(p_queues);  -- the blocking claims, at commit (src/commit/wakeups.rs)
   if jobs._relays() then
     -- Relayed, a notification costs this transaction nothing, and one for every queue leaves
     -- no gap: the probe below can see a job a claim has taken but not yet committed as
@@ -243,7 +243,7 @@ begin
     order by j.priority desc, j.run_at
     limit 1;
     if not found then
-      perform jobs._notify(v_queue);  -- relayed by the sweeper when preloaded (src/relay.rs)
+      perform jobs._notify(v_queue);  -- relayed by the sweeper when preloaded (src/commit/relay.rs)
     end if;
   end loop;
 end
@@ -624,7 +624,7 @@ begin atomic
 end;
 
 -- The slots in (p_after, p_until] (NULL: no end), earliest first, at most p_max
--- (src/cron.rs, Cron::slots, step for step).
+-- (src/functions/cron.rs, Cron::slots, step for step).
 create function jobs._cron_find(p_cron text, p_zone text, p_after timestamptz, p_until timestamptz, p_max int)
 returns timestamptz[]
 language plpgsql stable
@@ -700,7 +700,7 @@ language plpgsql stable strict parallel safe
 as $$
 begin
   if not isfinite(after) or until = '-infinity' or until <= after or max < 1 then
-    -- (the problem of a bad expression is told only when a search runs, as src/cron.rs does)
+    -- (the problem of a bad expression is told only when a search runs, as src/functions/cron.rs does)
     return '{}';
   end if;
   return jobs._cron_find(cron, zone, after, case when until = 'infinity' then null else until end, max);
@@ -774,7 +774,7 @@ as $$
     ('insufficient_privilege', '42501', 'the role holds pg_jobs rights through roles bound to tenants and through one bound to none: bind the role itself')
 $$;
 
--- The SQL-only edition's counts of live children (src/children.rs in the extension). The
+-- The SQL-only edition's counts of live children (src/commit/children.rs in the extension). The
 -- extension's row trigger notes each child's move in the backend's memory and a statement
 -- trigger applies them; without a library nothing outlives a call but what a role could also
 -- write (a setting), so here the statement triggers read the statement's own rows from its
@@ -839,14 +839,14 @@ end
 $$;
 
 -- The SQL-only edition's claim tokens and job ids: jobs._next_claim and jobs._uuid_v7 in
--- PL/pgSQL, with the signatures and guarantees of src/tokens.rs and src/ids.rs (which the
+-- PL/pgSQL, with the signatures and guarantees of src/functions/tokens.rs and src/functions/ids.rs (which the
 -- extension runs). tests/test_sql_only_ids.py holds them to those guarantees.
 
 -- The token after `previous`: in its high 40 bits the later of the milliseconds since
 -- 2024-01-01 on the server's clock and the previous token's high bits plus one, in its low 23
 -- bits random bits (from gen_random_uuid(), a strong random source in every PostgreSQL since
 -- 13). Each token of a job is greater than every earlier one, one lost in a crash included,
--- and none can be derived from an earlier one (src/tokens.rs says why).
+-- and none can be derived from an earlier one (src/functions/tokens.rs says why).
 create function jobs._next_claim(previous bigint)
 returns bigint
 language plpgsql volatile strict parallel safe
@@ -899,8 +899,8 @@ end
 $$;
 
 -- The SQL-only edition's wake-ups, signals and counters: what the extension keeps in shared
--- memory or runs at a transaction's commit (src/wakeups.rs, src/relay.rs, src/outcomes.rs,
--- src/async_claims.rs, src/unknown_queues.rs, src/error_context.rs), as the extension does it
+-- memory or runs at a transaction's commit (src/commit/wakeups.rs, src/commit/relay.rs, src/commit/outcomes.rs,
+-- src/commit/async_claims.rs, src/functions/unknown_queues.rs, src/error_context.rs), as the extension does it
 -- without shared_preload_libraries, where this edition has no library at all:
 -- - a blocking claim polls: it looks again every 100 ms (jobs._await_work);
 -- - NOTIFY is the transaction's own (no relay), and a death is signalled per job;
@@ -2320,7 +2320,7 @@ begin
 
   -- With wait: each look is a claim without wait, in a subtransaction. When it claims nothing,
   -- the wait sleeps until a commit makes work in these queues, a job in them comes due, or the
-  -- deadline passes (src/wakeups.rs); then it looks again. When a limit held back everything
+  -- deadline passes (src/commit/wakeups.rs); then it looks again. When a limit held back everything
   -- the look found, the look is rolled back (its candidates and the limits' locks let go: a
   -- claim asleep holds nothing), and the wait is also woken by a slot of those limits that
   -- frees: a job of theirs that stops running, a holder's lease lapsing, a rate window's next
@@ -2361,7 +2361,7 @@ begin
     return;
   end if;
   -- A claim that is its transaction's only work commits without waiting for its WAL flush
-  -- (pg_jobs.async_claims, src/async_claims.rs): lost in a crash, its job is claimable again
+  -- (pg_jobs.async_claims, src/commit/async_claims.rs): lost in a crash, its job is claimable again
   -- and its worker fenced out.
   perform jobs._async_if_alone('claim');
 
@@ -2769,7 +2769,7 @@ begin
       'pass the lease to extend by, or NULL to extend by the lease of the claim');
   end if;
   -- On its own, it commits without waiting for its WAL flush (pg_jobs.async_claims): a lost
-  -- heartbeat only shortens the lease (src/async_claims.rs).
+  -- heartbeat only shortens the lease (src/commit/async_claims.rs).
   perform jobs._async_if_alone('heartbeat');
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).
@@ -3699,7 +3699,7 @@ begin
     state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
     wait_event = null, wait_key = null, wait_until = null,
     finished_at = v_now,
-    -- A running job's holder is told on pg_jobs_cancel (src/outcomes.rs), from the row as
+    -- A running job's holder is told on pg_jobs_cancel (src/commit/outcomes.rs), from the row as
     -- this update takes it.
     updated_at = jobs._cancelling(j.id, j.state = 'running', v_now)
   where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended')

@@ -19,13 +19,13 @@
 --
 -- Lock order: a child's row, then its parent's. A statement that ends children of several
 -- parents locks all its children first (the statement's rows), then the parents, at its end,
--- in id order (src/children.rs): two such statements cannot deadlock on them.
+-- in id order (src/commit/children.rs): two such statements cannot deadlock on them.
 
 -- A waiting parent: suspended with wait_event 'pg_jobs.children' and no wait_key, which no
 -- publish can match (publish compares a key, '' for none), nor run_at, so no claim takes it.
 
 -- The row trigger on jobs_data.jobs: a child that stops or starts being live notes the move of
--- its parent's count (jobs._family_note, src/children.rs), which the statement's end applies
+-- its parent's count (jobs._family_note, src/commit/children.rs), which the statement's end applies
 -- (jobs._family_apply); a parent that ends failed, dead or cancelled cancels, in one statement,
 -- every live descendant that its 'terminate' policy reaches (a child, its own 'terminate'
 -- children, and so on; an 'abandon' child and what hangs below it carry on), each holder
@@ -107,7 +107,7 @@ begin
 end
 $$;
 
--- The end of a statement that moved children (src/children.rs): each parent's count of live
+-- The end of a statement that moved children (src/commit/children.rs): each parent's count of live
 -- children moves by the sum of its children's moves, one parent after the other in id order
 -- (p_parents comes sorted), and a parent waiting in jobs.await_children whose last child ended
 -- is woken.

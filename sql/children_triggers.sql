@@ -1,7 +1,7 @@
 -- The triggers of child jobs on jobs_data.jobs: jobs._family_changed (sql/children.sql) runs
 -- for a row whose state changes while it has a parent or live children, and for a child
 -- deleted (it tests whether the child was live: the WHEN clause stays short, as in
--- sql/ordering_triggers.sql); jobs._family_statement_end (src/children.rs) at the end of every
+-- sql/ordering_triggers.sql); jobs._family_statement_end (src/commit/children.rs) at the end of every
 -- UPDATE and DELETE, applies what those noted (at once when they noted nothing). Run by the
 -- install and by the upgrade (after the functions exist).
 

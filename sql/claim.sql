@@ -210,7 +210,7 @@ end;
 -- limit holds back. The candidates a claim holds back stay locked by it, and no other claimer
 -- has them, so a second look that skips rows other transactions hold finds exactly them (or
 -- jobs made ready since, which the wake-up counters read before the look report anyway).
--- Answers the wake-up keys of their names and concurrency keys (src/wakeups.rs, limit_key)
+-- Answers the wake-up keys of their names and concurrency keys (src/commit/wakeups.rs, limit_key)
 -- and when a slot of those limits frees by time alone: a holder's lease lapsing, or the oldest
 -- start in a rate window leaving it (jobs.clock() time). No rows held back: keys NULL.
 create function jobs._held_back(p_queues text[], p_tenants text[], p_now timestamptz,
@@ -356,7 +356,7 @@ begin
 
   -- With wait: each look is a claim without wait, in a subtransaction. When it claims nothing,
   -- the wait sleeps until a commit makes work in these queues, a job in them comes due, or the
-  -- deadline passes (src/wakeups.rs); then it looks again. When a limit held back everything
+  -- deadline passes (src/commit/wakeups.rs); then it looks again. When a limit held back everything
   -- the look found, the look is rolled back (its candidates and the limits' locks let go: a
   -- claim asleep holds nothing), and the wait is also woken by a slot of those limits that
   -- frees: a job of theirs that stops running, a holder's lease lapsing, a rate window's next
@@ -397,7 +397,7 @@ begin
     return;
   end if;
   -- A claim that is its transaction's only work commits without waiting for its WAL flush
-  -- (pg_jobs.async_claims, src/async_claims.rs): lost in a crash, its job is claimable again
+  -- (pg_jobs.async_claims, src/commit/async_claims.rs): lost in a crash, its job is claimable again
   -- and its worker fenced out.
   perform jobs._async_if_alone('claim');
 

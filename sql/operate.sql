@@ -69,7 +69,7 @@ begin
     state = 'cancelled', claim = jobs._next_claim(j.claim), lease_expires_at = null,
     wait_event = null, wait_key = null, wait_until = null,
     finished_at = v_now,
-    -- A running job's holder is told on pg_jobs_cancel (src/outcomes.rs), from the row as
+    -- A running job's holder is told on pg_jobs_cancel (src/commit/outcomes.rs), from the row as
     -- this update takes it.
     updated_at = jobs._cancelling(j.id, j.state = 'running', v_now)
   where j.id = cancel.id and j.state in ('ready', 'delayed', 'running', 'suspended')

@@ -116,7 +116,7 @@ begin atomic
 end;
 
 -- The outcomes of an attempt that ended without its worker settling it (a lapsed lease or a
--- timeout), for jobs.outcome_stats and pg_jobs_dead (jobs._outcome, src/outcomes.rs), from the
+-- timeout), for jobs.outcome_stats and pg_jobs_dead (jobs._outcome, src/commit/outcomes.rs), from the
 -- RETURNING list of the statement that settles it: timed_out or lease_lapsed, and what
 -- followed: retried after a timeout, dead or failed on the final attempt (a lapse with attempts
 -- left, now ready, runs again).
@@ -129,12 +129,12 @@ begin atomic
          or jobs._outcome(p_queue, case when p_state = 'delayed' then 'retried' else p_state::text end, p_id));
 end;
 
--- How long finished jobs are kept: jobs._retention(setting, default) (src/clock.rs) reads
+-- How long finished jobs are kept: jobs._retention(setting, default) (src/functions/clock.rs) reads
 -- pg_jobs.completed_retention or pg_jobs.dead_retention.
 
 -- A result or a step's output larger than pg_jobs.max_payload_size is refused (22023), as a
 -- payload is: a worker could otherwise store 50 MB a job. Every limit measures a value
--- uncompressed (jobs._size, src/sizes.rs): pg_column_size() would measure one read from a
+-- uncompressed (jobs._size, src/functions/sizes.rs): pg_column_size() would measure one read from a
 -- table compressed.
 create function jobs._check_size(p_what text, p_value jsonb)
 returns void

@@ -98,7 +98,7 @@ comment on view jobs.queue_stats is
 
 -- What happened to the jobs of each queue since counting started (the server's start, or its
 -- restart after a crash): counters, never gauges, kept in shared memory by the commits that
--- settle jobs (src/outcomes.rs), so they do not depend on retention and no settle writes a
+-- settle jobs (src/commit/outcomes.rs), so they do not depend on retention and no settle writes a
 -- row for them. completed, retried (a failed or timed-out attempt with attempts left), dead,
 -- failed, cancelled count jobs by what happened to them; timed_out and lease_lapsed count
 -- attempts by how they ended (a timed-out attempt counts in retried, dead or failed as well).

@@ -9,7 +9,7 @@
 -- of over 400 bytes), so a slot's live job is handed back, not enqueued again, by any enqueue
 -- that races it.
 --
--- Slots follow src/cron.rs: local wall-clock times of the schedule's zone, as PostgreSQL's
+-- Slots follow src/functions/cron.rs: local wall-clock times of the schedule's zone, as PostgreSQL's
 -- tz database maps them; a local time that a spring-forward skips runs once, just after the
 -- gap, and one that a fall-back repeats runs once.
 

@@ -284,7 +284,7 @@ create type jobs.job_spec as (
 );
 
 -- The one source of time for every lease, run_at, backoff and retention decision is
--- jobs.clock() (src/clock.rs): clock_timestamp() shifted by pg_jobs.clock_offset, a
+-- jobs.clock() (src/functions/clock.rs): clock_timestamp() shifted by pg_jobs.clock_offset, a
 -- superuser-only setting that tests use to move time instead of sleeping. It is a function of
 -- the library, not SQL, so a role cannot move it by setting the placeholder of a library not
 -- yet loaded.
@@ -308,7 +308,7 @@ $$;
 -- job gets one (p_queues; p_new are the jobs that just became ready, not counted). A queue
 -- with ready jobs already has workers claiming (a worker only sleeps after a claim that
 -- answered nothing), so under load no notification is sent. Sent by the database's sweeper
--- when pg_jobs is preloaded (jobs._notify, src/relay.rs), since one sent by this transaction
+-- when pg_jobs is preloaded (jobs._notify, src/commit/relay.rs), since one sent by this transaction
 -- costs its commit a database-wide lock held through the WAL flush; relayed, it is sent for
 -- every queue that got work, as it costs the transaction nothing. At most one per queue per
 -- call, and repeats within a transaction are folded.
@@ -319,7 +319,7 @@ as $$
 declare
   v_queue text;
 begin
-  perform jobs._signal_work(p_queues);  -- the blocking claims, at commit (src/wakeups.rs)
+  perform jobs._signal_work(p_queues);  -- the blocking claims, at commit (src/commit/wakeups.rs)
   if jobs._relays() then
     -- Relayed, a notification costs this transaction nothing, and one for every queue leaves
     -- no gap: the probe below can see a job a claim has taken but not yet committed as
@@ -336,7 +336,7 @@ begin
     order by j.priority desc, j.run_at
     limit 1;
     if not found then
-      perform jobs._notify(v_queue);  -- relayed by the sweeper when preloaded (src/relay.rs)
+      perform jobs._notify(v_queue);  -- relayed by the sweeper when preloaded (src/commit/relay.rs)
     end if;
   end loop;
 end

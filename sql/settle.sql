@@ -73,7 +73,7 @@ begin
       'pass the lease to extend by, or NULL to extend by the lease of the claim');
   end if;
   -- On its own, it commits without waiting for its WAL flush (pg_jobs.async_claims): a lost
-  -- heartbeat only shortens the lease (src/async_claims.rs).
+  -- heartbeat only shortens the lease (src/commit/async_claims.rs).
   perform jobs._async_if_alone('heartbeat');
   -- lease_scan_at moves only once it has passed (or the lease got shorter), so most
   -- heartbeats change no indexed column: HOT updates (see jobs_lease_idx).

@@ -57,7 +57,7 @@ comment on function jobs.get_job(uuid) is
 -- answers its row as jobs.get_job does: ended, or as it is at the deadline; no row for a job
 -- this role may not see, none has this id, or (completed_retention = 0) whose completion
 -- deleted it while it was waited for. Woken from shared memory by the commit that
--- ends a job of its queue (src/outcomes.rs, src/wakeups.rs: jobs._await_work); without
+-- ends a job of its queue (src/commit/outcomes.rs, src/commit/wakeups.rs: jobs._await_work); without
 -- preload it looks again every 100 ms. Each look is a new statement, so it needs READ
 -- COMMITTED, as a waiting claim does; at most an hour, as a waiting claim may.
 create function jobs.wait_for_job(job_id uuid, wait interval)

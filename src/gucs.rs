@@ -138,7 +138,7 @@ pub fn init(preloaded: bool) {
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_jobs".as_ptr()) };
 }
 
-/// pg_jobs.async_claims (src/async_claims.rs).
+/// pg_jobs.async_claims (src/commit/async_claims.rs).
 pub fn async_claims() -> bool {
     ASYNC_CLAIMS.get()
 }

@@ -1,45 +1,38 @@
 //! pg_jobs: a durable job queue inside PostgreSQL.
 //!
 //! The SQL surface is hand-written in `sql/` (one file per capability) and embedded here in
-//! dependency order. Rust holds what needs the server's C API or is better said once in Rust:
-//! the settings (`gucs.rs`) and the clock and retention they set (`clock.rs`), the background
-//! worker (`launcher.rs`, `sweeper.rs`), job ids (`ids.rs`, UUIDv7), claim tokens (`tokens.rs`),
-//! the catalogue of error codes (`error.rs`, exported as `jobs.error_codes()`), and the tests
-//! that run inside the server.
+//! dependency order. Rust holds what needs the server's C API or is better said once in Rust,
+//! in three parts: the background processes (`background/`: the launcher, a sweeper per
+//! database, its vacuum), what runs at a transaction's end in a client's backend (`commit/`),
+//! and SQL-callable functions that need no more than their call (`functions/`: the clock, cron,
+//! job ids, claim tokens, sizes); beside them the settings (`gucs.rs`), the catalogue of error
+//! codes (`error.rs`, exported as `jobs.error_codes()`), and the tests that run inside the
+//! server.
 //!
 //! Who owns what of the server's process-wide state:
-//! - The transaction and subtransaction callbacks: `xact.rs`, the only module that registers
-//!   one; async_claims, children, relay, outcomes, wakeups and the launcher give it their hooks.
+//! - The transaction and subtransaction callbacks: `commit/xact.rs`, the only module that
+//!   registers one; async_claims, children, relay, outcomes, wakeups and the launcher give it
+//!   their hooks.
 //! - Shared memory (with `shared_preload_libraries = 'pg_jobs'`, set up in `_PG_init` below):
-//!   `launcher.rs` (the databases it runs sweepers for), `wakeups.rs` (the wake-up counters
-//!   and condition variable of the blocking claim), `relay.rs` (the ring of notifications the
-//!   sweepers send), `outcomes.rs` (the outcome counters and their queue names).
-//! - Signal handlers: `launcher.rs` and `sweeper.rs` attach the background workers' SIGHUP and
-//!   SIGTERM handlers; `vacuum.rs` swaps SIGTERM's around the sweeper's vacuum and restores it.
-//!   Nothing of pg_jobs sets a handler in a client's backend.
+//!   `background/launcher.rs` (the databases it runs sweepers for), `commit/wakeups.rs` (the
+//!   wake-up counters and condition variable of the blocking claim), `commit/relay.rs` (the
+//!   ring of notifications the sweepers send), `commit/outcomes.rs` (the outcome counters and
+//!   their queue names).
+//! - Signal handlers: the launcher and the sweeper attach the background workers' SIGHUP and
+//!   SIGTERM handlers; `background/vacuum.rs` swaps SIGTERM's around the sweeper's vacuum and
+//!   restores it. Nothing of pg_jobs sets a handler in a client's backend.
 
 use pgrx::prelude::*;
 
-mod async_claims;
-mod children;
-mod clock;
-mod cron;
+mod background;
+mod commit;
 mod error;
 mod error_context;
+mod functions;
 mod gucs;
-mod ids;
-mod launcher;
-mod outcomes;
-mod random;
-mod relay;
-mod sizes;
-mod statement;
-mod sweeper;
-mod tokens;
-mod unknown_queues;
-mod vacuum;
-mod wakeups;
-mod xact;
+
+use background::launcher;
+use commit::{outcomes, relay, wakeups};
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -59,11 +52,11 @@ extension_sql_file!(
     name = "policy",
     requires = [
         "schema",
-        clock::clock,
-        clock::retention,
+        functions::clock::clock,
+        functions::clock::retention,
         gucs::max_payload_size,
         gucs::tenants,
-        outcomes::outcome
+        commit::outcomes::outcome
     ]
 );
 extension_sql_file!(
@@ -112,10 +105,10 @@ extension_sql_file!(
     name = "schedules",
     requires = [
         "fairness_triggers",
-        cron::cron_problem,
-        cron::cron_next,
-        cron::cron_slots,
-        cron::cron_latest
+        functions::cron::cron_problem,
+        functions::cron::cron_next,
+        functions::cron::cron_slots,
+        functions::cron::cron_latest
     ]
 );
 extension_sql_file!(
@@ -126,7 +119,7 @@ extension_sql_file!(
 extension_sql_file!(
     "../sql/queues.sql",
     name = "queues",
-    requires = ["sweep", outcomes::outcome_stats]
+    requires = ["sweep", commit::outcomes::outcome_stats]
 );
 extension_sql_file!(
     "../sql/backup.sql",

@@ -1,5 +1,5 @@
-"""Claims that do not wait for their WAL flush (pg_jobs.async_claims, src/async_claims.rs), and
-the tokens that keep them safe (src/tokens.rs), on a cluster of its own that a test crashes.
+"""Claims that do not wait for their WAL flush (pg_jobs.async_claims, src/commit/async_claims.rs), and
+the tokens that keep them safe (src/functions/tokens.rs), on a cluster of its own that a test crashes.
 
 The cluster's WAL writer flushes every 10 s (wal_writer_delay), so a commit that does not wait
 for its flush stays in the server's WAL buffers for seconds, and `pg_ctl stop -m immediate`

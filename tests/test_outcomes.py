@@ -1,5 +1,5 @@
 """Outcome counters (jobs.outcome_stats) and the signals to holders and watchers
-(pg_jobs_cancel, pg_jobs_dead), src/outcomes.rs.
+(pg_jobs_cancel, pg_jobs_dead), src/commit/outcomes.rs.
 
 The shared cluster preloads pg_jobs, so the counters are kept; its per-test databases have no
 sweeper, so their signals are sent by the settling transaction itself. The relayed signals are

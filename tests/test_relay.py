@@ -1,4 +1,4 @@
-"""The NOTIFY relay (src/relay.rs): with pg_jobs preloaded, an enqueue in the application's
+"""The NOTIFY relay (src/commit/relay.rs): with pg_jobs preloaded, an enqueue in the application's
 transaction sends no NOTIFY; the database's sweeper sends it, from its own transaction, so the
 application's commit takes no notification lock.
 

@@ -1,5 +1,5 @@
 """The SQL-only edition's cron (sql-only/src/cron.sql, PL/pgSQL) answers as the extension's
-(src/cron.rs) does: the same refusal, word for word, for every expression, and the same
+(src/functions/cron.rs) does: the same refusal, word for word, for every expression, and the same
 slots, next slot and latest slot in every zone, around daylight-saving changes included. Both
 run in one database: the PL/pgSQL functions loaded into a schema of their own beside the
 extension's. How the test was checked: it failed with the PL/pgSQL parser's `7 is Sunday too`

@@ -1,5 +1,5 @@
 """The SQL-only edition's claim tokens and job ids (sql-only/src/ids.sql, PL/pgSQL) keep the
-guarantees of the extension's (src/tokens.rs, src/ids.rs), beside which they run in one
+guarantees of the extension's (src/functions/tokens.rs, src/functions/ids.rs), beside which they run in one
 database: a token follows the clock's milliseconds and is greater than the token before it
 (one ahead of the clock, one of 0.1.0, one from the future of its high bits), with 23 random
 low bits; ids are UUIDv7 with the time of their making, strictly increasing on a connection

@@ -2,7 +2,7 @@
 commit that ends it (the test cluster preloads pg_jobs), and sees it as jobs.get_job shows it.
 
 Each waiter waits up to a minute and its thread is joined with a 30 s bound: a wait nothing
-wakes fails the bound (checked by removing the wake-up from src/outcomes.rs's end of
+wakes fails the bound (checked by removing the wake-up from src/commit/outcomes.rs's end of
 transaction: the first test failed at the bound, the waiter still asleep).
 """
 

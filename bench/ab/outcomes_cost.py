@@ -1,4 +1,4 @@
-"""A/B of what the outcome counters and the signals (src/outcomes.rs) added to the hot paths:
+"""A/B of what the outcome counters and the signals (src/commit/outcomes.rs) added to the hot paths:
 ab_new (this build) against ab_old (the same build with the bodies of jobs.claim,
 jobs.complete and jobs.complete_many of c76f33b, before them). Run on a cluster that preloads
 pg_jobs (the counters are kept only then). The same measurements as

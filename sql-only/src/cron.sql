@@ -1,5 +1,5 @@
 -- The SQL-only edition's cron: jobs._cron_problem, jobs._cron_next, jobs._cron_slots and
--- jobs._cron_latest in PL/pgSQL, with the signatures, answers and refusals of src/cron.rs
+-- jobs._cron_latest in PL/pgSQL, with the signatures, answers and refusals of src/functions/cron.rs
 -- (which the extension runs): the five fields with lists, ranges, steps and names, or a macro;
 -- slots as local wall-clock times turned into instants by PostgreSQL's own zone rules, a time
 -- a spring-forward skips becoming the instant after the gap and one a fall-back repeats one
@@ -17,7 +17,7 @@ create type jobs._cron_parsed as (
   problem     text
 );
 
--- Rust's {:?} of a string, as src/cron.rs quotes the text it refuses.
+-- Rust's {:?} of a string, as src/functions/cron.rs quotes the text it refuses.
 create function jobs._cron_quoted(p_text text)
 returns text
 language plpgsql immutable strict
@@ -40,7 +40,7 @@ begin
 end
 $$;
 
--- The bits one field's text names, or NULL when it names none (src/cron.rs, Field::parse).
+-- The bits one field's text names, or NULL when it names none (src/functions/cron.rs, Field::parse).
 create function jobs._cron_field(p_text text, p_min int, p_max int, p_names text[])
 returns bigint
 language plpgsql immutable strict
@@ -181,7 +181,7 @@ begin atomic
 end;
 
 -- The slots in (p_after, p_until] (NULL: no end), earliest first, at most p_max
--- (src/cron.rs, Cron::slots, step for step).
+-- (src/functions/cron.rs, Cron::slots, step for step).
 create function jobs._cron_find(p_cron text, p_zone text, p_after timestamptz, p_until timestamptz, p_max int)
 returns timestamptz[]
 language plpgsql stable
@@ -257,7 +257,7 @@ language plpgsql stable strict parallel safe
 as $$
 begin
   if not isfinite(after) or until = '-infinity' or until <= after or max < 1 then
-    -- (the problem of a bad expression is told only when a search runs, as src/cron.rs does)
+    -- (the problem of a bad expression is told only when a search runs, as src/functions/cron.rs does)
     return '{}';
   end if;
   return jobs._cron_find(cron, zone, after, case when until = 'infinity' then null else until end, max);

@@ -1,4 +1,4 @@
--- The SQL-only edition's counts of live children (src/children.rs in the extension). The
+-- The SQL-only edition's counts of live children (src/commit/children.rs in the extension). The
 -- extension's row trigger notes each child's move in the backend's memory and a statement
 -- trigger applies them; without a library nothing outlives a call but what a role could also
 -- write (a setting), so here the statement triggers read the statement's own rows from its

@@ -1,12 +1,12 @@
 -- The SQL-only edition's claim tokens and job ids: jobs._next_claim and jobs._uuid_v7 in
--- PL/pgSQL, with the signatures and guarantees of src/tokens.rs and src/ids.rs (which the
+-- PL/pgSQL, with the signatures and guarantees of src/functions/tokens.rs and src/functions/ids.rs (which the
 -- extension runs). tests/test_sql_only_ids.py holds them to those guarantees.
 
 -- The token after `previous`: in its high 40 bits the later of the milliseconds since
 -- 2024-01-01 on the server's clock and the previous token's high bits plus one, in its low 23
 -- bits random bits (from gen_random_uuid(), a strong random source in every PostgreSQL since
 -- 13). Each token of a job is greater than every earlier one, one lost in a crash included,
--- and none can be derived from an earlier one (src/tokens.rs says why).
+-- and none can be derived from an earlier one (src/functions/tokens.rs says why).
 create function jobs._next_claim(previous bigint)
 returns bigint
 language plpgsql volatile strict parallel safe

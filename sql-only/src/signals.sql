@@ -1,6 +1,6 @@
 -- The SQL-only edition's wake-ups, signals and counters: what the extension keeps in shared
--- memory or runs at a transaction's commit (src/wakeups.rs, src/relay.rs, src/outcomes.rs,
--- src/async_claims.rs, src/unknown_queues.rs, src/error_context.rs), as the extension does it
+-- memory or runs at a transaction's commit (src/commit/wakeups.rs, src/commit/relay.rs, src/commit/outcomes.rs,
+-- src/commit/async_claims.rs, src/functions/unknown_queues.rs, src/error_context.rs), as the extension does it
 -- without shared_preload_libraries, where this edition has no library at all:
 -- - a blocking claim polls: it looks again every 100 ms (jobs._await_work);
 -- - NOTIFY is the transaction's own (no relay), and a death is signalled per job;

@@ -8,7 +8,7 @@
 --    it; with pg_jobs.completed_retention = 0 completing deletes the job.
 -- 2. Enqueue: jobs._spec_problem is inlined; a batch with no key and no id is one INSERT.
 -- 3. Backups: pg_dump carries the rows of pg_jobs's tables (see sql/backup.sql).
--- 4. Job ids are UUIDv7 (jobs._uuid_v7, src/ids.rs).
+-- 4. Job ids are UUIDv7 (jobs._uuid_v7, src/functions/ids.rs).
 -- 5. Claims and settles: jobs_lease_idx names lease_scan_at in its predicate, so a fence
 --    cannot use it; jobs._within_limits takes no lapse array.
 -- 6. No vacuum truncation on jobs.jobs; the background worker vacuums it when autovacuum would.
@@ -21,20 +21,20 @@
 -- 8. A refusal's CONTEXT names the public function that refused, not pg_jobs's helpers.
 -- 9. A claim from a queue no job was ever enqueued to warns, once per connection.
 -- 10. jobs.claim takes a last argument, wait (a blocking claim, woken from shared memory:
---     src/wakeups.rs); the roles that could call the 4-argument claim may call the new one.
+--     src/commit/wakeups.rs); the roles that could call the 4-argument claim may call the new one.
 -- 13. Recurring schedules: jobs.schedules, jobs.schedule, jobs.unschedule, jobs.run_schedules,
---     and a task of jobs.sweep (sql/schedules.sql, src/cron.rs).
+--     and a task of jobs.sweep (sql/schedules.sql, src/functions/cron.rs).
 -- 14. Run-time limits: jobs.job_types.timeout, timeout in enqueue specs, the attempt's deadline
 --     in jobs.jobs and in what claim answers.
 -- 15. Rate limits: jobs.job_types.rate_limit, rate_period and rate_limit_per_key, the starts in
 --     jobs_data.rate_starts; jobs._within_limits takes the batch's room and whether to wait.
 -- 16. Attempt history: jobs.attempts, and when each attempt was claimed (jobs.jobs.claimed_at).
 -- 17. Outcome counters (jobs.outcome_stats) and signals to holders and watchers
---     (pg_jobs_cancel, pg_jobs_dead): src/outcomes.rs.
+--     (pg_jobs_cancel, pg_jobs_dead): src/commit/outcomes.rs.
 -- 18. Child jobs: jobs.spawn, jobs.await_children, the close policy (sql/children.sql).
 -- 20. Events per tenant: jobs_data.events.tenant_id, jobs.publish(..., tenant_id).
 -- 19. Waiting claims on a full limit sleep until a slot of it can free (jobs._held_back, and
---     jobs._slot_freed in every statement that takes a job out of running: src/wakeups.rs).
+--     jobs._slot_freed in every statement that takes a job out of running: src/commit/wakeups.rs).
 -- 21. The grants answer what the role may now do (text, not void); admins may call them again
 --     (the last block but one).
 -- 22. jobs.get_job and jobs.get_jobs (sql/status.sql): the roles that may enqueue may call them.
@@ -54,7 +54,7 @@
 --     job in the state it is in now (jobs._lost_hint); jobs.attempts numbers its rows (seq).
 -- 29. Retention deletes a child with the root of its family, and walks only roots
 --     (jobs_finished_idx holds whether a row has a parent). Limits measure values
---     uncompressed (jobs._size, src/sizes.rs); jobs.max_payload_size() tells producers and
+--     uncompressed (jobs._size, src/functions/sizes.rs); jobs.max_payload_size() tells producers and
 --     workers the limit. A binding follows the grant (jobs._binding): a
 --     member of a bound role is bound as it is, and one holding rights both bound and unbound
 --     is refused (insufficient_privilege, 42501).
@@ -124,7 +124,7 @@ CREATE  FUNCTION jobs."_quiet_context"() RETURNS void
 STRICT IMMUTABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'quiet_context_wrapper';
--- 10. The wake-ups of the blocking claim (src/wakeups.rs).
+-- 10. The wake-ups of the blocking claim (src/commit/wakeups.rs).
 CREATE  FUNCTION jobs."_signal_work"(
 	"queues" TEXT[]
 ) RETURNS void
@@ -153,14 +153,14 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'slot_freed_wrapper';
 -- 13. Claims and heartbeats that are their transaction's only work commit without waiting
--- for their WAL flush (pg_jobs.async_claims, src/async_claims.rs).
+-- for their WAL flush (pg_jobs.async_claims, src/commit/async_claims.rs).
 CREATE  FUNCTION jobs."_async_if_alone"(
 	"function" TEXT
 ) RETURNS void
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'async_if_alone_wrapper';
--- 11. Notifications relayed by the sweeper when preloaded (src/relay.rs).
+-- 11. Notifications relayed by the sweeper when preloaded (src/commit/relay.rs).
 CREATE  FUNCTION jobs."_notify"(
 	"queue" TEXT
 ) RETURNS void
@@ -171,7 +171,7 @@ CREATE  FUNCTION jobs."_relays"() RETURNS bool
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'relays_wrapper';
--- 9. A claim from a queue never used warns, once per connection (src/unknown_queues.rs).
+-- 9. A claim from a queue never used warns, once per connection (src/functions/unknown_queues.rs).
 CREATE  FUNCTION jobs."_warn_unknown_queues"(
 	"queues" TEXT[]
 ) RETURNS void
@@ -219,7 +219,7 @@ CREATE  FUNCTION jobs."_cancelling"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'cancelling_wrapper';
--- 18. The counts of live children, moved at each statement's end (src/children.rs).
+-- 18. The counts of live children, moved at each statement's end (src/commit/children.rs).
 CREATE  FUNCTION jobs."_family_note"(
 	"parent" uuid,
 	"delta" INT
@@ -250,7 +250,7 @@ STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'outcome_stats_wrapper';
 
--- 13. Cron expressions and their slots (src/cron.rs), then the schedules.
+-- 13. Cron expressions and their slots (src/functions/cron.rs), then the schedules.
 CREATE  FUNCTION jobs."_cron_problem"(
 	"cron" TEXT
 ) RETURNS TEXT

@@ -1,5 +1,5 @@
 //! The launcher: one background worker per server that finds the databases where pg_jobs is
-//! installed and keeps one sweeper (src/sweeper.rs) running in each, up to
+//! installed and keeps one sweeper (src/background/sweeper.rs) running in each, up to
 //! `pg_jobs.max_databases`. It exists only when the library is preloaded.
 //!
 //! A worker can connect to one database for its life, and only a process connected to a
@@ -552,7 +552,7 @@ thread_local! {
     static CREATED_HERE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The launcher's part of the end of a transaction (src/xact.rs).
+/// The launcher's part of the end of a transaction (src/commit/xact.rs).
 static HOOKS: xact::Hooks = xact::Hooks {
     order: 6,
     before_commit: None,

@@ -1,5 +1,5 @@
 //! A sweeper: the background worker of one database, started by the launcher
-//! (src/launcher.rs) in every database with pg_jobs. It sweeps its database every
+//! (src/background/launcher.rs) in every database with pg_jobs. It sweeps its database every
 //! `pg_jobs.sweep_interval` with `jobs.sweep()`, so lapsed leases, expired events and
 //! retention are handled when no client is alive.
 //!
@@ -12,7 +12,7 @@
 //!
 //! Every `pg_jobs.vacuum_interval` it also asks whether `jobs_data.jobs` has as many dead rows as
 //! autovacuum waits for, and if so vacuums it (`VACUUM (SKIP_LOCKED)`, with a larger ring of
-//! buffers than the command's: src/vacuum.rs).
+//! buffers than the command's: src/background/vacuum.rs).
 //! Autovacuum visits a database once per `autovacuum_naptime`, a minute by default, and a busy
 //! queue leaves a minute of dead row versions behind in between (docs/BENCHMARKS.md, churn).
 
@@ -191,7 +191,7 @@ fn vacuum_if_due(last_check: &mut Instant) {
     }
 }
 
-/// Sends the notifications that committed transactions handed to this sweeper (src/relay.rs),
+/// Sends the notifications that committed transactions handed to this sweeper (src/commit/relay.rs),
 /// in one transaction that does not wait for its WAL flush, then waits `relay::GAP`, so a burst
 /// of commits becomes one notification per queue.
 fn relay_notifications() {

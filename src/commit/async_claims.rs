@@ -3,12 +3,12 @@
 //!
 //! A claim changes nothing outside pg_jobs. If a crash or a failover loses one that committed
 //! without waiting for its flush, the job is simply claimable again, and its worker is fenced
-//! out: its token is never issued again (src/tokens.rs), so its settles, steps and heartbeats
+//! out: its token is never issued again (src/functions/tokens.rs), so its settles, steps and heartbeats
 //! are refused. A lost heartbeat only shortens a lease. So when one of them is its
 //! transaction's only work, that transaction commits with `synchronous_commit = off`: one WAL
 //! flush less per claim, and the worker's next transaction (its settle) flushes both.
 //!
-//! "Its only work": the statement is a bare call (src/statement.rs), outside any transaction
+//! "Its only work": the statement is a bare call (src/commit/statement.rs), outside any transaction
 //! block, in a transaction that has written nothing before it (no transaction id yet); and at
 //! the commit no later statement has run in that transaction (a pipeline of the extended
 //! protocol runs several before one commit: each starts a new statement time). Anything else
@@ -21,7 +21,7 @@ use crate::gucs;
 use pgrx::prelude::*;
 use std::cell::Cell;
 
-/// Its hooks at the end of a transaction (src/xact.rs).
+/// Its hooks at the end of a transaction (src/commit/xact.rs).
 static HOOKS: xact::Hooks = xact::Hooks {
     order: 1,
     before_commit: Some(before_commit),
@@ -71,7 +71,7 @@ fn at_end(_commit: bool) {
 }
 
 /// `SET LOCAL synchronous_commit = off`: the current transaction's commit does not wait for
-/// its WAL flush (also the sweeper's relay of notifications, src/sweeper.rs).
+/// its WAL flush (also the sweeper's relay of notifications, src/background/sweeper.rs).
 pub fn commit_without_flush() {
     unsafe {
         pg_sys::set_config_option(

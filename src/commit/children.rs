@@ -16,7 +16,7 @@ use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-/// Its hooks at the end of a transaction (src/xact.rs).
+/// Its hooks at the end of a transaction (src/commit/xact.rs).
 static HOOKS: xact::Hooks = xact::Hooks {
     order: 2,
     before_commit: None,

@@ -21,7 +21,7 @@
 //! Signals: a running job cancelled (`jobs._cancelling`) is signalled on `pg_jobs_cancel`
 //! (payload: its id); jobs that end `dead` on `pg_jobs_dead` (payload: JSON, the queue and the
 //! id, or the queue and how many when several died in one transaction or relay). Through the
-//! relay when the database's sweeper relays (src/relay.rs), else by NOTIFY in the transaction
+//! relay when the database's sweeper relays (src/commit/relay.rs), else by NOTIFY in the transaction
 //! (just before its commit). Anybody who can connect can NOTIFY any channel: a signal is a
 //! hint to look, never a fact (a worker heartbeats the job before it stops the handler).
 
@@ -203,7 +203,7 @@ thread_local! {
     static PENDING: RefCell<Vec<(pg_sys::SubTransactionId, Noted)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Its hooks at the end of a transaction (src/xact.rs).
+/// Its hooks at the end of a transaction (src/commit/xact.rs).
 static HOOKS: xact::Hooks = xact::Hooks {
     order: 4,
     before_commit: Some(before_commit),

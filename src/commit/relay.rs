@@ -23,7 +23,7 @@
 //! notifications (workers that LISTEN poll as well); a savepoint rolled back after the call
 //! still notifies at the commit (a worker woken for nothing claims nothing).
 //!
-//! The ring also carries the signals of src/outcomes.rs (`pg_jobs_cancel`, `pg_jobs_dead`),
+//! The ring also carries the signals of src/commit/outcomes.rs (`pg_jobs_cancel`, `pg_jobs_dead`),
 //! handed over after the commit; the relay merges the deaths of a queue into one signal. A
 //! full ring loses them, and the relay then says so (`*`, a null queue).
 
@@ -183,7 +183,7 @@ fn relaying(db: u32) -> bool {
     shared() && RELAY.share().relays.iter().any(|r| r.db == db && r.ready)
 }
 
-/// Its hooks at the end of a transaction (src/xact.rs).
+/// Its hooks at the end of a transaction (src/commit/xact.rs).
 static HOOKS: xact::Hooks = xact::Hooks {
     order: 3,
     before_commit: None,
@@ -277,7 +277,7 @@ pub fn set_ready(ready: bool) {
 }
 
 /// What a sweeper has to relay: the queues committed since its last relay, and whether the
-/// ring overflowed (then every queue of the database); the signals (src/outcomes.rs), the
+/// ring overflowed (then every queue of the database); the signals (src/commit/outcomes.rs), the
 /// deaths of a queue in one, and whether some were lost to a full ring.
 #[derive(Default)]
 pub struct Due {
@@ -375,7 +375,7 @@ pub fn notify_now(channel: &CStr, payload: &str) {
     };
 }
 
-/// After a commit (src/outcomes.rs): hands its signals to the sweeper and wakes it. A full
+/// After a commit (src/commit/outcomes.rs): hands its signals to the sweeper and wakes it. A full
 /// ring loses them, and the sweeper says so (`send_signals`).
 pub fn hand_over(signals: &[Signal]) {
     if signals.is_empty() || !shared() {

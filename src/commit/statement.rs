@@ -1,9 +1,9 @@
 //! What the statement running is: whether it is one call of a pg_jobs function and nothing
 //! else. Two things are safe only then, because no other part of the statement can read or
 //! write anything after the call:
-//! - a waiting claim gives up its snapshot's xmin while it sleeps (src/wakeups.rs);
+//! - a waiting claim gives up its snapshot's xmin while it sleeps (src/commit/wakeups.rs);
 //! - a claim or a heartbeat in its own transaction commits without waiting for its WAL flush
-//!   (src/async_claims.rs).
+//!   (src/commit/async_claims.rs).
 
 use pgrx::prelude::*;
 use pgrx::PgList;

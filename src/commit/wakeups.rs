@@ -86,7 +86,7 @@ thread_local! {
     static PENDING: RefCell<BTreeSet<usize>> = const { RefCell::new(BTreeSet::new()) };
 }
 
-/// Its hooks at the end of a transaction (src/xact.rs).
+/// Its hooks at the end of a transaction (src/commit/xact.rs).
 static HOOKS: xact::Hooks = xact::Hooks {
     order: 5,
     before_commit: None,
@@ -139,7 +139,7 @@ fn slot_freed(name: &str, concurrency_key: Option<&str>) -> bool {
 }
 
 /// The wake-up key of the jobs of a queue that end (completed, dead, failed, cancelled), which
-/// `jobs.wait_for_job` waits on; src/outcomes.rs bumps it at the commit that ends them.
+/// `jobs.wait_for_job` waits on; src/commit/outcomes.rs bumps it at the commit that ends them.
 pub fn finished_key(queue: &str) -> String {
     format!("\u{2}finished:{queue}")
 }
@@ -304,7 +304,7 @@ unsafe extern "C-unwind" fn uncount_at_exit(_code: i32, _arg: pg_sys::Datum) {
 
 /// Takes this backend out of vacuum's horizon for the wait (`backend_xmin` NULL), when no
 /// snapshot it holds can be used again: the statement is `SELECT ... FROM jobs.claim(...)`
-/// (or `jobs.wait_for_job(...)`) alone (src/statement.rs), in its own transaction, in READ COMMITTED. Then the statement's
+/// (or `jobs.wait_for_job(...)`) alone (src/commit/statement.rs), in its own transaction, in READ COMMITTED. Then the statement's
 /// own snapshot is read by nothing after the claim returns (it scans no table, calls nothing
 /// else), and each look of the claim after the wait takes a new snapshot, which advertises
 /// the new xmin. Anything else
