@@ -62,7 +62,11 @@ for n in $releases; do
   cp "target/pg_jobs-$version-pg$n-$arch.tar.gz" target/postgresql-"$n"-pg-jobs_"$version"-1_*.deb dist/
 done
 
-say "the SQL-only edition (sql-only/, as committed)"
+say "the SQL-only edition (sql-only/pg_jobs.sql as committed, and its pg_tle form made from the same)"
+# From the install script of a package just built (the same for every PostgreSQL release).
+install=$(find target/release/pg_jobs-pg* -path "*/extension/pg_jobs--$version.sql" | head -1)
+python3 scripts/sql-only.py --check --from "$install"
+python3 scripts/sql-only.py --from "$install"
 cp sql-only/pg_jobs.sql "dist/pg_jobs-$version.sql"
 cp sql-only/pg_jobs.pg_tle.sql "dist/pg_jobs-$version.pg_tle.sql"
 

@@ -54,7 +54,8 @@ step() {
 }
 
 packages=(postgresql-15 python3 python3-venv
-          iproute2)  # ss: which ports are free (scripts/lib.sh), absent from minimal Debian images
+          iproute2  # ss: which ports are free (scripts/lib.sh), absent from minimal Debian images
+          patch)  # scripts/test-sql-only.sh: the edition's differences to the expected outputs
 [ -n "$deb" ] || packages+=(postgresql-server-dev-15 libclang-dev clang pkg-config)  # the build
 if [ $demo = 0 ]; then
   packages+=(sudo  # cargo pgrx test --runas

@@ -14,10 +14,11 @@ A function in Rust that nothing replaces is an error, as is a replacement that r
 nothing. The script makes the schema jobs itself (where CREATE EXTENSION would),
 and leaves out what only an extension's script may run (pg_extension_config_dump). The same
 script wrapped for pg_tle (pgtle.install_extension, the config dumps kept) is
-sql-only/pg_jobs.pg_tle.sql.
+sql-only/pg_jobs.pg_tle.sql: made here beside it, not tracked (a release ships it,
+scripts/release.sh).
 
-  scripts/sql-only.py [--from INSTALL_SCRIPT]          write sql-only/pg_jobs.sql
-  scripts/sql-only.py --check [--from INSTALL_SCRIPT]  fail if they are not what it would write
+  scripts/sql-only.py [--from INSTALL_SCRIPT]          write the edition, in both forms
+  scripts/sql-only.py --check [--from INSTALL_SCRIPT]  fail if a tracked file is not what it would write
 """
 
 import argparse
@@ -296,7 +297,8 @@ def upgrades():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="fail if sql-only/pg_jobs.sql is not current")
+    parser.add_argument("--check", action="store_true", help="fail if a tracked file (sql-only/pg_jobs.sql, "
+                        "an upgrade) is not current")
     parser.add_argument("--from", dest="source", help="the extension's install script "
                         "(default: PostgreSQL 15's extension directory)")
     args = parser.parse_args()
@@ -305,7 +307,10 @@ def main():
         share = subprocess.run([PG_CONFIG, "--sharedir"], capture_output=True, text=True, check=True).stdout.strip()
         source = f"{share}/extension/pg_jobs--{version()}.sql"
     install = pathlib.Path(source).read_text()
-    targets = [(TARGET, build(install)), (TLE_TARGET, build(install, extension=True))]
+    # The pg_tle form of the install is made from the same script, not tracked (--check skips it).
+    targets = [(TARGET, build(install))]
+    if not args.check:
+        targets.append((TLE_TARGET, build(install, extension=True)))
     for hand, old in upgrades():
         targets.append((ROOT / "sql-only" / f"pg_jobs--{old}--{version()}.sql", upgrade(install, hand, old)))
         targets.append((ROOT / "sql-only" / f"pg_jobs--{old}--{version()}.pg_tle.sql",

@@ -4,8 +4,8 @@
 # install); then, on a PostgreSQL 16 into which nothing of pg_jobs is installed (a copy of the
 # PyPI wheel of scripts/pg-servers.sh, without the files test-releases.sh installs into it):
 # the golden files and isolation specs of the extension, against the file installed by psql,
-# with the same expected outputs but for those in sql-only/expected (where the editions differ
-# by design: docs/EDITIONS.md lists why), the hostile roles' file again as installed by a
+# with the same expected outputs but for the differences in sql-only/expected/*.diff (where the
+# editions differ by design: docs/EDITIONS.md lists why), the hostile roles' file again as installed by a
 # non-superuser, sql-only/tests/test_sql_only.py (a non-superuser owner, hostile roles) and
 # test_upgrade.py (the edition's upgrades); on a PostgreSQL 15 without preload, tests/ with
 # the edition in each database; and on a PostgreSQL 15 with pg_cron, the sweep (sql-only/tests/test_pg_cron.py).
@@ -52,9 +52,16 @@ dsn="host=127.0.0.1 port=$port user=postgres"
 echo "-- $("$bin/postgres" --version), no pg_jobs installed: $(psql "$dsn" -Atc \
   "select count(*) from pg_available_extensions where name = 'pg_jobs'") extension of that name available"
 
-# The golden files and specs, with sql-only/expected over pg_test/expected.
+# The golden files and specs, each expected output with the edition's differences applied.
 cp -r pg_test "$work/pg_test"
-cp sql-only/expected/*.out "$work/pg_test/expected/"
+for d in sql-only/expected/*.diff; do
+  out=$(basename "$d" .diff).out
+  if ! patch --quiet --no-backup-if-mismatch -r - "$work/pg_test/expected/$out" "$d"; then
+    echo "test-sql-only: $d no longer applies to pg_test/expected/$out: make it again from the" \
+         "edition's output (diff -u pg_test/expected/$out RESULT)" >&2
+    exit 1
+  fi
+done
 chown -R postgres: "$work/pg_test"
 pgxs=$(dirname "$bin")/lib/postgresql/pgxs/src/test
 run() {  # run NAME TOOL INPUTDIR TESTS...  (the file installed by $installer, the database's owner)
