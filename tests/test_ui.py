@@ -498,6 +498,51 @@ def test_every_page_and_action_in_a_browser(filled, browser):
         assert logs == [], json.dumps(logs)
 
 
+def luminance(css):
+    """The relative luminance (WCAG 2) of a computed colour, "rgb(r, g, b)" or "rgba(...)"."""
+    r, g, b = (int(v) / 255 for v in re.findall(r"[\d.]+", css)[:3])
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast(a, b):
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_every_page_follows_the_systems_light_or_dark_mode_with_readable_text(filled, browser):
+    """With the system in dark mode (prefers-color-scheme, emulated in Chromium) every page is
+    dark, in light mode light; in both, the text, the muted text, the links and the state labels
+    keep a contrast of at least 4.5:1 (WCAG AA) against what is behind them. A screenshot of
+    each page in each mode is saved. Checked to fail with the stylesheet's dark block removed:
+    the dark pages' background stayed white."""
+    from selenium.webdriver.common.by import By
+
+    pages = {"overview": "/", "jobs": "/jobs", "job": f"/jobs/{filled['parent']}", "dead": "/dead",
+             "schedules": "/schedules", "types": "/types"}
+    style = "return getComputedStyle(arguments[0])[arguments[1]]"
+    with ui(filled["dsn"]) as base:
+        d = browser
+        d.implicitly_wait(0)  # (a page without one of the selectors: none to wait for)
+        for mode in ("light", "dark"):
+            d.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                              {"features": [{"name": "prefers-color-scheme", "value": mode}]})
+            for name, path in pages.items():
+                d.get(base + path)
+                body = d.find_element(By.TAG_NAME, "body")
+                background = d.execute_script(style, body, "backgroundColor")
+                assert (luminance(background) < 0.05) == (mode == "dark"), (name, mode, background)
+                for css in ("body", "a", ".none, .note", "th", ".state"):
+                    for element in d.find_elements(By.CSS_SELECTOR, css)[:3]:
+                        behind = d.execute_script(
+                            "let e = arguments[0]; while (e && getComputedStyle(e).backgroundColor === "
+                            "'rgba(0, 0, 0, 0)') e = e.parentElement; "
+                            "return e ? getComputedStyle(e).backgroundColor : 'rgb(255, 255, 255)'", element)
+                        color = d.execute_script(style, element, "color")
+                        assert contrast(color, behind) >= 4.5, (name, mode, css, color, behind)
+                shot(d, f"{name}-{mode}")
+
+
 def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
     one(dsn, "insert into jobs.job_types (name, concurrency, timeout) values ('send_email', 5, '1 minute')")
     policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter, key_concurrency, when_busy "

@@ -183,7 +183,7 @@ pub(super) fn chart(h: &History) -> Markup {
     }
     html! {
         svg.chart viewBox={ "0 0 " (width) " " (height + 14.0) } role="img"
-            aria-label={ "jobs per minute, the last hour: " (totals[0]) " completed, " (totals[1]) " retried, " (totals[2]) " dead" } {
+            aria-label={ "jobs per minute over the last hour; in all: " (totals[0]) " completed, " (totals[1]) " retried, " (totals[2]) " dead" } {
             @for (class, x, y, hgt) in &bars {
                 rect class=(class) x=(x) y=(y) width=(bar - 1.0) height=(hgt) {}
             }
@@ -194,7 +194,7 @@ pub(super) fn chart(h: &History) -> Markup {
             span.completed { "completed " (totals[0]) } " · "
             span.retried { "retried " (totals[1]) } " · "
             span.dead { "dead " (totals[2]) }
-            " (per minute, all queues; the peak minute is the full height: " (max as i64) ")"
+            " in the last hour, all queues (a bar per minute; the busiest minute, " (max as i64) " jobs, is the full height)"
         }
     }
 }
