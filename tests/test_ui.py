@@ -461,6 +461,8 @@ def test_every_page_and_action_in_a_browser(filled, browser):
         assert one(dsn, "select count(*) from jobs.jobs where state = 'dead' and queue = 'mail'") == 2  # a preview
         d.find_element(By.ID, "confirm").click()
         assert d.find_element(By.ID, "changed").text == "2"
+        # The jobs as they are after the requeue, not as the preview read them (dead).
+        assert [e.text for e in d.find_elements(By.CSS_SELECTOR, "table.jobs .state")] == ["ready", "ready"]
         runner = threading.Thread(target=worker)
         runner.start()
         try:

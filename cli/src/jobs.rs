@@ -375,7 +375,33 @@ pub async fn apply(
             }
         }
     }
-    (changed, refused)
+    (as_now(client, changed).await, refused)
+}
+
+/// The jobs changed as they are now, read again after the action (the rows selected before
+/// it still say dead for a job requeued, and it may have run since); one gone since (its
+/// retention) is shown as it was selected.
+async fn as_now(client: &Client, changed: Vec<Row>) -> Vec<Row> {
+    let ids: Vec<String> = changed
+        .iter()
+        .filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    if ids.is_empty() {
+        return changed;
+    }
+    let sql = format!("{LISTED} where j.id = any($1::text[]::uuid[])) as x");
+    let Ok(now) = output::rows(client, &sql, &[&ids]).await else {
+        return changed;
+    };
+    changed
+        .into_iter()
+        .map(|old| {
+            now.iter()
+                .find(|r| r.get("id") == old.get("id"))
+                .cloned()
+                .unwrap_or(old)
+        })
+        .collect()
 }
 
 /// The command line's bulk action: lists the selection with --dry-run, else applies it and

@@ -67,7 +67,8 @@ pub async fn act(State(app): State<Arc<App>>, RawForm(body): RawForm) -> Page {
     let (changed, refused) = jobs::apply(&db, action, selected, from_step.as_deref()).await;
     forget_finished(&app);
     let body = html! {
-        p.done { (capitalised(action.done())) " " strong #changed { (changed.len()) } " job(s)." }
+        p.done { (capitalised(action.done())) " " strong #changed { (changed.len()) } " job(s)"
+            @if !changed.is_empty() { ", as they are now:" } @else { "." } }
         (job_table(&changed, None))
         @if !refused.is_empty() {
             h2 { "Refused by the engine: " (refused.len()) }
