@@ -17,7 +17,6 @@ version being built, and scripts/check-released.sh fails if a released file chan
 
 import pathlib
 import re
-import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SQL = ROOT / "sql"
