@@ -435,6 +435,14 @@ def test_every_page_and_action_in_a_browser(filled, browser):
         d.find_element(By.CSS_SELECTOR, "form.filters button").click()
         assert len(d.find_elements(By.CSS_SELECTOR, "table.jobs tbody tr")) == 50
         shot(d, "jobs")
+        # Short ids (the whole one on hover and in the copy button), times relative to now.
+        link = d.find_element(By.CSS_SELECTOR, "td.id a")
+        whole = link.get_attribute("title")
+        assert len(whole) == 36 and link.text == whole[-8:]
+        assert d.find_element(By.CSS_SELECTOR, "td.id button.copy").get_attribute("data-copy") == whole
+        when = d.find_element(By.CSS_SELECTOR, "table.jobs time")
+        assert re.fullmatch(r"now|\d+ (d|h|min|s) ago|in \d+ (d|h|min|s)", when.text), when.text
+        assert when.get_attribute("datetime") in when.get_attribute("title")
         first_page = {e.text for e in d.find_elements(By.CSS_SELECTOR, "td.id")}
         d.find_element(By.ID, "older").click()
         second_page = {e.text for e in d.find_elements(By.CSS_SELECTOR, "td.id")}

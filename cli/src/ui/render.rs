@@ -30,6 +30,26 @@ pub fn text(r: &Row, k: &str) -> String {
     cell(r.get(k).unwrap_or(&Value::Null), 100_000)
 }
 
+/// A time of a row (`k`): `<time>` with the server's UTC text, which the page's script shows
+/// as relative ("3 min ago") with the absolute time, in the browser's zone, on hover; nothing
+/// for none.
+pub fn time(r: &Row, k: &str) -> Markup {
+    match r.get(k) {
+        Some(Value::String(t)) => html! { time datetime=(t) title=(t) { (t) } },
+        _ => html! {},
+    }
+}
+
+/// A job id, short (its last 8 characters: a UUIDv7's first ones are its time, the same on
+/// every row of a minute) as a link to its page, the whole id on hover and in a copy button.
+pub fn short_id(id: &str) -> Markup {
+    let short = id.get(id.len().saturating_sub(8)..).unwrap_or(id);
+    html! {
+        a.id href={ "/jobs/" (id) } title=(id) { (short) }
+        " " button.copy type="button" data-copy=(id) aria-label={ "copy the id " (id) } { "copy" }
+    }
+}
+
 pub fn page(title: &str, read_only: bool, body: Markup) -> Markup {
     html! {
         (DOCTYPE)

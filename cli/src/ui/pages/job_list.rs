@@ -93,13 +93,13 @@ pub(super) fn job_table(rows: &[Row], selectable: Option<()>) -> Markup {
                     @let id = render::text(r, "id");
                     tr {
                         @if selectable.is_some() { td { input type="checkbox" name="ids" value=(id) aria-label="select"; } }
-                        td.id { a href={ "/jobs/" (id) } { (id) } }
+                        td.id { (render::short_id(&id)) }
                         td { (render::text(r, "name")) }
                         td { (render::text(r, "queue")) }
                         td { span class={ "state " (render::text(r, "state")) } { (render::text(r, "state")) } }
                         td.num { (render::text(r, "attempts")) }
-                        td { (render::text(r, "run_at")) }
-                        td { (render::text(r, "finished_at")) }
+                        td { (render::time(r, "run_at")) }
+                        td { (render::time(r, "finished_at")) }
                         td { (render::text(r, "tenant")) }
                         td.error { (output::cell(r.get("last_error").unwrap_or(&Value::Null), 120)) }
                     }

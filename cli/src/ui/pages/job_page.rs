@@ -110,6 +110,8 @@ pub async fn job(
                 tr { th { (k) } td {
                     @if k == "parent_id" && !v.is_null() {
                         a href={ "/jobs/" (output::cell(v, 100)) } { (output::cell(v, 100)) }
+                    } @else if k.ends_with("_at") || k == "deadline" || k == "run_deadline" || k == "wait_until" {
+                        (render::time(&fields, k))
                     } @else { (output::cell(v, 100_000)) }
                 } }
             }
@@ -122,7 +124,7 @@ pub async fn job(
             @for a in attempts {
                 li {
                     strong { "attempt " (render::text(a, "attempt")) ": " (render::text(a, "outcome")) }
-                    " · " (render::text(a, "worker")) " · " (render::text(a, "claimed_at")) " → " (render::text(a, "finished_at"))
+                    " · " (render::text(a, "worker")) " · " (render::time(a, "claimed_at")) " → " (render::time(a, "finished_at"))
                     pre { (render::text(a, "error")) }
                 }
             }
@@ -135,7 +137,7 @@ pub async fn job(
                 @let step = render::text(s, "step");
                 @let state = render::text(s, "state");
                 li { strong { (step) } " · " span class={ "state " (state) } { (state) }
-                     " · attempt " (render::text(s, "attempt")) " · " (render::text(s, "saved_at"))
+                     " · attempt " (render::text(s, "attempt")) " · " (render::time(s, "saved_at"))
                      @if state == "failed" { pre { (render::text(s, "error")) } }
                      @else if state == "completed" { (value(s, "output", &format!("/jobs/{id}/steps/{}", urlencoding(&step)))) } }
             }
