@@ -119,6 +119,7 @@ pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result
                   date_trunc('second', j.lease_expires_at) as lease_expires_at,
                   date_trunc('second', j.deadline) as deadline,
                   date_trunc('second', j.finished_at) as finished_at,
+                  date_trunc('millisecond', j.finished_at - j.enqueued_at)::text as run_time,
                   j.wait_event, j.wait_key, date_trunc('second', j.wait_until) as wait_until,
                   j.children_live, j.tags, j.ordering_key,
                   date_trunc('second', j.run_deadline) as run_deadline,
@@ -137,7 +138,8 @@ pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result
         client,
         "select row_to_json(x) from (
            select a.seq, a.attempt, a.outcome, a.worker, date_trunc('second', a.claimed_at) as claimed_at,
-                  date_trunc('second', a.finished_at) as finished_at, a.error
+                  date_trunc('second', a.finished_at) as finished_at,
+                  date_trunc('millisecond', a.finished_at - a.claimed_at)::text as took, a.error
            from jobs.attempts as a where a.job_id = $1::text::uuid and a.seq > $2::bigint
            order by a.seq limit $3::bigint) as x",
         &[&id, &b.attempts_after, &b.page.saturating_add(1)],

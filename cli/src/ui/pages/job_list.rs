@@ -9,9 +9,13 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
         Err(e) => return failed(&app, "Jobs", anyhow::anyhow!(e)),
     };
     let before = opt(&p, "before");
-    let rows = match app.db().await {
-        Ok(db) => jobs::page(&db, &f, PAGE_SIZE, before.as_deref()).await,
-        Err(e) => Err(e),
+    let (rows, queues) = match app.db().await {
+        Ok(db) => (
+            jobs::page(&db, &f, PAGE_SIZE, before.as_deref()).await,
+            // The queue picker's choices; none for a role that may not read them.
+            output::rows(&db, QUEUES, &[]).await.unwrap_or_default(),
+        ),
+        Err(e) => (Err(e), vec![]),
     };
     let rows = match rows {
         Ok(r) => r,
@@ -28,7 +32,8 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
         });
     let body = html! {
         form.filters method="get" action="/jobs" {
-            label { "queue " input name="queue" value=(f.queue.clone().unwrap_or_default()); }
+            label { "queue " input name="queue" list="queues" value=(f.queue.clone().unwrap_or_default()); }
+            datalist #queues { @for q in &queues { option value=(render::text(q, "queue")) {} } }
             label { "state " select name="state" {
                 option value="" { "any" }
                 @for s in STATES { option value=(s) selected[f.state.len() == 1 && f.state[0] == s] { (s) } }
@@ -76,6 +81,10 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
     };
     ok(&app, "Jobs", body)
 }
+
+/// The queues a role may pick from (every queue ever used, by name; at most 500).
+const QUEUES: &str =
+    "select row_to_json(x) from (select q.queue from jobs.queues as q order by q.queue limit 500) as x";
 
 pub(super) fn job_table(rows: &[Row], selectable: Option<()>) -> Markup {
     if rows.is_empty() {

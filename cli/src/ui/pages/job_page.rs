@@ -125,6 +125,7 @@ pub async fn job(
                 li {
                     strong { "attempt " (render::text(a, "attempt")) ": " (render::text(a, "outcome")) }
                     " · " (render::text(a, "worker")) " · " (render::time(a, "claimed_at")) " → " (render::time(a, "finished_at"))
+                    @if a.get("took").is_some_and(|t| !t.is_null()) { " (" (render::text(a, "took")) ")" }
                     pre { (render::text(a, "error")) }
                 }
             }
