@@ -117,6 +117,13 @@ def test_jobs_filters_and_pages_newest_first(jobs_db):
     assert seen == [j["id"] for j in every]
     code, out, _ = pgjobs(jobs_db, "jobs", "--limit", "4")
     assert f"more: add --before {every[3]['id']}" in out
+    # A table of 120 columns at most: short ids and relative times; --wide shows them whole.
+    table = out.split("more:")[0]
+    assert max(len(line) for line in out.splitlines()) <= 120, out
+    assert every[0]["id"][-8:] in table and every[0]["id"] not in table
+    assert re.search(r"\b(now|\d+ (s|min|h|d) ago|in \d+ (s|min|h|d))\b", table), table
+    _, wide, _ = pgjobs(jobs_db, "jobs", "--limit", "4", "--wide")
+    assert every[0]["id"] in wide.split("more:")[0] and "priority" in wide
     # A state that does not exist is refused by the command line itself.
     code, _, err = pgjobs(jobs_db, "jobs", "--state", "runing")
     assert code == 2 and "possible values" in err

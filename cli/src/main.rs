@@ -78,6 +78,10 @@ enum Command {
         /// The next page: jobs older than this job id
         #[arg(long, value_name = "JOB_ID")]
         before: Option<String>,
+        /// Every column, whole ids and absolute times (by default: short ids, times relative
+        /// to now, a table that fits 120 columns)
+        #[arg(long)]
+        wide: bool,
     },
     /// One job: payload, result, failed attempts, steps, children, holder
     Show { job_id: String },
@@ -209,8 +213,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             filters,
             limit,
             before,
+            wide,
         } => {
-            return jobs::list(&client, filters, *limit, before.as_deref(), json)
+            return jobs::list(&client, filters, *limit, before.as_deref(), json, *wide)
                 .await
                 .map(|_| true)
         }

@@ -133,6 +133,49 @@ pub fn table(rows: &[Row], width: usize) -> String {
     t.to_string()
 }
 
+/// Seconds since 1970 of a time as row_to_json writes a timestamptz
+/// (`2026-12-06T04:31:18.123+00:00`, the offset the session's); None for other text.
+pub fn epoch(t: &str) -> Option<i64> {
+    let num = |s: &str| s.parse::<i64>().ok();
+    let (date, rest) = t.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(num);
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let split = rest.rfind(['+', '-'])?;
+    let (clock, offset) = rest.split_at(split);
+    let mut c = clock.splitn(3, ':');
+    let (h, mi) = (num(c.next()?)?, num(c.next()?)?);
+    let s = num(c.next()?.split('.').next()?)?;
+    let sign = if offset.starts_with('-') { -1 } else { 1 };
+    let mut o = offset[1..].splitn(2, ':').map(num);
+    let off = sign * (o.next()?? * 3600 + o.next().flatten().unwrap_or(0) * 60);
+    // Days from 1970-01-01 to the date (proleptic Gregorian calendar).
+    let (yy, mm) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let doy = (153 * mm + 2) / 5 + day - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    Some(days * 86_400 + h * 3600 + mi * 60 + s - off)
+}
+
+/// A span of seconds as a person reads it: "3 min ago", "in 2 h", "now".
+pub fn ago(seconds: i64) -> String {
+    let n = seconds.abs();
+    if n < 5 {
+        return "now".into();
+    }
+    let (v, unit) = match n {
+        0..=59 => (n, "s"),
+        60..=3599 => (n / 60, "min"),
+        3600..=86_399 => (n / 3600, "h"),
+        _ => (n / 86_400, "d"),
+    };
+    if seconds >= 0 {
+        format!("{v} {unit} ago")
+    } else {
+        format!("in {v} {unit}")
+    }
+}
+
 /// One row as `key: value` lines.
 pub fn fields(row: &Row) -> String {
     let w = row.keys().map(|k| k.len()).max().unwrap_or(0);
@@ -192,4 +235,26 @@ pub fn escape_c1(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ago, epoch};
+
+    #[test]
+    fn epoch_reads_row_to_json_times_with_their_offset() {
+        assert_eq!(epoch("1970-01-01T00:00:00+00:00"), Some(0));
+        assert_eq!(epoch("2026-12-06T04:31:18+00:00"), Some(1_796_531_478));
+        assert_eq!(epoch("2000-02-29T23:59:59.5-05:30"), Some(951_888_599));
+        assert_eq!(epoch("yesterday"), None);
+    }
+
+    #[test]
+    fn ago_says_how_long_ago_or_in_how_long() {
+        assert_eq!(ago(2), "now");
+        assert_eq!(ago(42), "42 s ago");
+        assert_eq!(ago(3 * 60 + 5), "3 min ago");
+        assert_eq!(ago(-2 * 3600), "in 2 h");
+        assert_eq!(ago(9 * 86_400), "9 d ago");
+    }
 }
