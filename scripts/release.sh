@@ -63,8 +63,11 @@ for n in $releases; do
 done
 
 say "the SQL-only edition (sql-only/pg_jobs.sql as committed, and its pg_tle form made from the same)"
-# From the install script of a package just built (the same for every PostgreSQL release).
-install=$(find target/release/pg_jobs-pg* -path "*/extension/pg_jobs--$version.sql" | head -1)
+# From the install script of a package just built (the same for every PostgreSQL release;
+# PostgreSQL 15's, the release scripts/sql-only.py reads by default, when it was built).
+install=$({ find target/release/pg_jobs-pg15 target/release/pg_jobs-pg* \
+              -path "*/extension/pg_jobs--$version.sql" 2>/dev/null || true; } | head -1)
+[ -n "$install" ] || { echo "release: no install script of pg_jobs $version under target/release" >&2; exit 1; }
 python3 scripts/sql-only.py --check --from "$install"
 python3 scripts/sql-only.py --from "$install"
 cp sql-only/pg_jobs.sql "dist/pg_jobs-$version.sql"
