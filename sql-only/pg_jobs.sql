@@ -2590,11 +2590,10 @@ begin
            (array_agg(u.id order by u.o) filter (where u.bury is not true))[1:max_jobs]
       into v_buried, v_ids
     from unnest(v_ids, v_bury) with ordinality as u(id, bury, o);
-    -- The attempts as they were (a data-modifying statement's parts share one snapshot), for
-    -- their rows in jobs.attempts.
+    -- The attempts that were running (a data-modifying statement's parts share one snapshot),
+    -- asked of as hashed sets, not joined (see jobs.sweep): their rows in jobs.attempts.
     with ended as (
-      select j.id, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
-             jobs._timed_out(j.lease_expires_at, j.deadline) as timed_out
+      select j.id, jobs._timed_out(j.lease_expires_at, j.deadline) as timed_out
       from jobs_data.jobs as j
       where j.id = any(v_buried) and j.state = 'running'
     ),
@@ -2623,17 +2622,21 @@ begin
       and (j.state = 'running' and (jobs._lapse_buries(j.attempt, j.max_attempts)
                                     or jobs._timed_out(j.lease_expires_at, j.deadline))
            or jobs._run_over(j.run_deadline, v_now))  -- (the scans found it live)
-    returning j.id, j.last_error,
+    returning j.id, j.last_error, j.attempt, j.claimed_by, j.claimed_at,
+              j.id in (select e.id from ended as e) as was_running,
+              j.id in (select e.id from ended as e where e.timed_out) as timed_out,
               -- a job buried while waiting (its run over) ended no attempt
               case when j.id in (select e.id from ended as e)
-                   then jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id))
+                   then jobs._outcome_ended(j.queue, j.id, j.state,
+                                            j.id in (select e.id from ended as e where e.timed_out))
                    else jobs._outcome(j.queue, j.state::text, j.id) end,
               jobs._slot_freed(j.name, j.concurrency_key)
     )
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
-           case when e.timed_out then 'timed_out' else 'buried' end, s.last_error
-    from ended as e join settled as s on s.id = e.id;
+    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now,
+           case when s.timed_out then 'timed_out' else 'buried' end, s.last_error
+    from settled as s
+    where s.was_running;
     if claim.report_buried then
       -- The jobs this claim buried (not those it put off after a timeout), for the worker's
       -- onExhausted hook: rows marked buried, with no claim token to act on.
@@ -5020,10 +5023,12 @@ begin
   -- A lease that ran out at the attempt's deadline is a timeout: a failed attempt, retried
   -- after the job type's backoff (or buried on the final attempt). Any other lapse runs again
   -- at once (or is buried on the final attempt). Each ended attempt gets its row in
-  -- jobs.attempts, from the row as it was (the parts of one statement share its snapshot).
+  -- jobs.attempts (the columns it reads are not changed here). Nothing joins `ended` to
+  -- `settled`: planned from statistics that see few lapsed leases (the usual case), such a
+  -- join was a nested loop, and a pass of 5,000 took seconds. Whether an attempt timed out
+  -- is asked of a hashed set instead.
   with ended as (
-    select l.ctid, l.id, l.attempt, l.max_attempts, l.claimed_by, l.claimed_at,
-           jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out
+    select l.ctid, l.id, jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out
     from jobs_data.jobs as l
     where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
     order by l.lease_scan_at limit max_rows for update skip locked
@@ -5055,18 +5060,19 @@ begin
     updated_at = v_now
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
-  returning j.id, j.last_error, j.state,
-            jobs._outcome_ended(j.queue, j.id, j.state, (select e.timed_out from ended as e where e.id = j.id)),
+  returning j.id, j.state, j.last_error, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
+            j.id in (select e.id from ended as e where e.timed_out) as timed_out,
+            jobs._outcome_ended(j.queue, j.id, j.state, j.id in (select e.id from ended as e where e.timed_out)),
             jobs._slot_freed(j.name, j.concurrency_key)
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    select e.id, e.attempt, e.claimed_by, e.claimed_at, v_now,
-           case when e.timed_out then 'timed_out'
-                when e.attempt >= e.max_attempts or s.state in ('dead', 'failed') then 'buried'
+    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now,
+           case when s.timed_out then 'timed_out'
+                when s.attempt >= s.max_attempts or s.state in ('dead', 'failed') then 'buried'
                 else 'lease_lapsed' end,
            s.last_error
-    from ended as e join settled as s on s.id = e.id
+    from settled as s
   )
   select count(*) into v_n from settled;
   task := 'lapsed_leases'; affected := v_n; return next;

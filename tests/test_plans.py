@@ -163,6 +163,49 @@ def test_sweep_reads_none_of_a_million_finished_rows_inside_retention(dsn):
         assert read < 10_000, f"12 sweeps read {read} rows of jobs.jobs by sequential scan"
 
 
+@pytest.mark.parametrize("statistics", ["none taken", "taken when no lease had lapsed"])
+def test_a_sweep_of_5000_lapsed_leases_reads_each_once(dsn, statistics):
+    """Leases lapse together when workers die together, and the statistics then say few have
+    (most leases run into the future). The sweep's lapsed-lease statement once joined the
+    leases it locked to the jobs it settled, and asked the locked set about each row: planned
+    for a handful, both were rescans per row, 5000 x 5000 rows, seconds a pass while the
+    backlog waited (and past a test's deadline under load). Checked to fail with that
+    statement: 25 and 75 million rows."""
+    lapsed = 5000
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("alter table jobs_data.jobs set (autovacuum_enabled = false)")  # no ANALYZE mid-test
+        future = statistics.startswith("taken")
+        conn.execute(
+            """insert into jobs_data.jobs (id, run_id, name, queue, state, attempt, max_attempts, claim,
+                                           lease_expires_at, lease_scan_at, deadline, payload,
+                                           enqueued_at, created_at, updated_at)
+               select u, u, 'lapsed', 'default', 'running', 1 + (g %% 2) * 4, 5, 1, t, t,
+                      case when g %% 3 = 0 then t end, '{}', now(), now(), now()
+               from (select g, gen_random_uuid() as u, now() + %s * interval '1 hour' as t
+                     from generate_series(1, %s) as g) as n""",
+            (1 if future else -1, lapsed * 4 if future else lapsed),
+        )
+        if future:
+            conn.execute("vacuum analyze jobs_data.jobs")
+            conn.execute(
+                """update jobs_data.jobs set lease_expires_at = now() - interval '1 hour',
+                          lease_scan_at = now() - interval '1 hour',
+                          deadline = case when deadline is not null then now() - interval '1 hour' end
+                   where id in (select id from jobs_data.jobs order by id limit %s)""",
+                (lapsed,),
+            )
+        notices = explain_nested(conn)
+        swept = dict(conn.execute("select task, affected from jobs.sweep(%s)", (lapsed,)).fetchall())
+        conn.execute("set auto_explain.log_min_duration = -1")
+        assert swept["lapsed_leases"] == lapsed
+        outcomes = dict(conn.execute("select outcome, count(*) from jobs.attempts group by 1").fetchall())
+        assert sum(outcomes.values()) == lapsed and set(outcomes) == {"timed_out", "buried", "lease_lapsed"}, outcomes
+    plan = next(n for n in notices if "insert into jobs_data.attempts" in n and "lease_lapsed" in n)
+    print(f"\n-- a sweep of {lapsed} lapsed leases, statistics {statistics}\n" + plan)
+    rows = rows_processed(plan)
+    assert rows < 20 * lapsed, f"{rows} rows for {lapsed} lapsed leases:\n{plan}"
+
+
 def test_tags_and_run_deadlines_are_found_by_their_indexes_among_a_million_jobs(dsn):
     """jobs_tags_idx finds tagged jobs, and the sweep's run_timeouts task buries the jobs past
     their run deadline through jobs_run_deadline_idx: neither reads the million jobs that have

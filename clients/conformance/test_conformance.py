@@ -326,7 +326,19 @@ def test_a_keys_jobs_run_at_most_key_concurrency_at_once_and_a_busy_key_skips(db
     runs of the key overlap), however many slots are free, and jobs of
     another key run beside them. An enqueue while two run inserts nothing and answers a running
     job (deduped, 'skipped'). The claim decides: a library that claimed past it, or ran two
-    claims' jobs as one, fails this."""
+    claims' jobs as one, fails this.
+
+    Overlap is read from the order in which the key's jobs started and stopped running, as a
+    trigger numbers those changes, not from claimed_at and finished_at: a claim's time is
+    taken as it begins, so a claim that found a slot freed while it ran could have a time
+    before the settle's that freed it, and three seemed to overlap."""
+    db.execute("create table key_runs (seq bigserial, job_id uuid not null, running boolean not null)")
+    db.execute("create function public.note_key_run() returns trigger language plpgsql as $$ begin "
+               "insert into public.key_runs (job_id, running) values (new.id, new.state = 'running'); "
+               "return null; end $$")
+    db.execute("create trigger note_key_run after update of state on jobs_data.jobs for each row "
+               "when (new.concurrency_key = 'acct-1' and (old.state = 'running') <> (new.state = 'running')) "
+               "execute function public.note_key_run()")
     db.execute("insert into jobs.job_types (name, key_concurrency, when_busy) values ('sleep', 2, 'skip')")
     db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'sleep', "
                "'concurrency_key', 'acct-1', 'payload', jsonb_build_object('ms', 300))) from generate_series(1, 6)))")
@@ -339,9 +351,12 @@ def test_a_keys_jobs_run_at_most_key_concurrency_at_once_and_a_busy_key_skips(db
     assert db.one("select state::text from jobs.jobs where id = %s", (other,))[0] == "completed"
     # Each ran once (attempt 1): the most of the key's runs under way at any one's start.
     assert db.one("select max(attempt) from jobs.jobs where concurrency_key = 'acct-1'")[0] == 1
-    overlap = db.one("select max((select count(*) from jobs.jobs as b where b.concurrency_key = 'acct-1' "
-                     "and b.claimed_at <= a.claimed_at and b.finished_at > a.claimed_at)) "
-                     "from jobs.jobs as a where a.concurrency_key = 'acct-1'")[0]
+    assert db.one("select count(*) filter (where running), count(*) filter (where not running) "
+                  "from key_runs") == (6, 6)
+    overlap = db.one("select max((select count(*) from key_runs as b join key_runs as e "
+                     "on e.job_id = b.job_id and not e.running "
+                     "where b.running and b.seq <= a.seq and e.seq > a.seq)) "
+                     "from key_runs as a where a.running")[0]
     assert overlap == 2
 
 def test_a_runs_steps_show_running_and_failed_and_a_step_timeout_fails_the_attempt(db, start_worker):
