@@ -2747,6 +2747,36 @@ begin
 end
 $$;
 
+create function jobs._hold(p_fn text, p_id uuid, p_claim bigint, p_for_update boolean,
+                           p_first text, p_again text default '',
+                           out run_id uuid, out attempt int, out tenant_id text,
+                           out children_live int, out wait_event text, out wait_key text,
+                           out wait_until timestamptz)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+begin
+  if p_for_update then
+    select j.run_id, j.attempt, j.tenant_id, j.children_live, j.wait_event, j.wait_key, j.wait_until
+      into run_id, attempt, tenant_id, children_live, wait_event, wait_key, wait_until
+    from jobs_data.jobs as j
+    where j.id = p_id and j.claim = p_claim and jobs._tenant_ok(j.tenant_id)
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+    for update;
+  else
+    select j.run_id, j.attempt, j.tenant_id, j.children_live, j.wait_event, j.wait_key, j.wait_until
+      into run_id, attempt, tenant_id, children_live, wait_event, wait_key, wait_until
+    from jobs_data.jobs as j
+    where j.id = p_id and j.claim = p_claim and jobs._tenant_ok(j.tenant_id)
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+    for share;
+  end if;
+  if not found then
+    perform jobs._raise_lost(p_fn, p_id, p_claim, p_first, p_again);
+  end if;
+end
+$$;
+
 create function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
 returns timestamptz
 language plpgsql volatile
@@ -3136,14 +3166,8 @@ begin
   if assert_claim.id is null or assert_claim.claim is null then  -- (see complete)
     perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
   end if;
-  perform from jobs_data.jobs as j
-  where j.id = assert_claim.id and j.claim = assert_claim.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for share;
-  if not found then
-    perform jobs._raise_lost('', assert_claim.id, assert_claim.claim,
-      'roll back this transaction so its side effects are not committed');
-  end if;
+  perform jobs._hold('', assert_claim.id, assert_claim.claim, false,
+    'roll back this transaction so its side effects are not committed');
 end
 $$;
 
@@ -3221,18 +3245,10 @@ begin
   perform jobs._check_hold_args('jobs.save_step', save_step.id, save_step.claim);
   perform jobs._check_step('jobs.save_step', save_step.step);
   perform jobs._check_size('jobs.save_step: output', save_step.output);
-  -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
-  -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = save_step.id and j.claim = save_step.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for share;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.save_step: ', save_step.id, save_step.claim,
-      'stop working on this job and roll back',
-      ', which sees the steps saved so far');
-  end if;
+  -- The fence (jobs._hold): the job's row locked FOR SHARE until this transaction ends.
+  select h.run_id, h.attempt into v_run, v_attempt
+  from jobs._hold('jobs.save_step: ', save_step.id, save_step.claim, false,
+    'stop working on this job and roll back', ', which sees the steps saved so far') as h;
   insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, finished_at)
   values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt, jobs.clock())
   on conflict on constraint steps_pkey do update
@@ -3263,16 +3279,9 @@ begin
   end if;
   perform jobs._check_finite('jobs.sleep: until', sleep.until,
     'pass when the job should go on, e.g. now() + interval ''1 day''');
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = sleep.id and j.claim = sleep.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > v_now
-  for update;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.sleep: ', sleep.id, sleep.claim,
-      'stop working on this job and roll back',
-      ', which sees the steps saved so far');
-  end if;
+  select h.run_id, h.attempt into v_run, v_attempt
+  from jobs._hold('jobs.sleep: ', sleep.id, sleep.claim, true,
+    'stop working on this job and roll back', ', which sees the steps saved so far') as h;
   if exists (select from jobs_data.steps as s
              where s.run_id = v_run and s.step = sleep.step and s.state = 'completed') then
     return true;  -- slept already
@@ -3368,15 +3377,9 @@ declare
 begin
   perform jobs._check_hold_args('jobs.start_step', start_step.id, start_step.claim);
   perform jobs._check_step('jobs.start_step', start_step.step);
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = start_step.id and j.claim = start_step.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > v_now
-  for share;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.start_step: ', start_step.id, start_step.claim,
-      'stop working on this job', ', which sees the steps saved so far');
-  end if;
+  select h.run_id, h.attempt into v_run, v_attempt
+  from jobs._hold('jobs.start_step: ', start_step.id, start_step.claim, false,
+    'stop working on this job', ', which sees the steps saved so far') as h;
   select s.output into output
   from jobs_data.steps as s
   where s.run_id = v_run and s.step = start_step.step and s.state = 'completed';
@@ -3414,15 +3417,9 @@ begin
     perform jobs._raise('22004', 'jobs.fail_step: error must not be NULL',
       'pass the error text the step failed with');
   end if;
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = fail_step.id and j.claim = fail_step.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > v_now
-  for share;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.fail_step: ', fail_step.id, fail_step.claim,
-      'stop working on this job', ', which sees the steps saved so far');
-  end if;
+  select h.run_id, h.attempt into v_run, v_attempt
+  from jobs._hold('jobs.fail_step: ', fail_step.id, fail_step.claim, false,
+    'stop working on this job', ', which sees the steps saved so far') as h;
   insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, state, started_at,
                                     finished_at, error)
   values (v_run, fail_step.step, null, v_now, v_attempt, 'failed', v_now, v_now,
@@ -3572,15 +3569,9 @@ begin
   -- with the claim under it.
   perform jobs._event_lock(await_event.name, v_key,
     (select j.tenant_id from jobs_data.jobs as j where j.id = await_event.id), true);
-  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until, j.tenant_id into v_job
-  from jobs_data.jobs as j
-  where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.await_event: ', await_event.id, await_event.claim,
-      'stop working on this job');
-  end if;
+  select h.run_id, h.attempt, h.wait_event, h.wait_key, h.wait_until, h.tenant_id into v_job
+  from jobs._hold('jobs.await_event: ', await_event.id, await_event.claim, true,
+    'stop working on this job') as h;
 
   -- Answered before: the same answer, whatever was published since.
   select s.output into v_memo from jobs_data.steps as s
@@ -4114,18 +4105,13 @@ begin
       'the job spawning it');
   end if;
 
-  -- The fence, under the parent's row lock (FOR UPDATE: its count of live children changes
-  -- below), held until this transaction ends, so a cancel of the parent waits for it.
-  select j.id, j.tenant_id into v_parent
-  from jobs_data.jobs as j
-  where j.id = spawn.id and j.claim = spawn.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.spawn: ', spawn.id, spawn.claim,
-      'stop working on this job and roll back',
-      ', and spawns with the same child_key get the children spawned so far');
-  end if;
+  -- The fence (jobs._hold), under the parent's row lock (FOR UPDATE: its count of live
+  -- children changes below), held until this transaction ends, so a cancel of the parent waits
+  -- for it.
+  select h.tenant_id into v_parent
+  from jobs._hold('jobs.spawn: ', spawn.id, spawn.claim, true,
+    'stop working on this job and roll back',
+    ', and spawns with the same child_key get the children spawned so far') as h;
   if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
     perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
       'leave tenant_id out of the spec');
@@ -4169,15 +4155,9 @@ declare
 begin
   perform jobs._check_hold_args('jobs.await_children', await_children.id, await_children.claim);
   -- Under the parent's row lock, which every change of its count of live children waits for.
-  select j.children_live into v_live
-  from jobs_data.jobs as j
-  where j.id = await_children.id and j.claim = await_children.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.await_children: ', await_children.id, await_children.claim,
-      'stop working on this job');
-  end if;
+  select h.children_live into v_live
+  from jobs._hold('jobs.await_children: ', await_children.id, await_children.claim, true,
+    'stop working on this job') as h;
   -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
   v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f
                                              where f.parent_id = await_children.id), 0);

@@ -236,18 +236,13 @@ begin
       'the job spawning it');
   end if;
 
-  -- The fence, under the parent's row lock (FOR UPDATE: its count of live children changes
-  -- below), held until this transaction ends, so a cancel of the parent waits for it.
-  select j.id, j.tenant_id into v_parent
-  from jobs_data.jobs as j
-  where j.id = spawn.id and j.claim = spawn.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.spawn: ', spawn.id, spawn.claim,
-      'stop working on this job and roll back',
-      ', and spawns with the same child_key get the children spawned so far');
-  end if;
+  -- The fence (jobs._hold), under the parent's row lock (FOR UPDATE: its count of live
+  -- children changes below), held until this transaction ends, so a cancel of the parent waits
+  -- for it.
+  select h.tenant_id into v_parent
+  from jobs._hold('jobs.spawn: ', spawn.id, spawn.claim, true,
+    'stop working on this job and roll back',
+    ', and spawns with the same child_key get the children spawned so far') as h;
   if spec ? 'tenant_id' and spec->>'tenant_id' is distinct from v_parent.tenant_id then
     perform jobs._raise('22023', 'jobs.spawn: a child has its parent''s tenant_id',
       'leave tenant_id out of the spec');
@@ -290,15 +285,9 @@ declare
 begin
   perform jobs._check_hold_args('jobs.await_children', await_children.id, await_children.claim);
   -- Under the parent's row lock, which every change of its count of live children waits for.
-  select j.children_live into v_live
-  from jobs_data.jobs as j
-  where j.id = await_children.id and j.claim = await_children.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.await_children: ', await_children.id, await_children.claim,
-      'stop working on this job');
-  end if;
+  select h.children_live into v_live
+  from jobs._hold('jobs.await_children: ', await_children.id, await_children.claim, true,
+    'stop working on this job') as h;
   -- The sweep's moves not yet applied (jobs_data.family_pending) count too.
   v_live := coalesce(v_live, 0) + coalesce((select sum(f.delta) from jobs_data.family_pending as f
                                              where f.parent_id = await_children.id), 0);

@@ -157,15 +157,9 @@ begin
   -- with the claim under it.
   perform jobs._event_lock(await_event.name, v_key,
     (select j.tenant_id from jobs_data.jobs as j where j.id = await_event.id), true);
-  select j.run_id, j.attempt, j.wait_event, j.wait_key, j.wait_until, j.tenant_id into v_job
-  from jobs_data.jobs as j
-  where j.id = await_event.id and j.claim = await_event.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for update;
-  if not found then
-    perform jobs._raise_lost('jobs.await_event: ', await_event.id, await_event.claim,
-      'stop working on this job');
-  end if;
+  select h.run_id, h.attempt, h.wait_event, h.wait_key, h.wait_until, h.tenant_id into v_job
+  from jobs._hold('jobs.await_event: ', await_event.id, await_event.claim, true,
+    'stop working on this job') as h;
 
   -- Answered before: the same answer, whatever was published since.
   select s.output into v_memo from jobs_data.steps as s

@@ -55,6 +55,42 @@ begin
 end
 $$;
 
+-- The fence of every call a holder makes beside its settle (steps, sleeps, events, children,
+-- assert_claim): the job's row when the claim is held, locked until this transaction ends, so
+-- a re-claim or a cancel waits for it (and a concurrent one makes PostgreSQL re-check the row
+-- first). FOR SHARE, or FOR UPDATE for a caller that changes the row after. Else lease_lost
+-- (jobs._raise_lost: p_fn, p_first and p_again as there). Only the small columns come back: a
+-- composite of the whole row would read the payload out of TOAST on every call.
+create function jobs._hold(p_fn text, p_id uuid, p_claim bigint, p_for_update boolean,
+                           p_first text, p_again text default '',
+                           out run_id uuid, out attempt int, out tenant_id text,
+                           out children_live int, out wait_event text, out wait_key text,
+                           out wait_until timestamptz)
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+begin
+  if p_for_update then
+    select j.run_id, j.attempt, j.tenant_id, j.children_live, j.wait_event, j.wait_key, j.wait_until
+      into run_id, attempt, tenant_id, children_live, wait_event, wait_key, wait_until
+    from jobs_data.jobs as j
+    where j.id = p_id and j.claim = p_claim and jobs._tenant_ok(j.tenant_id)
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+    for update;
+  else
+    select j.run_id, j.attempt, j.tenant_id, j.children_live, j.wait_event, j.wait_key, j.wait_until
+      into run_id, attempt, tenant_id, children_live, wait_event, wait_key, wait_until
+    from jobs_data.jobs as j
+    where j.id = p_id and j.claim = p_claim and jobs._tenant_ok(j.tenant_id)
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+    for share;
+  end if;
+  if not found then
+    perform jobs._raise_lost(p_fn, p_id, p_claim, p_first, p_again);
+  end if;
+end
+$$;
+
 create function jobs.heartbeat(id uuid, claim bigint, lease interval default null)
 returns timestamptz
 language plpgsql volatile
@@ -463,14 +499,8 @@ begin
   if assert_claim.id is null or assert_claim.claim is null then  -- (see complete)
     perform jobs._check_hold_args('jobs.assert_claim', assert_claim.id, assert_claim.claim);
   end if;
-  perform from jobs_data.jobs as j
-  where j.id = assert_claim.id and j.claim = assert_claim.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for share;
-  if not found then
-    perform jobs._raise_lost('', assert_claim.id, assert_claim.claim,
-      'roll back this transaction so its side effects are not committed');
-  end if;
+  perform jobs._hold('', assert_claim.id, assert_claim.claim, false,
+    'roll back this transaction so its side effects are not committed');
 end
 $$;
 comment on function jobs.assert_claim(uuid, bigint) is

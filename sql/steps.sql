@@ -88,18 +88,10 @@ begin
   perform jobs._check_hold_args('jobs.save_step', save_step.id, save_step.claim);
   perform jobs._check_step('jobs.save_step', save_step.step);
   perform jobs._check_size('jobs.save_step: output', save_step.output);
-  -- The fence, under the job's row lock: FOR SHARE keeps a re-claim or a cancel out until
-  -- this transaction ends, and a concurrent one makes PostgreSQL re-check the row first.
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = save_step.id and j.claim = save_step.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > jobs.clock()
-  for share;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.save_step: ', save_step.id, save_step.claim,
-      'stop working on this job and roll back',
-      ', which sees the steps saved so far');
-  end if;
+  -- The fence (jobs._hold): the job's row locked FOR SHARE until this transaction ends.
+  select h.run_id, h.attempt into v_run, v_attempt
+  from jobs._hold('jobs.save_step: ', save_step.id, save_step.claim, false,
+    'stop working on this job and roll back', ', which sees the steps saved so far') as h;
   insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, finished_at)
   values (v_run, save_step.step, save_step.output, jobs.clock(), v_attempt, jobs.clock())
   on conflict on constraint steps_pkey do update
@@ -138,16 +130,9 @@ begin
   end if;
   perform jobs._check_finite('jobs.sleep: until', sleep.until,
     'pass when the job should go on, e.g. now() + interval ''1 day''');
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = sleep.id and j.claim = sleep.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > v_now
-  for update;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.sleep: ', sleep.id, sleep.claim,
-      'stop working on this job and roll back',
-      ', which sees the steps saved so far');
-  end if;
+  select h.run_id, h.attempt into v_run, v_attempt
+  from jobs._hold('jobs.sleep: ', sleep.id, sleep.claim, true,
+    'stop working on this job and roll back', ', which sees the steps saved so far') as h;
   if exists (select from jobs_data.steps as s
              where s.run_id = v_run and s.step = sleep.step and s.state = 'completed') then
     return true;  -- slept already
@@ -250,15 +235,9 @@ declare
 begin
   perform jobs._check_hold_args('jobs.start_step', start_step.id, start_step.claim);
   perform jobs._check_step('jobs.start_step', start_step.step);
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = start_step.id and j.claim = start_step.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > v_now
-  for share;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.start_step: ', start_step.id, start_step.claim,
-      'stop working on this job', ', which sees the steps saved so far');
-  end if;
+  select h.run_id, h.attempt into v_run, v_attempt
+  from jobs._hold('jobs.start_step: ', start_step.id, start_step.claim, false,
+    'stop working on this job', ', which sees the steps saved so far') as h;
   select s.output into output
   from jobs_data.steps as s
   where s.run_id = v_run and s.step = start_step.step and s.state = 'completed';
@@ -298,15 +277,9 @@ begin
     perform jobs._raise('22004', 'jobs.fail_step: error must not be NULL',
       'pass the error text the step failed with');
   end if;
-  select j.run_id, j.attempt into v_run, v_attempt
-  from jobs_data.jobs as j
-  where j.id = fail_step.id and j.claim = fail_step.claim and jobs._tenant_ok(j.tenant_id)
-    and j.state = 'running' and j.lease_expires_at > v_now
-  for share;
-  if v_run is null then
-    perform jobs._raise_lost('jobs.fail_step: ', fail_step.id, fail_step.claim,
-      'stop working on this job', ', which sees the steps saved so far');
-  end if;
+  select h.run_id, h.attempt into v_run, v_attempt
+  from jobs._hold('jobs.fail_step: ', fail_step.id, fail_step.claim, false,
+    'stop working on this job', ', which sees the steps saved so far') as h;
   insert into jobs_data.steps as s (run_id, step, output, saved_at, attempt, state, started_at,
                                     finished_at, error)
   values (v_run, fail_step.step, null, v_now, v_attempt, 'failed', v_now, v_now,

@@ -4,7 +4,7 @@ divided by N, repetitions, medians; CPU-bound (synchronous_commit = off). Each c
 own transaction, as a worker makes it, and passes what a worker library passes (a lease to
 the claims, a JSON result to the completions):
 
-    python bench/ab/hot_calls.py "host=127.0.0.1 port=PORT user=postgres" [N] [REPS]
+    python bench/ab/hot_calls.py "host=127.0.0.1 port=PORT user=postgres" [N] [REPS] [CALL,...]
 
 against a cluster of scripts/cluster.sh (pg_jobs preloaded).
 """
@@ -26,6 +26,10 @@ CALLS = (
     ("heartbeat", "select jobs.heartbeat(%s, %s)", True),
     ("fail", "select jobs.fail(%s, %s, 'boom')", True),
     ("snooze", "select jobs.snooze(%s, %s, now() + interval '1 hour')", True),
+    ("assert_claim", "select jobs.assert_claim(%s, %s)", True),
+    ("start_step", "select done from jobs.start_step(%s, %s, 'one')", True),
+    ("save_step", "select jobs.save_step(%s, %s, 'one', '1'::jsonb)", True),
+    ("fail_step", "select jobs.fail_step(%s, %s, 'one', 'boom')", True),
 )
 
 
@@ -52,14 +56,15 @@ def per_call(dsn, statement, held, n):
         return cpu_per_call(conn, call, n)
 
 
-def main(base, n=3000, reps=3):
+def main(base, n=3000, reps=3, only=None):
     dsn = base + " dbname=ab_hot"
     sql(base, "drop database if exists ab_hot")
     sql(base, "create database ab_hot")
     sql(dsn, "create extension pg_jobs")
-    results = {what: [] for what, _, _ in CALLS}
+    calls = [c for c in CALLS if only is None or c[0] in only.split(",")]
+    results = {what: [] for what, _, _ in calls}
     for _ in range(reps):
-        for what, statement, held in CALLS:
+        for what, statement, held in calls:
             results[what].append(per_call(dsn, statement, held, n))
     print("| call, one job | µs of backend CPU per call, each repetition | median |")
     print("|---|---|---|")
@@ -68,4 +73,4 @@ def main(base, n=3000, reps=3):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *(int(a) for a in sys.argv[2:4]))
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:4]), *sys.argv[4:5])
