@@ -307,38 +307,49 @@ export function makeContext<P>(job: Job<P>, attempt: AttemptHandle, control: Con
   return new Context(job, attempt, control);
 }
 
-/** The worker's view of a claimed row: queries.ts's CLAIMED_COLUMNS's values in order (the driver's
- * `rowMode: 'array'`, which builds no object per row). The deadline and the enqueue come as
- * milliseconds since 1970, a number the driver parses faster than a timestamp. */
-export type ClaimedRow = [
-  id: string, runId: string, name: string, queue: string, payload: unknown, attempt: number,
-  maxAttempts: number, claim: string, deadlineMs: number | null, tenantId: string | null,
-  parentId: string | null, priority: number, enqueuedMs: number, lastError: string | null,
-  tags: string[] | null, meta: Record<string, unknown> | null,
+/** A claimed row as the worker reads it: queries.ts's CLAIMED_COLUMNS. The deadline and the
+ * enqueue come as milliseconds since 1970, a number the driver parses faster than a timestamp. */
+export interface ClaimedRow {
+  id: string;
+  run_id: string;
+  name: string;
+  queue: string;
+  payload: unknown;
+  attempt: number;
+  max_attempts: number;
+  claim: string;
+  deadline_ms: number | null;
+  tenant_id: string | null;
+  parent_id: string | null;
+  priority: number;
+  enqueued_ms: number;
+  last_error: string | null;
+  tags: string[] | null;
+  meta: Record<string, unknown> | null;
   /** Milliseconds from the claim to the deadline, by the server's clock. */
-  timeLeftMs: number | null,
+  time_left_ms: number | null;
   /** A job the claim buried (asked for with report_buried), not one to run. */
-  buried: boolean | null,
-];
+  buried: boolean | null;
+}
 
 export function toJob<P>(row: ClaimedRow): Job<P> {
   return {
-    id: row[0],
-    runId: row[1],
-    name: row[2],
-    queue: row[3],
-    payload: row[4] as P,
-    attempt: row[5],
-    maxAttempts: row[6],
-    claim: row[7],
-    deadline: row[8] === null ? null : new Date(row[8]),
-    tenantId: row[9],
-    parentId: row[10],
-    priority: row[11],
-    enqueuedAt: new Date(row[12]),
-    lastError: row[13],
-    tags: row[14],
-    meta: row[15],
+    id: row.id,
+    runId: row.run_id,
+    name: row.name,
+    queue: row.queue,
+    payload: row.payload as P,
+    attempt: row.attempt,
+    maxAttempts: row.max_attempts,
+    claim: row.claim,
+    deadline: row.deadline_ms === null ? null : new Date(row.deadline_ms),
+    tenantId: row.tenant_id,
+    parentId: row.parent_id,
+    priority: row.priority,
+    enqueuedAt: new Date(row.enqueued_ms),
+    lastError: row.last_error,
+    tags: row.tags,
+    meta: row.meta,
   };
 }
 

@@ -1,0 +1,193 @@
+// A dispatcher per set of queues: while slots are free it claims as many jobs as there are
+// free slots, the moment one is free (a waiting claim in the server when there is no work, no
+// LISTEN needed), and settles the jobs that ended without opening their transaction together
+// with that claim (jobs.complete_and_claim: one statement and one commit for all of them).
+// Nothing waits for a batch: a claim takes what is free now, and a slot is refilled as its job
+// ends. A database error is waited out with backoff: a worker never ends on one.
+
+import type pg from 'pg';
+import { type Attempts, failForGood } from './attempt.js';
+import { Backoff } from './connection.js';
+import { type ClaimedRow, toJob } from './context.js';
+import { firstLine, type Group, type Pending, statement, type WorkerCore } from './core.js';
+import { codes } from './errors.js';
+import type { Outcome } from './log.js';
+import { isTransient } from './results.js';
+import * as q from './queries.js';
+
+const CLAIM = statement('claim', q.CLAIM);
+const COMPLETE_AND_CLAIM = statement('complete_and_claim', q.COMPLETE_AND_CLAIM);
+const COMPLETE_MANY = statement('complete_many', q.COMPLETE_MANY);
+
+const QUERY_CANCELED = '57014';
+/** A prepared statement missing, or another of that name there: a server connection other than
+ * the one that prepared it (a transaction-pooling PgBouncer before 1.21). */
+const NOT_KEPT = new Set(['26000', '42P05']);
+
+export class Dispatcher {
+  constructor(private readonly core: WorkerCore, readonly group: Group, private readonly attempts: Attempts) {}
+
+  /** While slots are free, claims that many jobs (completing the jobs pending in the same
+   * statement), and starts each; sleeps while every slot is busy. Ends once the worker stops
+   * and nothing is left to settle. */
+  async run(): Promise<void> {
+    const { core, group } = this;
+    const backoff = new Backoff();
+    for (;;) {
+      if (group.pending.length === 0) {
+        if (core.stopping) return;
+        if (group.free === 0) {
+          await new Promise<void>((resolve) => { group.wake = resolve; });
+          group.wake = undefined;
+          continue;
+        }
+      }
+      // One turn of the event loop first while some of the group's jobs run: the jobs of a batch
+      // end in the same few ticks, and are then completed by one statement rather than one each.
+      if (group.free < group.size) await new Promise<void>((resolve) => setImmediate(resolve));
+      let client: pg.PoolClient | undefined;
+      try {
+        client = group.clients.pop() ?? await core.connect();
+        const rows = group.pending.length > 0 ? await this.settle(client) : await this.claim(client);
+        backoff.reset();
+        core.giveBack(group, client, false);
+        client = undefined;
+        const buried = [];
+        for (const row of rows) {
+          if (row.buried === true) buried.push(toJob(row));
+          else this.attempts.start(group, row);
+        }
+        if (buried.length > 0) core.hooks?.buried(buried);
+      } catch (err) {
+        if (client) core.giveBack(group, client, true);
+        if (core.isStopping() && Date.now() >= core.giveUpAt) {
+          this.giveUp(err);
+          return;
+        }
+        if (core.isStopping() && (err as { code?: string }).code === QUERY_CANCELED) continue;
+        if (core.prepared && NOT_KEPT.has((err as { code?: string }).code ?? '')) {
+          core.prepared = false;
+          core.logger.warn('the server did not keep this worker\'s prepared statements (a transaction-pooling '
+            + 'PgBouncer before 1.21?); going on without them: pass preparedStatements: false (the command: '
+            + '--no-prepared-statements)', { error: firstLine(err) });
+          continue;
+        }
+        const wait = backoff.next();
+        core.logger.warn('database error; trying again', { error: firstLine(err), retryInMs: Math.round(wait) });
+        await core.pause(wait);
+      }
+    }
+  }
+
+  /** Completes the group's pending jobs and claims for its free slots, in one statement; a
+   * claim among them no longer held completes each on its own (the others still land). A
+   * statement refused for what it carries (not for a lost connection or a passing conflict)
+   * is never sent again: its jobs are settled one by one, and the one refused fails alone. */
+  private async settle(client: pg.PoolClient): Promise<ClaimedRow[]> {
+    const { core, group } = this;
+    const batch = group.pending.splice(0);
+    const ids = batch.map((p) => p.held.job.id);
+    const claims = batch.map((p) => p.held.job.claim);
+    // No results at all (handlers that answer nothing): none sent, none for the server to read.
+    const results = batch.every((p) => p.result === 'null') ? null : batch.map((p) => p.result);
+    const free = core.stopping ? 0 : group.free;
+    let landed: Set<string>;
+    let rows: ClaimedRow[] = [];
+    try {
+      if (free > 0) {
+        ({ rows } = await client.query<ClaimedRow>({
+          ...core.statement(COMPLETE_AND_CLAIM),
+          values: [ids, claims, core.workerId, group.queues, free, `${core.leaseMs} milliseconds`, results,
+            core.reportBuried],
+        }));
+        landed = new Set(ids);
+      } else {
+        landed = await this.completeMany(client, ids, claims, results);
+      }
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code === codes.leaseLost) {
+        landed = await this.completeMany(client, ids, claims, results);
+      } else if (isTransient(err) || NOT_KEPT.has(code ?? '')) {
+        group.pending.unshift(...batch);
+        throw err;
+      } else {
+        core.logger.warn('a settle was refused for what it carries; its jobs are settled one by one',
+          { jobs: batch.length, error: firstLine(err) });
+        await this.settleEach(client, batch);
+        return [];
+      }
+    }
+    for (const p of batch) core.ended(p.held, landed.has(p.held.job.id) ? 'completed' : 'lost', p.started, p.span);
+    return rows;
+  }
+
+  /** Completes each job on its own: one the server refuses for its result fails for good with
+   * the server's message; one it cannot reach now goes back to be settled later. */
+  private async settleEach(client: pg.PoolClient, batch: Pending[]): Promise<void> {
+    for (const [i, p] of batch.entries()) {
+      const { job } = p.held;
+      let outcome: Outcome;
+      let error: string | undefined;
+      try {
+        const { rows } = await client.query<{ landed: boolean }>(
+          q.COMPLETE, [job.id, job.claim, p.result]);
+        outcome = rows[0]?.landed === true ? 'completed' : 'lost';
+      } catch (err) {
+        if (isTransient(err)) {
+          this.group.pending.unshift(...batch.slice(i));
+          throw err;
+        }
+        error = `the result was refused: ${firstLine(err)}`;
+        outcome = await failForGood(this.core, client, job, error);
+      }
+      this.core.ended(p.held, outcome, p.started, p.span, error);
+    }
+  }
+
+  /** A stop past its grace that still cannot settle what its handlers completed: those jobs
+   * are left to their leases (they run again once the leases lapse). */
+  private giveUp(err: unknown): void {
+    const batch = this.group.pending.splice(0);
+    if (batch.length > 0) {
+      this.core.logger.warn('stopping: could not settle completed jobs within the grace; they are left to their leases',
+        { jobs: batch.length, error: firstLine(err) });
+    }
+    for (const p of batch) this.core.ended(p.held, 'lost', p.started, p.span);
+  }
+
+  private async completeMany(client: pg.PoolClient, ids: string[], claims: string[], results: string[] | null): Promise<Set<string>> {
+    const { rows } = await client.query<{ id: string; landed: boolean }>(
+      { ...this.core.statement(COMPLETE_MANY), values: [ids, claims, results] });
+    return new Set(rows.filter((r) => r.landed).map((r) => r.id));
+  }
+
+  /** Claims for the group's free slots: a look first, and only when it finds nothing a claim
+   * that sleeps in the server for work (while it does, an ending job completes itself). */
+  private async claim(client: pg.PoolClient): Promise<ClaimedRow[]> {
+    const { core, group } = this;
+    const claim = core.statement(CLAIM);
+    const lease = `${core.leaseMs} milliseconds`;
+    const found = await client.query<ClaimedRow>({
+      ...claim, values: [core.workerId, group.queues, group.free, lease, null, core.reportBuried],
+    });
+    if (found.rows.length > 0 || core.stopping) return found.rows;
+    const pid = (client as unknown as { processID: number }).processID;
+    // An idle worker holds one connection: the others go back to the pool (which closes them
+    // once idle for its idleTimeoutMillis).
+    for (const c of group.clients.splice(0)) c.release();
+    core.claiming.add(pid);
+    group.waiting = true;
+    try {
+      if (group.pending.length > 0) return [];
+      const { rows } = await client.query<ClaimedRow>({
+        ...claim,
+        values: [core.workerId, group.queues, group.free, lease, `${core.pollMs} milliseconds`, core.reportBuried],
+      });
+      return rows;
+    } finally {
+      group.waiting = false;
+      core.claiming.delete(pid);
+    }
+  }
+}
