@@ -180,6 +180,7 @@ def test_a_killed_heartbeat_connection_is_made_again(example_db, kind):
         job_id = conn.execute("""select id from jobs.enqueue('sleep', '{"seconds": 5}')""").fetchone()[0]
     worker = start(kind, example_db, "--lease", "2", "--poll", "0.1")
     try:
+        wait_for(example_db, f"select state::text from jobs.jobs where id = '{job_id}'", "running")
         wait_for(example_db, HEARTBEAT, 1)
         with psycopg.connect(example_db, autocommit=True) as conn:
             conn.execute("select pg_terminate_backend(pid) from pg_stat_activity"

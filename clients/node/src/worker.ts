@@ -11,7 +11,7 @@ import { Attempts } from './attempt.js';
 import { Backoff, OwnConnection, within } from './connection.js';
 import { firstLine, makeGroup, type Group, WorkerCore } from './core.js';
 import { Dispatcher } from './dispatcher.js';
-import { INSTALL_HINT } from './errors.js';
+import { INSTALL_HINT, isConnectionError } from './errors.js';
 import { ABANDON_MS, type Reason } from './held.js';
 import type { OnExhausted, OnSettled } from './hooks.js';
 import type { JobDefinition } from './jobs.js';
@@ -62,6 +62,9 @@ export interface WorkerOptions {
    * dead-lettered; each job once. Errors as onSettled's (PGJOBS_ON_EXHAUSTED_FAILED). */
   onExhausted?: OnExhausted;
 }
+
+/** What the worker logs of the server at its start, and whether pg_jobs is there at all. */
+type Server = { version: string; preloaded: boolean | null; installed: boolean };
 
 /** How often a stop cancels again the claims still sleeping in the server. */
 const RECANCEL_MS = 1000;
@@ -129,16 +132,15 @@ export class Worker {
   }
 
   /** Starts the slots and the heartbeat; answers once the database was reached (trying again,
-   * with backoff, while it cannot be: a worker never ends on a database error). Refuses a
-   * database without pg_jobs. */
+   * with backoff, while it cannot be, or its connection breaks before the start is done: a
+   * worker never ends on a database error). Refuses a database without pg_jobs. */
   async start(): Promise<void> {
     const core = this.core;
     const backoff = new Backoff(200, 10_000);
-    let info: { version: string; preloaded: boolean | null; installed: boolean } | undefined;
+    let info: Server | Error | undefined;
     while (!info) {
       try {
-        [info] = await this.control.query<{ version: string; preloaded: boolean | null; installed: boolean }>(
-          q.SERVER);
+        info = await this.probe();
       } catch (err) {
         if (core.isStopping()) return;
         const wait = backoff.next();
@@ -146,15 +148,7 @@ export class Worker {
         await core.pause(wait);
       }
     }
-    if (!info.installed) {
-      throw new Error(`pg-jobs: this database has no pg_jobs: ${INSTALL_HINT}, first`);
-    }
-    if (!(this.options.trustOwner ?? process.env.PGJOBS_TRUST_OWNER === '1')) {
-      const [found] = await this.control.query<{ owners: string | null }>(UNTRUSTED_OWNERS);
-      if (found?.owners) throw untrustedOwners(found.owners);
-    }
-    core.maxResultBytes = await this.control.query<{ size: string | null }>(q.MAX_PAYLOAD_SIZE)
-      .then(([row]) => (row?.size == null ? null : Number(row.size)), () => null);
+    if (info instanceof Error) throw info;
     core.logger.info('pg-jobs worker started', {
       workerId: core.workerId, queues: this.groups.flatMap((g) => g.queues), concurrency: this.concurrency,
       jobs: [...core.jobs.keys()], serverVersion: info.version, preloaded: info.preloaded,
@@ -162,6 +156,23 @@ export class Worker {
     this.keepListening();
     this.heartbeat = setInterval(() => this.beat([...core.held.keys()]), Math.max(core.leaseMs / 3, 100));
     this.loops = this.groups.map((g) => new Dispatcher(core, g, this.attempts).run());
+  }
+
+  /** What the worker learns of the server before its first claim. A database without pg_jobs,
+   * or whose jobs schema a superuser must not trust, is a refusal, answered as an Error; what
+   * it throws is a database error, tried again. */
+  private async probe(): Promise<Server | Error> {
+    const [info] = await this.control.query<Server>(q.SERVER) as [Server];
+    if (!info.installed) return new Error(`pg-jobs: this database has no pg_jobs: ${INSTALL_HINT}, first`);
+    if (!(this.options.trustOwner ?? process.env.PGJOBS_TRUST_OWNER === '1')) {
+      const [found] = await this.control.query<{ owners: string | null }>(UNTRUSTED_OWNERS);
+      if (found?.owners) return untrustedOwners(found.owners);
+    }
+    // Refused by an older server (the engine's limit alone then); a lost connection is thrown.
+    this.core.maxResultBytes = await this.control.query<{ size: string | null }>(q.MAX_PAYLOAD_SIZE).then(
+      ([row]) => (row?.size == null ? null : Number(row.size)),
+      (err: unknown) => { if (isConnectionError(err)) throw err; return null; });
+    return info;
   }
 
   /** Stops claiming, lets running jobs finish for `graceMs`, then aborts them and hands them

@@ -192,6 +192,26 @@ test('a stop ends the claim sleeping in the server though its first cancel came 
   assert.ok(lost >= 2, `the cancel was sent ${lost} time(s)`);
 });
 
+test('a connection lost while the worker starts is made again, and the start goes on', async () => {
+  // Each question the start asks before the first claim (the server, the owners of schema jobs,
+  // the largest payload) meets a lost connection once, as a pg_terminate_backend between them
+  // would. Checked to fail without its guard: with only the first question tried again, start()
+  // threw "Connection terminated unexpectedly".
+  const worker = createWorker({ pool, jobs: [], queues: ['starting'], logger: silentLogger });
+  const control = worker.control;
+  const query = control.query.bind(control);
+  const cut = new Set();
+  control.query = (text, values) => {
+    if (cut.has(text)) return query(text, values);
+    cut.add(text);
+    return Promise.reject(new Error('Connection terminated unexpectedly'));
+  };
+  await worker.start();
+  await worker.stop();
+  assert.equal(cut.size, 3);
+  assert.equal(typeof worker.core.maxResultBytes, 'number');
+});
+
 test('cancel, requeue and promote move a job; a refusal is a PgJobsError and changes nothing', async () => {
   const job = defineJob({ name: 'operated', queue: 'operated', handler: () => ({ ok: 1 }) });
   const { id } = await enqueue(pool, job, {}, { runAt: new Date(Date.now() + 3_600_000) });

@@ -605,6 +605,32 @@ def test_a_stop_ends_the_claim_sleeping_in_the_server(dsn: str, when: str) -> No
     asyncio.run(run())
 
 
+def test_a_connection_lost_while_the_worker_starts_is_made_again_and_the_start_goes_on(dsn: str) -> None:
+    """Each question the start asks before the first claim (the server, the owners of schema
+    jobs, the largest payload) meets a lost connection once, as a pg_terminate_backend between
+    them would. Checked to fail without its guard: with only the first question tried again,
+    start() raised the OperationalError."""
+
+    async def run() -> None:
+        worker = pg_jobs.Worker(dsn, jobs=JOBS, queues=["starting"], concurrency=1)
+        query = worker._control.query  # noqa: SLF001 (the cut goes between the start's questions)
+        cut: set[str] = set()
+
+        async def cut_once(sql: str, args: Any = ()) -> Any:
+            if sql in cut:
+                return await query(sql, args)
+            cut.add(sql)
+            raise psycopg.OperationalError("the connection is lost")
+
+        worker._control.query = cut_once  # type: ignore[method-assign]  # noqa: SLF001
+        await worker.start()
+        await worker.stop()
+        assert len(cut) == 3
+        assert isinstance(worker._core.max_result, int)  # noqa: SLF001
+
+    asyncio.run(run())
+
+
 def test_a_stop_gives_up_a_settle_the_database_refuses_past_its_grace(dsn: str) -> None:
     """A handler completes, then the database takes no connections: the settle fails, and
     fails again. stop() returns once its grace is over, and the job is left to its lease

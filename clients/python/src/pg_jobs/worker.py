@@ -24,7 +24,7 @@ from .connection import Backoff, OwnConnection, Pool
 from .core import Group, WorkerCore
 from .deadlines import Deadlines
 from .dispatcher import Dispatcher
-from .errors import INSTALL_HINT
+from .errors import INSTALL_HINT, is_connection_error
 from .hooks import Hooks, OnExhausted, OnSettled
 from .jobs import JobDefinition
 from .observe import Metrics, first_line
@@ -118,14 +118,15 @@ class Worker:
 
     async def start(self) -> None:
         """Starts the dispatchers and the heartbeat; answers once the database was reached
-        (trying again, with backoff, while it cannot be). Refuses a database without pg_jobs."""
+        (trying again, with backoff, while it cannot be, or its connection breaks before the
+        start is done). Refuses a database without pg_jobs."""
         core = self._core
         core.loop = asyncio.get_running_loop()
         core.deadlines = Deadlines(core.loop, self._deadline_reached)
         backoff = Backoff(0.2, 10.0)
         while True:
             try:
-                version, preloaded, installed = (await self._control.query(q.SERVER))[0]
+                found = await self._probe()
                 break
             except Exception as err:  # noqa: BLE001 (any database error: try again)
                 if core.stopping:
@@ -133,16 +134,9 @@ class Worker:
                 wait = backoff.next()
                 core.log.warning("cannot reach the database; trying again in %.1f s: %s", wait, first_line(err))
                 await core.pause(wait)
-        if not installed:
-            raise RuntimeError(f"pg_jobs: this database has no pg_jobs: {INSTALL_HINT}, first")
-        if not self.trust_owner:
-            owners = (await self._control.query(UNTRUSTED_OWNERS))[0][0]
-            if owners:
-                raise UntrustedOwner(owners)
-        try:
-            core.max_result = (await self._control.query(q.MAX_PAYLOAD_SIZE))[0][0]
-        except Exception:  # noqa: BLE001 (an older server: the engine's limit alone)
-            core.max_result = None
+        if isinstance(found, Exception):
+            raise found
+        version, preloaded = found
         if self.metrics_port is not None:
             from . import prometheus
             core.metrics = core.metrics or prometheus.PrometheusMetrics()
@@ -153,6 +147,25 @@ class Worker:
         self._loops = [asyncio.create_task(Dispatcher(core, g, self._attempts).run()) for g in self._groups]
         self._loops.append(asyncio.create_task(self._heartbeats()))
         self._loops.append(asyncio.create_task(self._listen()))
+
+    async def _probe(self) -> tuple[str, bool | None] | Exception:
+        """What the worker learns of the server before its first claim. A database without
+        pg_jobs, or whose jobs schema a superuser must not trust, is a refusal, answered as an
+        exception; what this raises is a database error, tried again."""
+        version, preloaded, installed = (await self._control.query(q.SERVER))[0]
+        if not installed:
+            return RuntimeError(f"pg_jobs: this database has no pg_jobs: {INSTALL_HINT}, first")
+        if not self.trust_owner:
+            owners = (await self._control.query(UNTRUSTED_OWNERS))[0][0]
+            if owners:
+                return UntrustedOwner(owners)
+        try:
+            self._core.max_result = (await self._control.query(q.MAX_PAYLOAD_SIZE))[0][0]
+        except Exception as err:
+            if is_connection_error(err):
+                raise
+            self._core.max_result = None  # an older server: the engine's limit alone
+        return version, preloaded
 
     async def stop(self, grace: float | None = None) -> None:
         """Stops claiming, lets running jobs finish for ``grace`` seconds (``shutdown_grace``),
