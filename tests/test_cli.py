@@ -240,6 +240,31 @@ def test_pause_resume_and_schedules(jobs_db):
     assert rows[0]["next_slot"]
 
 
+def lapse(conn, worker):
+    """Lets the leases of what this worker holds lapse a minute ago, where no sweep looks yet
+    (their next lapse scan stays an hour ahead)."""
+    conn.execute("update jobs_data.jobs set lease_expires_at = clock_timestamp() - interval '1 minute' "
+                 "where claimed_by = %s and state = 'running'", (worker,))
+
+
+def test_workers_lists_each_claimer_and_which_are_gone(jobs_db):
+    """Three claimers: one whose leases lapsed (gone), one holding a live lease (working), one
+    that only finished a job in the last hour (idle); the gone one first."""
+    with psycopg.connect(jobs_db, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'w', 'queue', 'crew')) "
+                     "from generate_series(1, 5)))")
+        conn.execute("select count(*) from jobs.claim('host-a:1', array['crew'], 2, lease => '1 hour')")
+        conn.execute("select count(*) from jobs.claim('host-b:2', array['crew'], 2, lease => '1 hour')")
+        conn.execute("select jobs.complete(id, claim) from jobs.claim('host-c:3', array['crew'], 1)")
+        lapse(conn, "host-a:1")
+    rows = pgjobs_json(jobs_db, "workers")
+    seen = {(w["worker"], w["status"], w["held"], w["lapsed"], w["finished_last_hour"]) for w in rows}
+    assert {("host-a:1", "gone", 2, 2, 0), ("host-b:2", "working", 2, 0, 0), ("host-c:3", "idle", 0, 0, 1)} <= seen
+    assert rows[0]["status"] == "gone"
+    code, out, _ = pgjobs(jobs_db, "workers")
+    assert code == 0 and "host-a:1" in out and "gone" in out
+
+
 #: The characters that reorder the text around them (bidirectional marks, embeddings,
 #: overrides and isolates).
 BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")

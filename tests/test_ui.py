@@ -29,7 +29,7 @@ import pytest
 
 from clusters import ROOT
 from polling import eventually, one
-from test_cli import BIN, snapshot
+from test_cli import BIN, lapse, snapshot
 
 PORT = int(os.environ.get("PG_JOBS_UI_PORT", "54446"))
 SHOTS = os.environ.get("PGJOBS_SCREENSHOTS", os.path.join(ROOT, "target/screenshots"))
@@ -241,7 +241,7 @@ def test_a_jobs_page_is_bounded_whatever_the_job_holds(dsn):
 def test_read_only_shows_no_action_and_refuses_every_one(filled):
     dsn = filled["dsn"]
     with ui(dsn, "--read-only") as base:
-        for path in ("/", "/jobs", "/dead", "/schedules", f"/jobs/{filled['parent']}"):
+        for path in ("/", "/jobs", "/dead", "/schedules", "/workers", f"/jobs/{filled['parent']}"):
             status, _, text = request(base, "GET", path)
             assert status == 200 and 'method="post"' not in text and "read-only" in text, path
         before = snapshot(dsn)
@@ -273,7 +273,7 @@ def test_hostile_payloads_errors_and_names_are_escaped_everywhere(filled):
     with ui(dsn) as base:
         q = urllib.parse.quote(HOSTILE)
         for path in ("/", "/jobs", f"/jobs?queue={q}", f"/jobs?q={q}", f"/jobs/{job}", "/dead", "/schedules",
-                     "/types", f"/jobs/{q}"):
+                     "/types", "/workers", f"/jobs/{q}"):
             _, headers, text = request(base, "GET", path)
             assert "<script>alert" not in text and "<img src=x" not in text, path
             assert "script-src 'self'" in headers["content-security-policy"]
@@ -529,7 +529,7 @@ def test_every_page_follows_the_systems_light_or_dark_mode_with_readable_text(fi
     from selenium.webdriver.common.by import By
 
     pages = {"overview": "/", "jobs": "/jobs", "job": f"/jobs/{filled['parent']}", "dead": "/dead",
-             "schedules": "/schedules", "types": "/types"}
+             "schedules": "/schedules", "types": "/types", "workers": "/workers"}
     style = "return getComputedStyle(arguments[0])[arguments[1]]"
     with ui(filled["dsn"]) as base:
         d = browser
@@ -551,6 +551,33 @@ def test_every_page_follows_the_systems_light_or_dark_mode_with_readable_text(fi
                         color = d.execute_script(style, element, "color")
                         assert contrast(color, behind) >= 4.5, (name, mode, css, color, behind)
                 shot(d, f"{name}-{mode}")
+
+
+def test_the_workers_page_marks_a_gone_claimer_and_the_overview_says_what_to_do(dsn):
+    """A claimer whose leases lapsed is listed first as gone, beside one working; the overview
+    names its queue, its running jobs and the holder, with the way to the jobs; once a claim
+    takes the jobs back the notice is gone."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'w', 'queue', 'crew')) "
+                     "from generate_series(1, 3)))")
+        conn.execute("select count(*) from jobs.claim('gone-host:7', array['crew'], 2, lease => '1 hour')")
+        conn.execute("select count(*) from jobs.claim('live-host:8', array['crew'], 1, lease => '1 hour')")
+        lapse(conn, "gone-host:7")
+    with ui(dsn) as base:
+        status, _, page = request(base, "GET", "/workers")
+        assert status == 200
+        assert page.index("gone-host:7") < page.index("live-host:8")
+        assert re.search(r'gone-host:7.*?state dead[^>]*>gone<', page, re.S)
+        _, _, overview = request(base, "GET", "/")
+        notice = re.search(r'<p class="failure lapsed">(.*?)</p>', overview, re.S).group(1)
+        assert "2 running job(s)" in notice and "crew" in notice and "gone-host:7" in notice
+        assert "/jobs?queue=crew&amp;state=running" in notice
+        with psycopg.connect(dsn, autocommit=True) as conn:  # due for a lapse scan: a claim takes them
+            conn.execute("update jobs_data.jobs set lease_scan_at = lease_expires_at where claimed_by = 'gone-host:7'")
+            conn.execute("select count(*) from jobs.claim('new-host:9', array['crew'], 5)")
+        time.sleep(1.6)  # the overview's part is read again after 1.5 s
+        _, _, overview = request(base, "GET", "/")
+        assert "lapsed" not in overview
 
 
 def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):

@@ -13,6 +13,7 @@ mod role;
 mod status;
 mod tls;
 mod ui;
+mod workers;
 
 use clap::{Args, Parser, Subcommand};
 use filter::Filters;
@@ -116,8 +117,11 @@ enum Command {
     },
     /// The recurring schedules, with their last and next slot
     Schedules,
+    /// The workers the database has seen: the jobs each holds, its last claim, when its leases
+    /// run out, and which are gone (every lease they hold lapsed)
+    Workers,
     /// The web dashboard: queues live, jobs by filter, a job's attempts, steps and children,
-    /// dead letters by error, bulk actions, schedules
+    /// dead letters by error, bulk actions, schedules, workers
     Ui {
         /// Address and port to listen on; another than loopback needs --token or --basic-auth
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
@@ -234,6 +238,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 .map(|_| true)
         }
         Command::Schedules => return queues::schedules(&client, json).await.map(|_| true),
+        Command::Workers => return workers::workers(&client, json).await.map(|_| true),
         Command::Ui { .. } => unreachable!("served above"),
         Command::Doctor {
             transaction_age,

@@ -248,6 +248,7 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
         .route("/jobs/{id}/steps/{step}", get(pages::job_step))
         .route("/dead", get(pages::dead))
         .route("/schedules", get(pages::schedules))
+        .route("/workers", get(pages::workers))
         .route("/types", get(pages::types).post(pages::type_op))
         .route("/act", post(pages::act))
         .route("/queues/{queue}/{op}", post(pages::queue_op))

@@ -69,6 +69,7 @@ pub fn page(title: &str, read_only: bool, body: Markup) -> Markup {
                         a href="/jobs" { "Jobs" }
                         a href="/dead" { "Dead letters" }
                         a href="/schedules" { "Schedules" }
+                        a href="/workers" { "Workers" }
                         a href="/types" { "Job types" }
                     }
                     @if read_only { span.badge { "read-only" } }

@@ -22,6 +22,7 @@ mod job_page;
 mod overview;
 mod schedules;
 mod types;
+mod workers;
 
 pub use actions::*;
 pub use dead::*;
@@ -30,6 +31,7 @@ pub use job_page::*;
 pub use overview::*;
 pub use schedules::*;
 pub use types::*;
+pub use workers::*;
 
 const PAGE_SIZE: i64 = 50;
 

@@ -104,14 +104,16 @@ pub(super) async fn look(app: &App) -> Markup {
                 q.insert(state.into(), count);
             }
         }
-        anyhow::Ok(queues)
+        let lapsed = lapsed_notice(&db).await?;
+        anyhow::Ok((queues, lapsed))
     };
-    let queues = match counts.await {
+    let (queues, lapsed) = match counts.await {
         Ok(q) => q,
         Err(e) => return render::error(&e),
     };
     let chart = chart(&app.history.lock().expect("history"));
     html! {
+        (lapsed)
         div.scroll {
             table #queues {
                 thead { tr {
