@@ -186,13 +186,18 @@ begin
 end
 $$;
 
--- A child's id: its parent's and key's digest, as a version 8 UUID (RFC 9562's for ids of an
--- application's own making), which only jobs.spawn may enqueue (jobs._enqueue).
-create function jobs._child_id(p_parent uuid, p_key text)
+-- A child's id: a version 8 UUID (RFC 9562's for ids of an application's own making), which
+-- only jobs.spawn may enqueue (jobs._enqueue). Its first 48 bits are those of p_at, a UUIDv7
+-- made at the spawn (the time in milliseconds), so that children's ids sort in enqueue order
+-- among the others; the rest is the digest of its parent's id and its key, which
+-- jobs._child_digest reads back.
+create function jobs._child_id(p_parent uuid, p_key text, p_at uuid)
 returns uuid
 language sql immutable parallel safe
 begin atomic
-  select overlay(overlay(md5(p_parent::text || '/' || p_key) placing '8' from 13 for 1)
+  select overlay(overlay(overlay(md5(p_parent::text || '/' || p_key)
+                                 placing substr(replace(p_at::text, '-', ''), 1, 12) from 1 for 12)
+                         placing '8' from 13 for 1)
                  placing '8' from 17 for 1)::uuid;
 end;
 
@@ -207,6 +212,7 @@ declare
   v_spec   jsonb;
   v_row    record;
   v_child  record;
+  v_id     uuid;
 begin
   perform jobs._check_hold_args('jobs.spawn', spawn.id, spawn.claim);
   if spec is null then
@@ -248,12 +254,18 @@ begin
       'leave tenant_id out of the spec');
   end if;
 
-  -- The child's id is its parent's and key's (a caller-allocated id, jobs._child_id): one
-  -- child per key, whatever its state, found again by a parent that runs again, and race-free
-  -- as any enqueue of one id is. No producer may enqueue an id of its kind (version 8).
+  -- The child's id carries its parent's and key's digest (a caller-allocated id,
+  -- jobs._child_id): one child per key, whatever its state. A parent that runs again, or
+  -- spawns the key again, finds the child it has by that digest (jobs_children_idx), under the
+  -- parent's row lock taken above, so two spawns of one key never race; a new child's id
+  -- starts with the time of its spawn. No producer may enqueue an id of its kind (version 8).
   -- The enqueue counts it among the parent's live children (jobs._attach_children).
+  v_id := jobs._child_id(spawn.id, v_key, jobs._uuid_v7());
+  v_id := coalesce((select c.id from jobs_data.jobs as c
+                    where c.parent_id = spawn.id and jobs._child_digest(c.id) = jobs._child_digest(v_id)),
+                   v_id);
   v_spec := (spec - 'child_key')
-            || jsonb_build_object('id', jobs._child_id(spawn.id, v_key),
+            || jsonb_build_object('id', v_id,
                                   'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
                                   'close_policy', v_policy);
   select e.id, e.run_id, e.deduped into v_row

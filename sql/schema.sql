@@ -187,8 +187,19 @@ create index jobs_waiting_idx on jobs_data.jobs (wait_event, wait_key)
 create index jobs_wait_until_idx on jobs_data.jobs (wait_until)
   where state = 'suspended' and wait_event is not null;
 
--- A parent's children (jobs.await_children, and its end closing them: sql/children.sql).
-create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
+-- What a child's id keeps of its parent's id and its key, whatever the time it was spawned at
+-- (jobs._child_id): the id with its first 48 bits, the time, zeroed.
+create function jobs._child_digest(p_id uuid)
+returns uuid
+language sql immutable parallel safe
+begin atomic
+  select overlay(p_id::text placing '00000000-0000' from 1 for 13)::uuid;
+end;
+
+-- A parent's children (jobs.await_children, and its end closing them: sql/children.sql), and
+-- a spawn's child found again by its key (jobs.spawn).
+create index jobs_children_idx on jobs_data.jobs (parent_id, jobs._child_digest(id))
+  where parent_id is not null;
 
 -- Retention: the sweep deletes finished rows past their retention, per state, the roots of
 -- families (jobs no job spawned) first: a child goes with its root (jobs._prune), so the

@@ -68,8 +68,9 @@ def test_a_fan_out_resumed_after_its_worker_is_killed_spawns_no_child_twice(dsn)
 
 def test_a_producer_cannot_take_a_childs_id_before_its_parent_spawns_it(dsn):
     """A producer of another tenant that learned a parent's id enqueues jobs under the ids
-    jobs.spawn would give its children (the parent's and key's digest): refused (22023), as
-    any version 8 id is, with nothing enqueued; the parent's spawn then makes its child.
+    jobs.spawn would give its children (the time, then the parent's and key's digest): refused
+    (22023), as any version 8 id is, with nothing enqueued; the parent's spawn then makes its
+    child, with that digest.
     Checked to fail without the guard: with the version 8 check skipped, the squatter's
     enqueue landed (at d7d86e0 a job so enqueued took the child's id, and the parent's spawn
     was refused)."""
@@ -79,7 +80,7 @@ def test_a_producer_cannot_take_a_childs_id_before_its_parent_spawns_it(dsn):
         admin.execute("select jobs.grant_producer(%s, tenant => 'evil')", (role,))
         parent = admin.execute("select (jobs.enqueue('fan', tenant_id => 'acme')).id").fetchone()[0]
         try:
-            child_id = admin.execute("select jobs._child_id(%s, 'k')", (parent,)).fetchone()[0]
+            child_id = admin.execute("select jobs._child_id(%s, 'k', jobs._uuid_v7())", (parent,)).fetchone()[0]
             with psycopg.connect(f"{dsn} user={role}", autocommit=True) as squatter:
                 for sql in ("select jobs.enqueue('x', tenant_id => 'evil', id => %s)",
                             "select jobs.enqueue_batch(jsonb_build_array(jsonb_build_object("
@@ -91,10 +92,44 @@ def test_a_producer_cannot_take_a_childs_id_before_its_parent_spawns_it(dsn):
             job_id, claim = admin.execute("select id, claim from jobs.claim('w')").fetchone()
             spawned = admin.execute("select id from jobs.spawn(%s, %s, '{\"child_key\": \"k\", \"name\": \"kid\"}')",
                                     (job_id, claim)).fetchone()[0]
-            assert spawned == child_id
+            assert admin.execute("select jobs._child_digest(%s) = jobs._child_digest(%s)",
+                                 (spawned, child_id)).fetchone()[0]
         finally:
             admin.execute(f"drop owned by {role} cascade")
             admin.execute(f"drop role {role}")
+
+
+def test_childrens_ids_sort_in_enqueue_order_and_a_key_spawned_again_gets_its_child(dsn):
+    """A parent enqueued first spawns its child after a later job was enqueued: by id, the jobs
+    come in the order they were enqueued, the child between the jobs enqueued before and after
+    its spawn (its id starts with the time of its spawn), so lists newest first by id are in
+    enqueue order. Its key spawned again, in the same attempt and in a later one, gets the same
+    child. Checked to fail without it: with the parent's and key's digest alone as the id, the
+    child sorted among the others by chance."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        def enqueue(name):
+            time.sleep(0.005)  # (ids of one millisecond sort by their counter)
+            return conn.execute("select (jobs.enqueue(%s, queue => %s)).id", (name, name)).fetchone()[0]
+
+        def spawn(parent, claim):
+            return conn.execute("select id, deduped from jobs.spawn(%s, %s, '{\"name\": \"kid\", \"child_key\": \"k\"}')",
+                                (parent, claim)).fetchone()
+
+        parent = enqueue("fan")
+        before = enqueue("early")
+        parent_id, claim = conn.execute("select id, claim from jobs.claim('w', array['fan'])").fetchone()
+        assert parent_id == parent
+        time.sleep(0.005)
+        child, deduped = spawn(parent, claim)
+        assert not deduped
+        after = enqueue("late")
+        ids = [r[0] for r in conn.execute("select id from jobs.jobs order by id")]
+        assert ids == [parent, before, child, after]
+        assert spawn(parent, claim) == (child, True)
+        assert conn.execute("select jobs.snooze(%s, %s, now())", (parent, claim)).fetchone()[0]
+        again = conn.execute("select claim from jobs.claim('w', array['fan'])").fetchone()[0]
+        assert spawn(parent, again) == (child, True)
+        assert conn.execute("select count(*) from jobs.jobs where parent_id = %s", (parent,)).fetchone()[0] == 1
 
 
 def test_retention_never_walks_the_children_a_live_parent_keeps(dsn):

@@ -240,6 +240,28 @@ def test_pause_resume_and_schedules(jobs_db):
     assert rows[0]["next_slot"]
 
 
+def test_jobs_lists_a_spawned_child_by_its_enqueue_time_and_pages_on_in_that_order(dsn):
+    """A parent enqueued first spawns its child after another job was enqueued: newest first,
+    the list has the job enqueued after the spawn, the child, the job before it, the parent;
+    paged one at a time with --before, the same. Checked to fail with the child's id the
+    parent's and key's digest alone: the child sorted by chance among the others."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name in ("fan", "early"):
+            conn.execute("select jobs.enqueue(%s, queue => %s)", (name, name))
+            time.sleep(0.005)
+        parent, claim = conn.execute("select id, claim from jobs.claim('w', array['fan'])").fetchone()
+        conn.execute("""select jobs.spawn(%s, %s, '{"name": "kid", "child_key": "k"}')""", (parent, claim))
+        time.sleep(0.005)
+        conn.execute("select jobs.enqueue('late')")
+    every = [j["name"] for j in pgjobs_json(dsn, "jobs")]
+    assert every == ["late", "kid", "early", "fan"]
+    seen, before = [], []
+    while page := pgjobs_json(dsn, "jobs", "--limit", "1", *before):
+        seen += [j["name"] for j in page]
+        before = ["--before", page[-1]["id"]]
+    assert seen == every
+
+
 def lapse(conn, worker):
     """Lets the leases of what this worker holds lapse a minute ago, where no sweep looks yet
     (their next lapse scan stays an hour ahead)."""

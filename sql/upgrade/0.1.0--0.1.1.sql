@@ -185,7 +185,6 @@ alter table jobs_data.jobs add column claimed_at timestamptz;  -- 16.
 alter table jobs_data.jobs add column parent_id uuid,
   add column close_policy text check (close_policy in ('terminate', 'abandon')),
   add column children_live int;
-create index jobs_children_idx on jobs_data.jobs (parent_id) where parent_id is not null;
 -- 29. Retention walks the roots of families before their children (jobs._prune).
 drop index jobs_data.jobs_finished_idx;
 create index jobs_finished_idx on jobs_data.jobs (state, (parent_id is null), finished_at) include (queue)
@@ -403,6 +402,9 @@ alter table jobs_data.jobs add column fair_group text;
 alter table jobs_data.jobs add column enqueued_by text;
 alter type jobs.job_spec add attribute enqueued_by text;
 -- @after
+-- 18. A parent's children, found again by their keys (jobs._child_digest is made above).
+create index jobs_children_idx on jobs_data.jobs (parent_id, jobs._child_digest(id))
+  where parent_id is not null;
 -- 20. ... and may call the new publish.
 do $$
 begin
