@@ -553,6 +553,19 @@ def test_every_page_follows_the_systems_light_or_dark_mode_with_readable_text(fi
                 shot(d, f"{name}-{mode}")
 
 
+def test_the_search_box_on_every_page_finds_a_job_by_the_end_of_its_id_or_its_key(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        job = str(conn.execute("select (jobs.enqueue('mailer', idempotency_key => 'order-77')).id").fetchone()[0])
+        other = str(conn.execute("select (jobs.enqueue('mailer')).id").fetchone()[0])
+    with ui(dsn) as base:
+        for path in ("/", "/jobs", "/dead", "/schedules", "/types", "/workers", f"/jobs/{job}"):
+            _, _, page = request(base, "GET", path)
+            assert 'form class="find" method="get" action="/jobs" role="search"' in page, path
+        for found in (job[-8:], "order-77"):
+            _, _, page = request(base, "GET", "/jobs?find=" + urllib.parse.quote(found))
+            assert job in page and other not in page, found
+
+
 def test_the_workers_page_marks_a_gone_claimer_and_the_overview_says_what_to_do(dsn):
     """A claimer whose leases lapsed is listed first as gone, beside one working; the overview
     names its queue, its running jobs and the holder, with the way to the jobs; once a claim

@@ -45,6 +45,27 @@ pub struct Filters {
     /// Only jobs with this tag (enqueue's tags); repeat for jobs with all of them
     #[arg(long = "tag", value_name = "TAG")]
     pub tags: Vec<String>,
+    /// Find jobs: this job id or run id (whole), the end of an id (4 to 12 characters, as
+    /// the short ids show), an idempotency key, or text in the payload or last error
+    #[arg(long, value_name = "TEXT")]
+    pub find: Option<String>,
+}
+
+/// A like-pattern's own `%`, `_` and `\` matched literally.
+fn like_escaped(t: &str) -> String {
+    t.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+/// Whether the text is a whole UUID (36 characters, hex digits and dashes).
+fn whole_uuid(t: &str) -> bool {
+    t.len() == 36 && t.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+/// Whether the text can be the end of an id as the short ids show it.
+fn id_end(t: &str) -> bool {
+    (4..=12).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
 pub type Param = Box<dyn ToSql + Sync + Send>;
@@ -97,6 +118,7 @@ impl Filters {
             && self.text.is_none()
             && self.error.is_none()
             && self.tags.is_empty()
+            && self.find.is_none()
     }
 
     /// The conditions on `jobs.jobs as j`; `states` narrows --state to those an action takes.
@@ -158,14 +180,27 @@ impl Filters {
         }
         if let Some(t) = &self.text {
             // A contains-match: the text's own % and _ are matched literally.
-            let escaped = t
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
             w.add(
                 "(j.payload::text ilike $? or j.last_error ilike $?)",
-                Box::new(format!("%{escaped}%")),
+                Box::new(format!("%{}%", like_escaped(t))),
             );
+        }
+        if let Some(t) = self.find.as_deref().map(str::trim) {
+            let exact = w.param(Box::new(t.to_string()));
+            let contains = w.param(Box::new(format!("%{}%", like_escaped(t))));
+            let mut arms = vec![
+                format!("j.idempotency_key = {exact}"),
+                format!("j.payload::text ilike {contains}"),
+                format!("j.last_error ilike {contains}"),
+            ];
+            if whole_uuid(t) {
+                arms.push(format!("j.id = {exact}::text::uuid"));
+                arms.push(format!("j.run_id = {exact}::text::uuid"));
+            } else if id_end(t) {
+                let end = w.param(Box::new(format!("%{}", t.to_ascii_lowercase())));
+                arms.push(format!("j.id::text like {end}"));
+            }
+            w.conditions.push(format!("({})", arms.join(" or ")));
         }
         w
     }

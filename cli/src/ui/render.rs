@@ -72,6 +72,9 @@ pub fn page(title: &str, read_only: bool, body: Markup) -> Markup {
                         a href="/workers" { "Workers" }
                         a href="/types" { "Job types" }
                     }
+                    form.find method="get" action="/jobs" role="search" {
+                        input name="find" type="search" aria-label="find a job" placeholder="find: id, key or text";
+                    }
                     @if read_only { span.badge { "read-only" } }
                     @if let Some(tenants) = crate::role::tenants() { span.badge { "tenants " (tenants) } }
                 }

@@ -53,8 +53,8 @@ fn opt(pairs: &[(String, String)], key: &str) -> Option<String> {
 }
 
 /// The filters of a page's query or a form: queue, state (comma-separated or repeated),
-/// name, tenant, since, error (exact), error_like, q (payload or error contains), tag (repeated:
-/// all of them).
+/// name, tenant, since, error (exact), error_like, q (payload or error contains), find (the
+/// search box: an id, its end, a run id, a key or text), tag (repeated: all of them).
 fn filters(pairs: &[(String, String)]) -> Result<Filters, String> {
     let mut state = Vec::new();
     for (_, v) in pairs.iter().filter(|(k, _)| k == "state") {
@@ -74,6 +74,7 @@ fn filters(pairs: &[(String, String)]) -> Result<Filters, String> {
         error_like: opt(pairs, "error_like"),
         text: opt(pairs, "q"),
         error: opt(pairs, "error"),
+        find: opt(pairs, "find"),
         tags: pairs
             .iter()
             .filter(|(k, v)| k == "tag" && !v.is_empty())
@@ -93,6 +94,7 @@ fn filter_params(f: &Filters) -> Vec<(&'static str, String)> {
         ("error", &f.error),
         ("error_like", &f.error_like),
         ("q", &f.text),
+        ("find", &f.find),
     ] {
         p.push((k, v.clone().unwrap_or_default()));
     }
