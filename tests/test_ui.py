@@ -554,9 +554,13 @@ def test_every_page_follows_the_systems_light_or_dark_mode_with_readable_text(fi
 
 
 def test_the_search_box_on_every_page_finds_a_job_by_the_end_of_its_id_or_its_key(dsn):
+    """The search box is on every page; it finds a job by the end of its id or its key, and the
+    list shows each job's payload, cut at 120 characters."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        job = str(conn.execute("select (jobs.enqueue('mailer', idempotency_key => 'order-77')).id").fetchone()[0])
-        other = str(conn.execute("select (jobs.enqueue('mailer')).id").fetchone()[0])
+        job = str(conn.execute("""select (jobs.enqueue('mailer', '{"to": "ann@example.com"}',
+                                   idempotency_key => 'order-77')).id""").fetchone()[0])
+        other = str(conn.execute("select (jobs.enqueue('mailer', jsonb_build_object('blob', repeat('x', 10000)))).id")
+                    .fetchone()[0])
     with ui(dsn) as base:
         for path in ("/", "/jobs", "/dead", "/schedules", "/types", "/workers", f"/jobs/{job}"):
             _, _, page = request(base, "GET", path)
@@ -564,6 +568,9 @@ def test_the_search_box_on_every_page_finds_a_job_by_the_end_of_its_id_or_its_ke
         for found in (job[-8:], "order-77"):
             _, _, page = request(base, "GET", "/jobs?find=" + urllib.parse.quote(found))
             assert job in page and other not in page, found
+            assert "ann@example.com" in page
+        _, _, page = request(base, "GET", "/jobs")
+        assert "x" * 100 in page and "x" * 120 not in page
 
 
 def test_the_workers_page_marks_a_gone_claimer_and_the_overview_says_what_to_do(dsn):

@@ -13,7 +13,8 @@ use tokio_postgres::Client;
 const LISTED: &str = "select row_to_json(x) from (
   select j.id, j.name, j.queue, j.state, j.attempt || '/' || j.max_attempts as attempts,
          j.priority, date_trunc('second', j.run_at) as run_at,
-         date_trunc('second', j.finished_at) as finished_at, j.tenant_id as tenant, j.last_error
+         date_trunc('second', j.finished_at) as finished_at, j.tenant_id as tenant, j.last_error,
+         left(j.payload::text, 121) as payload_preview, left(j.result::text, 121) as result_preview
   from jobs.jobs as j";
 
 /// A page of jobs, newest first (ids are UUIDv7: in enqueue order), older than `before`.

@@ -96,7 +96,7 @@ pub(super) fn job_table(rows: &[Row], selectable: Option<()>) -> Markup {
             thead { tr {
                 @if selectable.is_some() { th {} }
                 th { "id" } th { "name" } th { "queue" } th { "state" } th { "attempts" }
-                th { "run at" } th { "finished" } th { "tenant" } th { "last error" }
+                th { "run at" } th { "finished" } th { "tenant" } th { "payload" } th { "result" } th { "last error" }
             } }
             tbody {
                 @for r in rows {
@@ -111,6 +111,8 @@ pub(super) fn job_table(rows: &[Row], selectable: Option<()>) -> Markup {
                         td { (render::time(r, "run_at")) }
                         td { (render::time(r, "finished_at")) }
                         td { (render::text(r, "tenant")) }
+                        td.preview { code { (output::cell(r.get("payload_preview").unwrap_or(&Value::Null), 120)) } }
+                        td.preview { code { (output::cell(r.get("result_preview").unwrap_or(&Value::Null), 120)) } }
                         td.error { (output::cell(r.get("last_error").unwrap_or(&Value::Null), 120)) }
                     }
                 }
