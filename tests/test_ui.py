@@ -315,8 +315,8 @@ def test_a_role_without_the_grant_is_told_which_one(filled):
 
 
 def test_a_tenant_admin_sees_its_tenants_jobs_only_and_is_told_what_it_may_not_do(dsn):
-    """Through the dashboard as a tenant admin of acme: its jobs, counts and job pages only; a
-    queue-wide action is refused with the reason and changes nothing."""
+    """Through the dashboard as a tenant admin of acme: its jobs, counts, job pages and workers
+    only; a queue-wide action is refused with the reason and changes nothing."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("drop role if exists ui_acme")
         conn.execute("create role ui_acme login")
@@ -335,6 +335,17 @@ def test_a_tenant_admin_sees_its_tenants_jobs_only_and_is_told_what_it_may_not_d
             assert status == 404 and "globex-payload" not in text
             status, _, text = request(base, "GET", "/")
             assert status == 200 and "billing" in text
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                for tenant in ("acme", "globex"):  # (acme's job was enqueued first)
+                    conn.execute("select count(*) from jobs.claim(%s, array['billing'])", (f"{tenant}-host:1",))
+                lapse(conn, "globex-host:1")
+                assert conn.execute("select claimed_by from jobs.jobs where id = %s", (globex,)).fetchone()[0] \
+                    == "globex-host:1"
+            status, _, text = request(base, "GET", "/workers")
+            assert status == 200 and "acme-host:1" in text and "globex-host" not in text
+            time.sleep(1.6)  # the overview's part is read again after 1.5 s
+            status, _, text = request(base, "GET", "/")
+            assert status == 200 and "globex-host" not in text and "lapsed" not in text
             status, _, text = request(base, "POST", "/queues/billing/pause", {"csrf": csrf_of(base)})
             assert status == 403 and "tenant admin" in text
         with psycopg.connect(dsn) as conn:
