@@ -611,6 +611,32 @@ def test_the_workers_page_marks_a_gone_claimer_and_the_overview_says_what_to_do(
         assert "lapsed" not in overview
 
 
+def test_a_live_jobs_page_follows_it_without_a_reload_and_stops_once_it_ended(dsn, browser):
+    """A running job's page is read again as its section alone (`?part=job`, no page around
+    it, marked live); in a browser it shows the job completed without a reload (a marker the
+    test set on the page is still there), and the section then says nothing is live. Checked
+    to fail with the page's script not reading it again: the wait for "completed" ran out."""
+    from selenium.webdriver.common.by import By
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""select jobs.enqueue('mailer', '{"to": "ann@example.com"}')""")
+        job, claim = conn.execute("select id::text, claim from jobs.claim('w', array['default'])").fetchone()
+    with ui(dsn) as base:
+        status, _, part = request(base, "GET", f"/jobs/{job}?part=job")
+        assert status == 200 and part.startswith('<section id="job" data-live="1">') and "<html" not in part
+        d = browser
+        d.get(f"{base}/jobs/{job}")
+        d.execute_script("window.notReloaded = true")
+        state = lambda: steady(lambda: d.find_element(By.CSS_SELECTOR, "#job table.fields").text)  # noqa: E731
+        assert "running" in state()
+        one(dsn, "select jobs.complete(%s, %s, '{\"sent\": true}')", (job, claim))
+        wait_until("the page to show the job completed", lambda: "completed" in state())
+        assert d.execute_script("return window.notReloaded") is True
+        assert d.find_element(By.ID, "job").get_attribute("data-live") is None
+        _, _, part = request(base, "GET", f"/jobs/{job}?part=job")
+        assert part.startswith('<section id="job">')
+
+
 def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
     one(dsn, "insert into jobs.job_types (name, concurrency, timeout) values ('send_email', 5, '1 minute')")
     policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter, key_concurrency, when_busy "

@@ -1,4 +1,5 @@
-// pgjobs ui: the overview's live updates, times shown relative to now, and ids copied. The
+// pgjobs ui: the overview's and a live job's updates, times shown relative to now, and ids
+// copied. The
 // server sends the queues and the chart as HTML it rendered and escaped itself; a death notice
 // is shown as text, never as HTML.
 "use strict";
@@ -30,6 +31,26 @@
     const done = () => { button.textContent = "copied"; setTimeout(() => { button.textContent = "copy"; }, 1500); };
     if (navigator.clipboard) navigator.clipboard.writeText(button.dataset.copy).then(done, () => {});
   });
+
+  // A job's page while the job or a child shown is live: read again every 2 s, the section
+  // alone (HTML the server rendered and escaped), until it says nothing shown is live.
+  const job = document.getElementById("job");
+  if (job && job.dataset.live) {
+    const url = location.pathname + (location.search ? location.search + "&" : "?") + "part=job";
+    const timer = setInterval(() => {
+      fetch(url, { credentials: "same-origin" }).then((r) => (r.ok ? r.text() : null)).then((html) => {
+        if (html === null) return;
+        const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("job");
+        if (!fresh) return;
+        job.replaceChildren(...fresh.childNodes);
+        times(job);
+        if (!fresh.dataset.live) {
+          delete job.dataset.live;
+          clearInterval(timer);
+        }
+      }, () => {});
+    }, 2000);
+  }
 
   const live = document.getElementById("live");
   if (!live || !window.EventSource) return;

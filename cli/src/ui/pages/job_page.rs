@@ -10,7 +10,9 @@ pub(super) const STEP_BYTES: i32 = 4 * 1024;
 
 /// A job's page: its fields, payload and result, then its attempts, steps and children a page
 /// of each at a time (`?attempts_after=SEQ`, `?steps_after=SEQ`, `?children_after=ID`), so
-/// that whatever the job holds, the page and the dashboard's memory stay bounded.
+/// that whatever the job holds, the page and the dashboard's memory stay bounded. While the job
+/// or a child shown is live, the page's script reads it again every 2 s as `?part=job` (the
+/// section alone) and puts it in place; the section says when nothing shown is live any more.
 pub async fn job(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
@@ -79,7 +81,12 @@ pub async fn job(
         })
         .cloned()
         .collect();
-    let body = html! {
+    let live = !finished
+        || children.iter().any(|c| {
+            ["ready", "delayed", "running", "suspended"]
+                .contains(&render::text(c, "state").as_str())
+        });
+    let section = html! { section #job data-live=[live.then_some("1")] {
         @if !app.read_only {
             div.actions {
                 @if finished {
@@ -149,8 +156,11 @@ pub async fn job(
         @if more_children {
             @if let Some(last) = &last_child { p { a href={ "/jobs/" (id) "?children_after=" (last) } { "more children →" } } }
         }
-    };
-    ok(&app, &format!("Job {id}"), body)
+    } };
+    if get(&q, "part") == "job" {
+        return (StatusCode::OK, section);
+    }
+    ok(&app, &format!("Job {id}"), section)
 }
 
 /// A job's payload or result whole, as a JSON file (`/jobs/ID/payload`, `/jobs/ID/result`).
