@@ -637,6 +637,29 @@ def test_a_live_jobs_page_follows_it_without_a_reload_and_stops_once_it_ended(ds
         assert part.startswith('<section id="job">')
 
 
+@pytest.mark.library(reason="no outcome counters")
+def test_the_overview_tells_each_queues_completions_per_minute(dsn):
+    """A queue's completions per minute come from the outcome counters the dashboard samples
+    every 5 s: none until two samples span 5 s, then the jobs completed between them."""
+
+    def complete(n):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("select jobs.enqueue('tick', queue => 'tp') from generate_series(1, %s)", (n,))
+            conn.execute("select jobs.complete(id, claim) from jobs.claim('w', array['tp'], %s)", (n,))
+
+    def rate(base):
+        _, _, page = request(base, "GET", "/")
+        row = re.search(r'<tr data-queue="tp">(.*?)</tr>', page, re.S).group(1)
+        return re.search(r'<td class="num rate">([^<]*)</td>', row).group(1)
+
+    complete(1)
+    with ui(dsn) as base:
+        assert rate(base) == ""
+        time.sleep(6)  # a sample counts the queue's first completion
+        complete(30)
+        wait_until("a rate above 0", lambda: rate(base) not in ("", "0.0"), timeout=20)
+
+
 def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
     one(dsn, "insert into jobs.job_types (name, concurrency, timeout) values ('send_email', 5, '1 minute')")
     policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter, key_concurrency, when_busy "

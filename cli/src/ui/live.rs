@@ -27,16 +27,30 @@ fn minute_now() -> u64 {
 pub async fn sample(app: Arc<App>) {
     loop {
         if let Ok(db) = app.db().await {
-            let totals = db
-                .query_one(
-                    "select coalesce(sum(completed), 0)::bigint, coalesce(sum(retried), 0)::bigint,
-                            coalesce(sum(dead), 0)::bigint from jobs.outcome_stats()",
+            // (The row of a NULL queue counts a database's queues past its share of slots.)
+            let rows = db
+                .query(
+                    "select s.queue, s.completed, s.retried, s.dead from jobs.outcome_stats() as s",
                     &[],
                 )
                 .await;
-            if let Ok(row) = totals {
-                let t = [row.get(0), row.get(1), row.get(2)];
-                app.history.lock().expect("history").add(minute_now(), t);
+            if let Ok(rows) = rows {
+                let mut totals = [0i64; 3];
+                let mut queues = Vec::new();
+                for row in &rows {
+                    for (i, t) in totals.iter_mut().enumerate() {
+                        *t += row.get::<_, i64>(i + 1);
+                    }
+                    if let Some(queue) = row.get::<_, Option<String>>(0) {
+                        queues.push((queue, row.get::<_, i64>(1)));
+                    }
+                }
+                let second = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let mut history = app.history.lock().expect("history");
+                history.add(minute_now(), totals);
+                history.add_queues(second, &queues);
             }
         }
         tokio::time::sleep(SAMPLE).await;

@@ -111,18 +111,27 @@ pub(super) async fn look(app: &App) -> Markup {
         Ok(q) => q,
         Err(e) => return render::error(&e),
     };
-    let chart = chart(&app.history.lock().expect("history"));
+    let (chart, rates): (Markup, Vec<Option<f64>>) = {
+        let history = app.history.lock().expect("history");
+        let rates = queues
+            .iter()
+            .map(|q| history.completed_per_minute(&render::text(q, "queue")))
+            .collect();
+        (chart(&history), rates)
+    };
     html! {
         (lapsed)
         div.scroll {
             table #queues {
                 thead { tr {
                     th { "queue" } th { "ready" } th { "delayed" } th { "running" } th { "suspended" }
-                    th { "completed" } th { "failed" } th { "dead" } th { "cancelled" } th { "oldest ready" }
+                    th { "completed" } th { "failed" } th { "dead" } th { "cancelled" }
+                    th title="completed per minute over the last 5 minutes (outcome counters: needs preload)" { "completed / min" }
+                    th { "oldest ready" }
                     th { "paused" } @if !app.read_only { th {} }
                 } }
                 tbody {
-                    @for q in &queues {
+                    @for (q, rate) in queues.iter().zip(&rates) {
                         @let name = render::text(q, "queue");
                         @let paused = q.get("paused").and_then(Value::as_bool) == Some(true);
                         tr data-queue=(name) {
@@ -130,6 +139,7 @@ pub(super) async fn look(app: &App) -> Markup {
                             @for state in ["ready", "delayed", "running", "suspended", "completed", "failed", "dead", "cancelled"] {
                                 td.num { a href=(render::url("/jobs", &[("queue", &name), ("state", state)])) { (render::text(q, state)) } }
                             }
+                            td.num.rate { @if let Some(r) = rate { (if *r >= 10.0 { format!("{r:.0}") } else { format!("{r:.1}") }) } }
                             td { (render::text(q, "oldest_ready")) }
                             td { @if paused { strong { "paused" } } @else { "no" } }
                             @if !app.read_only {
