@@ -1,4 +1,4 @@
-"""A sample project's jobs, as a user writes them (tests/test_library.py runs them)."""
+"""A sample project's jobs, as a user writes them (the library's tests run them)."""
 
 import pg_jobs
 
