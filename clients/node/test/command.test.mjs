@@ -6,21 +6,13 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import http from 'node:http';
-import { after, before, test } from 'node:test';
-import { makeDatabase } from './database.mjs';
+import { test } from 'node:test';
+import { databaseOfThisFile } from './database.mjs';
 import { enqueue, waitForJob } from 'pg-jobs';
 
-let db;
 let pool;
 let dsn;
-
-before(async () => {
-  db = await makeDatabase('node');
-  ({ pool, dsn } = db);
-  await pool.query('create table sent (address text)');
-});
-
-after(() => db.drop());
+databaseOfThisFile((db) => ({ pool, dsn } = db));
 
 test('require and import give the same API', () => {
   const cjs = execFileSync(process.execPath, ['-e', "console.log(Object.keys(require('pg-jobs')).sort().join(','))"],

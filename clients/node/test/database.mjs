@@ -1,6 +1,7 @@
 // A new database with pg_jobs on PG_JOBS_DSN's server for one test file, dropped after it.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { after, before } from 'node:test';
 import pg from 'pg';
 
 /** One statement on PG_JOBS_DSN's server (its maintenance database), on a connection of its own: the rows. */
@@ -14,6 +15,18 @@ function serverDsn() {
   const server = process.env.PG_JOBS_DSN;
   assert.ok(server, 'PG_JOBS_DSN is not set (a superuser URL, e.g. postgres://postgres@127.0.0.1:54392/postgres)');
   return server;
+}
+
+/** This test file's database (with a table `sent` of addresses, which its tests write to),
+ * made before its tests and handed to `made`, and dropped after them. */
+export function databaseOfThisFile(made) {
+  let db;
+  before(async () => {
+    db = await makeDatabase('node');
+    await db.pool.query('create table sent (address text)');
+    made(db);
+  });
+  after(() => db.drop());
 }
 
 export async function makeDatabase(prefix) {

@@ -2,23 +2,15 @@
 // cancel, requeue and promote, getJob and waitForJob, the policies a job type declares.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import pg from 'pg';
-import { dropDatabase, makeDatabase } from './database.mjs';
+import { databaseOfThisFile, dropDatabase } from './database.mjs';
 import { cancel, codes, JobNotFoundError, NotCancellableError, NotInstalledError, NotPromotableError, NotRequeueableError, defineJob, enqueue, enqueueMany, errorNames, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, syncPolicies, waitForJob } from 'pg-jobs';
 import { assertEnqueued, drain } from 'pg-jobs/testing';
 
-let db;
 let pool;
 let dsn;
-
-before(async () => {
-  db = await makeDatabase('node');
-  ({ pool, dsn } = db);
-  await pool.query('create table sent (address text)');
-});
-
-after(() => db.drop());
+databaseOfThisFile((db) => ({ pool, dsn } = db));
 
 test('an enqueue in a transaction lands with its commit only', async () => {
   const client = await pool.connect();

@@ -1,20 +1,12 @@
 // The testing helpers: drain and performJob, assertEnqueued and refuteEnqueued.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { makeDatabase } from './database.mjs';
+import { test } from 'node:test';
+import { databaseOfThisFile } from './database.mjs';
 import { defineJob, enqueueMany, silentLogger } from 'pg-jobs';
 import { drain, performJob, refuteEnqueued } from 'pg-jobs/testing';
 
-let db;
 let pool;
-
-before(async () => {
-  db = await makeDatabase('node');
-  ({ pool } = db);
-  await pool.query('create table sent (address text)');
-});
-
-after(() => db.drop());
+databaseOfThisFile((db) => ({ pool } = db));
 
 test('drain runs a queue empty with the jobs given, and leaves the pool given as it was', async () => {
   const seen = [];

@@ -1,22 +1,14 @@
 // The worker beyond the conformance suite (clients/conformance): its start and stop, hooks,
 // tracing, per-queue slots, abandoned handlers and settles it gives up.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { admin, makeDatabase } from './database.mjs';
+import { test } from 'node:test';
+import { admin, databaseOfThisFile } from './database.mjs';
 import { CountingMetrics, createWorker, defineJob, enqueue, enqueueMany, getJob, silentLogger, useOpenTelemetry } from 'pg-jobs';
 import { drain, performJob } from 'pg-jobs/testing';
 
-let db;
 let pool;
 let dsn;
-
-before(async () => {
-  db = await makeDatabase('node');
-  ({ pool, dsn } = db);
-  await pool.query('create table sent (address text)');
-});
-
-after(() => db.drop());
+databaseOfThisFile((db) => ({ pool, dsn } = db));
 
 test('a hook that throws is logged with its code and changes nothing', async () => {
   const picky = defineJob({ name: 'picky_hooked', queue: 'hooks', handler: () => { throw new RangeError('bad input'); } });

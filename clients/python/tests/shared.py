@@ -3,8 +3,13 @@ and a count."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 
@@ -20,3 +25,19 @@ def count(dsn: str, sql: str) -> int:
         row = conn.execute(sql).fetchone()
         assert row is not None
         return int(row[0])
+
+
+@contextlib.contextmanager
+def killed_unless_exited(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    """The process, killed when the block leaves (an assertion failing, say) before it exited."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def stopped(process: subprocess.Popen[Any]) -> str:
+    """SIGTERM, then what the process wrote to stderr once it has exited (30 s at most)."""
+    process.send_signal(signal.SIGTERM)
+    return str(process.communicate(timeout=30)[1])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import pytest
 
 
 
-from shared import SAMPLE, count
+from shared import SAMPLE, count, killed_unless_exited, stopped
 
 
 def pg_jobs_command(*args: str) -> subprocess.Popen[str]:
@@ -27,16 +26,12 @@ def test_the_command_runs_a_module_and_exits_0_on_sigterm_with_no_traceback(dsn:
     out, err = enqueued.communicate(timeout=30)
     assert enqueued.returncode == 0, err
     worker = pg_jobs_command("worker", "--dsn", dsn, "--concurrency", "2", "--shutdown-grace", "5", "myapp_jobs")
-    try:
+    with killed_unless_exited(worker):
         deadline = time.monotonic() + 30
         while count(dsn, "select count(*) from sent") == 0:
             assert time.monotonic() < deadline and worker.poll() is None, worker.stderr.read() if worker.stderr else ""
             time.sleep(0.1)
-        worker.send_signal(signal.SIGTERM)
-        out, err = worker.communicate(timeout=30)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+        err = stopped(worker)
     assert worker.returncode == 0, err
     assert "Traceback" not in err
     assert "pg_jobs worker started: queues=default concurrency=2 jobs=send_email,send_email_async,flaky" in err
@@ -69,14 +64,10 @@ def test_the_readmes_quick_start_runs(dsn: str, tmp_path: Any) -> None:
     cli = os.path.join(os.path.dirname(sys.executable), "pg-jobs")
     worker = subprocess.Popen([cli, "worker", "--dsn", dsn, "myapp.jobs"], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with killed_unless_exited(worker):
         deadline = time.monotonic() + 30
         while count(dsn, "select count(*) from sent") == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
-        worker.send_signal(signal.SIGTERM)
-        _, err = worker.communicate(timeout=30)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+        err = stopped(worker)
     assert worker.returncode == 0, err
     assert count(dsn, "select count(*) from sent where address = 'ada@example.com'") == 1, err

@@ -15,6 +15,7 @@ import django
 import psycopg
 import pytest
 from django.conf import settings
+from shared import killed_unless_exited, stopped
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLE = os.path.join(HERE, "sample")
@@ -155,17 +156,13 @@ def test_the_worker_logs_each_line_once_through_djangos_logging(django_db: str) 
     """With LOGGING giving the pg_jobs logger a handler, manage.py pg_jobs_worker adds none of
     its own: its start and stop are printed once each (they were printed twice)."""
     worker = manage(django_db, "pg_jobs_worker", PG_JOBS_TEST_DJANGO_LOGGING="1")
-    try:
+    with killed_unless_exited(worker):
         deadline = time.monotonic() + 30
         with psycopg.connect(django_db, autocommit=True) as conn:
             while time.monotonic() < deadline and not conn.execute(
                     "select from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() "
                     "and query like '%jobs.%'").fetchall():
                 time.sleep(0.1)
-        worker.send_signal(signal.SIGTERM)
-        _, err = worker.communicate(timeout=30)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+        err = stopped(worker)
     assert worker.returncode == 0, err
     assert err.count("pg_jobs worker started") == 1 and err.count("pg_jobs worker stopped") == 1, err
