@@ -291,7 +291,8 @@ def lapse(conn, worker):
 
 def test_workers_lists_each_claimer_and_which_are_gone(jobs_db):
     """Three claimers: one whose leases lapsed (gone), one holding a live lease (working), one
-    that only finished a job in the last hour (idle); the gone one first."""
+    that only finished a job in the last hour (idle); the gone one first. And the connections
+    that say they are workers (application_name), with their backends."""
     with psycopg.connect(jobs_db, autocommit=True) as conn:
         conn.execute("select jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'w', 'queue', 'crew')) "
                      "from generate_series(1, 5)))")
@@ -299,12 +300,18 @@ def test_workers_lists_each_claimer_and_which_are_gone(jobs_db):
         conn.execute("select count(*) from jobs.claim('host-b:2', array['crew'], 2, lease => '1 hour')")
         conn.execute("select jobs.complete(id, claim) from jobs.claim('host-c:3', array['crew'], 1)")
         lapse(conn, "host-a:1")
-    rows = pgjobs_json(jobs_db, "workers")
+    with psycopg.connect(jobs_db, application_name="pg-jobs heartbeat") as connected:
+        pid = connected.info.backend_pid
+        doc = pgjobs_json(jobs_db, "workers")
+        code, out, _ = pgjobs(jobs_db, "workers")
+    rows = doc["workers"]
+    assert [(c["application_name"], c["connections"], c["backends"]) for c in doc["connections"]] \
+        == [("pg-jobs heartbeat", 1, str(pid))]
+    assert code == 0 and "connected:" in out and "pg-jobs heartbeat" in out
     seen = {(w["worker"], w["status"], w["held"], w["lapsed"], w["finished_last_hour"]) for w in rows}
     assert {("host-a:1", "gone", 2, 2, 0), ("host-b:2", "working", 2, 0, 0), ("host-c:3", "idle", 0, 0, 1)} <= seen
     assert rows[0]["status"] == "gone"
-    code, out, _ = pgjobs(jobs_db, "workers")
-    assert code == 0 and "host-a:1" in out and "gone" in out
+    assert "host-a:1" in out and "gone" in out
 
 
 #: The characters that reorder the text around them (bidirectional marks, embeddings,

@@ -599,6 +599,9 @@ def test_the_workers_page_marks_a_gone_claimer_and_the_overview_says_what_to_do(
         assert status == 200
         assert page.index("gone-host:7") < page.index("live-host:8")
         assert re.search(r'gone-host:7.*?state dead[^>]*>gone<', page, re.S)
+        with psycopg.connect(dsn, application_name="pg-jobs listener"):
+            _, _, connected = request(base, "GET", "/workers")
+        assert re.search(r'<table id="connections">.*pg-jobs listener', connected, re.S)
         _, _, overview = request(base, "GET", "/")
         notice = re.search(r'<p class="failure lapsed">(.*?)</p>', overview, re.S).group(1)
         assert "2 running job(s)" in notice and "crew" in notice and "gone-host:7" in notice

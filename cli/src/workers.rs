@@ -1,7 +1,7 @@
 //! `pgjobs workers` and the dashboard's Workers page: the claimers the database has seen, read
 //! from the jobs they hold and the ones they finished in the last hour (a claim writes its
-//! worker id into `claimed_by`; a heartbeat moves `lease_expires_at`), and the running jobs
-//! whose holder's lease lapsed.
+//! worker id into `claimed_by`; a heartbeat moves `lease_expires_at`), the workers' connections,
+//! and the running jobs whose holder's lease lapsed.
 
 use crate::output;
 use anyhow::Result;
@@ -43,6 +43,22 @@ pub const WORKERS: &str = "select row_to_json(x) from (
   group by s.worker) as x
 order by x.status = 'gone' desc, x.status = 'idle', x.worker";
 
+/// The connections of pg_jobs's workers to this database, by what they say they are
+/// (`application_name`: the libraries' `pg-jobs worker`, `pg-jobs heartbeat` and `pg-jobs
+/// listener`, or a name starting `pg_jobs`) and where from: how many, their backends, how many
+/// run a statement now, the oldest one's start. A role without pg_read_all_stats sees no
+/// address for other roles' connections.
+pub const CONNECTIONS: &str = "select row_to_json(x) from (
+  select a.application_name, host(a.client_addr) as client, count(*) as connections,
+         string_agg(a.pid::text, ', ' order by a.pid) as backends,
+         count(*) filter (where a.state = 'active') as active,
+         date_trunc('second', min(a.backend_start)) as oldest
+  from pg_catalog.pg_stat_activity as a
+  where a.datname = current_database() and a.pid <> pg_catalog.pg_backend_pid()
+    and (a.application_name like 'pg-jobs %' or a.application_name like 'pg\\_jobs%')
+  group by a.application_name, a.client_addr
+  order by a.application_name, host(a.client_addr)) as x";
+
 /// Per queue, the running jobs whose lease lapsed and who held them: a claim on the queue, or
 /// the sweep, takes them back (as a new attempt, or buried on the final one).
 pub const LAPSED: &str = "select row_to_json(x) from (
@@ -53,12 +69,21 @@ pub const LAPSED: &str = "select row_to_json(x) from (
 
 pub async fn workers(client: &Client, json: bool) -> Result<()> {
     let rows = output::rows(client, WORKERS, &[]).await?;
+    let connections = output::rows(client, CONNECTIONS, &[]).await?;
     if json {
-        println!("{}", output::json_rows(rows));
-    } else if rows.is_empty() {
+        let doc = serde_json::json!({ "workers": rows, "connections": connections });
+        println!("{}", output::json(&doc));
+        return Ok(());
+    }
+    if rows.is_empty() {
         println!("no worker holds a job or finished one in the last hour");
     } else {
         println!("{}", output::table(&rows, 40));
+    }
+    if connections.is_empty() {
+        println!("no worker is connected (application_name pg-jobs ... or pg_jobs...)");
+    } else {
+        println!("connected:\n{}", output::table(&connections, 40));
     }
     Ok(())
 }

@@ -3,7 +3,14 @@
 use super::*;
 
 pub async fn workers(State(app): State<Arc<App>>) -> Page {
-    let rows = match read(&app, crate::workers::WORKERS).await {
+    let (rows, connections) = match async {
+        anyhow::Ok((
+            read(&app, crate::workers::WORKERS).await?,
+            read(&app, crate::workers::CONNECTIONS).await?,
+        ))
+    }
+    .await
+    {
         Ok(r) => r,
         Err(e) => return failed(&app, "Workers", e),
     };
@@ -25,9 +32,31 @@ pub async fn workers(State(app): State<Arc<App>>) -> Page {
                             td.num { (render::text(w, "held")) }
                             td.num { (render::text(w, "lapsed")) }
                             td { (render::text(w, "queues")) }
-                            td { (render::text(w, "last_claim")) }
-                            td { (render::text(w, "lease_until")) }
+                            td { (render::time(w, "last_claim")) }
+                            td { (render::time(w, "lease_until")) }
                             td.num { (render::text(w, "finished_last_hour")) }
+                        }
+                    }
+                }
+            } }
+        }
+        h2 { "Connected" }
+        p.note { "The connections to this database whose application_name says they are pg_jobs workers', \
+                  by name and address (a role without pg_read_all_stats sees no address of another role's)." }
+        @if connections.is_empty() { p.none { "None." } }
+        @else {
+            div.scroll { table #connections {
+                thead { tr { th { "application_name" } th { "from" } th { "connections" } th { "active" }
+                    th { "backends" } th { "oldest since" } } }
+                tbody {
+                    @for c in &connections {
+                        tr {
+                            td { code { (render::text(c, "application_name")) } }
+                            td { (render::text(c, "client")) }
+                            td.num { (render::text(c, "connections")) }
+                            td.num { (render::text(c, "active")) }
+                            td { (render::text(c, "backends")) }
+                            td { (render::time(c, "oldest")) }
                         }
                     }
                 }
