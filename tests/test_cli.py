@@ -512,7 +512,7 @@ def test_every_command_and_page_walks_indexes_with_a_million_finished_jobs(dsn):
                  ["jobs", "--name", "send_email", "--state", "ready", "--limit", "5"],
                  ["jobs", "--state", "dead", "--error", "smtp timeout 3"], ["show", job],
                  ["requeue", "--state", "dead", "--error-like", "timeout 3", "--dry-run"],
-                 ["doctor", "--ready-age", "100 years"]):
+                 ["doctor", "--ready-age", "100 years"], ["workers"]):
         started = time.monotonic()
         code, out, err = pgjobs(dsn + explain, *args)
         slowest = max((float(ms) for ms in re.findall(r"duration: ([0-9.]+) ms", err)), default=0)
@@ -522,7 +522,8 @@ def test_every_command_and_page_walks_indexes_with_a_million_finished_jobs(dsn):
         plans.append((" ".join(args), err))
     served = []
     with ui(dsn + explain, log=served) as base:
-        for path in ("/", "/jobs", "/jobs?state=dead&queue=q3", f"/jobs/{job}", "/dead", "/jobs?queue=q5&state=ready"):
+        for path in ("/", "/jobs", "/jobs?state=dead&queue=q3", f"/jobs/{job}", "/dead", "/jobs?queue=q5&state=ready",
+                     "/workers"):
             started = time.monotonic()
             assert request(base, "GET", path)[0] == 200, path
             print(f"GET {path}: {1000 * (time.monotonic() - started):.0f} ms")

@@ -11,7 +11,9 @@ use tokio_postgres::Client;
 /// run (a heartbeat moves them), how many of its jobs lapsed, the jobs it finished in the last
 /// hour, and its status: `working` (a lease not lapsed), `gone` (every lease it holds lapsed: it
 /// stopped heartbeating), `idle` (holds nothing, finished jobs in the last hour). Finished jobs
-/// are read through jobs_finished_idx, once for roots and once for children; running ones
+/// are read through jobs_finished_idx, once for roots and once for children, within an hour of
+/// now() (a stable function, whose value the planner estimates with: with jobs.clock(), which is
+/// volatile, it guessed a third of a million finished rows and read them all); running ones
 /// through jobs_lease_idx. (Children are `< true`: `= false` is rewritten as a NOT, which no
 /// index condition takes.)
 pub const WORKERS: &str = "select row_to_json(x) from (
@@ -32,12 +34,12 @@ pub const WORKERS: &str = "select row_to_json(x) from (
     select j.claimed_by, j.queue, false, j.claimed_at, null
     from jobs.jobs as j
     where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) = true
-      and j.finished_at > (select jobs.clock()) - interval '1 hour'
+      and j.finished_at > now() - interval '1 hour'
     union all
     select j.claimed_by, j.queue, false, j.claimed_at, null
     from jobs.jobs as j
     where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) < true
-      and j.finished_at > (select jobs.clock()) - interval '1 hour'
+      and j.finished_at > now() - interval '1 hour'
   ) as s
   where s.worker is not null
   group by s.worker) as x
