@@ -663,6 +663,28 @@ def test_the_overview_tells_each_queues_completions_per_minute(dsn):
         wait_until("a rate above 0", lambda: rate(base) not in ("", "0.0"), timeout=20)
 
 
+def test_the_overview_charts_finished_jobs_per_hour_over_24_hours_and_7_days(dsn):
+    """10 jobs completed an hour ago, 3 died 30 hours ago, 5 completed 8 days ago: the chart of
+    the last 24 hours (the default) counts 10 and none dead, the 7 days' one 10 and 3; the
+    jobs past both ranges count in neither."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            """with x as (
+                 select gen_random_uuid() as u, s.state::jobs.job_state as state, now() - s.ago as f
+                 from (values ('completed', interval '1 hour', 10), ('dead', interval '30 hours', 3),
+                              ('completed', interval '8 days', 5)) as s(state, ago, n),
+                      generate_series(1, s.n))
+               insert into jobs.jobs (id, run_id, name, queue, state, max_attempts, attempt, payload,
+                                      enqueued_at, created_at, updated_at, finished_at)
+               select u, u, 'report', 'reports', state, 3, 1, '{}', f, f, f, f from x""")
+    with ui(dsn) as base:
+        _, _, page = request(base, "GET", "/")
+        assert "jobs per hour over the last 24 hours; in all: 10 completed, 0 failed or dead" in page
+        _, _, page = request(base, "GET", "/?hours=168")
+        assert "jobs per hour over the last 7 days; in all: 10 completed, 3 failed or dead" in page
+        assert request(base, "GET", "/?hours=1000")[0] == 200  # (not offered: the default)
+
+
 def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
     one(dsn, "insert into jobs.job_types (name, concurrency, timeout) values ('send_email', 5, '1 minute')")
     policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter, key_concurrency, when_busy "

@@ -91,6 +91,8 @@ pub struct App {
     /// Forms carry it; a POST without it is refused (another site cannot read it).
     csrf: String,
     history: std::sync::Mutex<history::History>,
+    /// The overview's charts per hour as last drawn, and when, by their hours (pages::hours).
+    hours: std::sync::Mutex<std::collections::HashMap<u32, (std::time::Instant, String)>>,
     /// The overview's live part as last rendered, and when (pages::live_part).
     live: Mutex<Option<(std::time::Instant, String)>>,
     /// Each queue's finished counts and when they were read (pages::finished_counts).
@@ -233,6 +235,7 @@ pub async fn serve(dsn: Option<&str>, opts: Options) -> Result<()> {
         csrf: random_hex(32)?,
         history: std::sync::Mutex::new(history::History::default()),
         finished: std::sync::Mutex::new(None),
+        hours: std::sync::Mutex::new(std::collections::HashMap::new()),
         live: Mutex::new(None),
         deaths,
     });

@@ -17,6 +17,7 @@ pub type Page = (StatusCode, Markup);
 
 mod actions;
 mod dead;
+mod hours;
 mod job_list;
 mod job_page;
 mod overview;
@@ -26,6 +27,7 @@ mod workers;
 
 pub use actions::*;
 pub use dead::*;
+use hours::*;
 pub use job_list::*;
 pub use job_page::*;
 pub use overview::*;

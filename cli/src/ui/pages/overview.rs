@@ -64,10 +64,25 @@ pub(super) async fn finished_counts(
     Ok(counts)
 }
 
-pub async fn overview(State(app): State<Arc<App>>) -> Page {
+pub async fn overview(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page {
+    let q = pairs(raw.as_deref());
+    let hours = RANGES
+        .iter()
+        .find(|(h, _)| get(&q, "hours") == h.to_string())
+        .map_or(RANGES[0].0, |(h, _)| *h);
     let body = html! {
         div #notices aria-live="polite" {}
         section #live { (live_part(&app).await) }
+        section #hours {
+            h2 { "Longer" }
+            nav.ranges {
+                @for (h, name) in RANGES {
+                    @if h == hours { strong { (name) } } @else { a href={ "/?hours=" (h) } { (name) } }
+                    " "
+                }
+            }
+            (hours_chart(&app, hours).await)
+        }
     };
     ok(&app, "Overview", body)
 }
