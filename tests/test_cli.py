@@ -263,19 +263,22 @@ def test_jobs_lists_a_spawned_child_by_its_enqueue_time_and_pages_on_in_that_ord
 
 
 def test_find_takes_an_id_its_end_a_run_id_a_key_or_text_and_nothing_else(dsn):
-    """--find finds a job by its whole id, the end of its id as the short ids show it, its run
-    id, its idempotency key, or text in its payload; a like-pattern's own % and _ match
-    nothing but themselves, and a bulk action by --find previews only that job."""
+    """--find finds a job by its whole id, the start or the end of its id (the short ids show
+    ends), its run id, its idempotency key, or text in its payload; a like-pattern's own % and _
+    match nothing but themselves, and a bulk action by --find previews only that job.
+    `pgjobs search` is the same."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         job = str(conn.execute("""select (jobs.enqueue('mailer', '{"to": "ann@example.com"}',
                                    idempotency_key => 'order-77')).id""").fetchone()[0])
         conn.execute("select jobs.enqueue('receipt', run_id => %s)", (job,))
         conn.execute("""select jobs.enqueue('other', '{"to": "bob@example.com"}', idempotency_key => 'order-78')""")
     found = {}
-    for text in (job, job[-8:], job[-8:].upper(), "order-77", "ANN@example", "%", "_"):
+    for text in (job, job[-8:], job[-8:].upper(), job[:24], "order-77", "ANN@example", "%", "_"):
         found[text] = sorted(j["name"] for j in pgjobs_json(dsn, "jobs", "--find", text))
+        assert sorted(j["name"] for j in pgjobs_json(dsn, "search", text)) == found[text]
     assert found[job] == ["mailer", "receipt"]  # its id, and the run it starts
-    assert found[job[-8:]] == found[job[-8:].upper()] == found["order-77"] == found["ANN@example"] == ["mailer"]
+    assert found[job[-8:]] == found[job[-8:].upper()] == found[job[:24]] == found["order-77"] \
+        == found["ANN@example"] == ["mailer"]
     assert found["%"] == found["_"] == []
     before = snapshot(dsn)
     code, out, _ = pgjobs(dsn, "cancel", "--find", "order-77", "--dry-run")

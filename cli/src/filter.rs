@@ -45,8 +45,9 @@ pub struct Filters {
     /// Only jobs with this tag (enqueue's tags); repeat for jobs with all of them
     #[arg(long = "tag", value_name = "TAG")]
     pub tags: Vec<String>,
-    /// Find jobs: this job id or run id (whole), the end of an id (4 to 12 characters, as
-    /// the short ids show), an idempotency key, or text in the payload or last error
+    /// Find jobs: this job id or run id (whole), the start or the end of an id (4 to 35
+    /// characters: the short ids show ends), an idempotency key, or text in the payload or
+    /// last error
     #[arg(long, value_name = "TEXT")]
     pub find: Option<String>,
 }
@@ -63,9 +64,9 @@ fn whole_uuid(t: &str) -> bool {
     t.len() == 36 && t.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
-/// Whether the text can be the end of an id as the short ids show it.
-fn id_end(t: &str) -> bool {
-    (4..=12).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+/// Whether the text can be the start or the end of an id (the short ids show ends).
+fn id_part(t: &str) -> bool {
+    (4..36).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
 pub type Param = Box<dyn ToSql + Sync + Send>;
@@ -196,8 +197,11 @@ impl Filters {
             if whole_uuid(t) {
                 arms.push(format!("j.id = {exact}::text::uuid"));
                 arms.push(format!("j.run_id = {exact}::text::uuid"));
-            } else if id_end(t) {
-                let end = w.param(Box::new(format!("%{}", t.to_ascii_lowercase())));
+            } else if id_part(t) {
+                let t = t.to_ascii_lowercase();
+                let start = w.param(Box::new(format!("{t}%")));
+                let end = w.param(Box::new(format!("%{t}")));
+                arms.push(format!("j.id::text like {start}"));
                 arms.push(format!("j.id::text like {end}"));
             }
             w.conditions.push(format!("({})", arms.join(" or ")));

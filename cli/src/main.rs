@@ -84,6 +84,17 @@ enum Command {
         #[arg(long)]
         wide: bool,
     },
+    /// Find jobs, newest first: by id or run id (whole), the start or the end of an id, an
+    /// idempotency key, or text in the payload or last error (`jobs --find TEXT`)
+    Search {
+        text: String,
+        /// At most this many
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// Every column, whole ids and absolute times
+        #[arg(long)]
+        wide: bool,
+    },
     /// One job: payload, result, failed attempts, steps, children, holder
     Show { job_id: String },
     /// Run finished jobs (completed, failed, dead, cancelled) again
@@ -222,6 +233,15 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             return jobs::list(&client, filters, *limit, before.as_deref(), json, *wide)
                 .await
                 .map(|_| true)
+        }
+        Command::Search { text, limit, wide } => {
+            let filters = filter::Filters {
+                find: Some(text.clone()),
+                ..Default::default()
+            };
+            return jobs::list(&client, &filters, *limit, None, json, *wide)
+                .await
+                .map(|_| true);
         }
         Command::Show { job_id } => return jobs::show(&client, job_id, json).await,
         Command::Pause { queue } => {

@@ -41,7 +41,7 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
             label { "name " input name="name" value=(f.name.clone().unwrap_or_default()); }
             label { "tenant " input name="tenant" value=(f.tenant.clone().unwrap_or_default()); }
             label { "within " input name="since" placeholder="1 hour" value=(f.since.clone().unwrap_or_default()); }
-            label { "find " input name="find" type="search" placeholder="id, its end, key or text" value=(f.find.clone().unwrap_or_default()); }
+            label { "find " input name="find" type="search" placeholder="id or part of it, key or text" value=(f.find.clone().unwrap_or_default()); }
             label { "text " input name="q" placeholder="in payload or error" value=(f.text.clone().unwrap_or_default()); }
             label { "tag " input name="tag" value=(f.tags.first().cloned().unwrap_or_default()); }
             @for t in f.tags.iter().skip(1) { input type="hidden" name="tag" value=(t); }

@@ -56,7 +56,7 @@ fn opt(pairs: &[(String, String)], key: &str) -> Option<String> {
 
 /// The filters of a page's query or a form: queue, state (comma-separated or repeated),
 /// name, tenant, since, error (exact), error_like, q (payload or error contains), find (the
-/// search box: an id, its end, a run id, a key or text), tag (repeated: all of them).
+/// search box: an id or part of it, a run id, a key or text), tag (repeated: all of them).
 fn filters(pairs: &[(String, String)]) -> Result<Filters, String> {
     let mut state = Vec::new();
     for (_, v) in pairs.iter().filter(|(k, _)| k == "state") {
