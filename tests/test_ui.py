@@ -617,7 +617,8 @@ def test_the_workers_page_marks_a_gone_claimer_and_the_overview_says_what_to_do(
 def test_a_live_jobs_page_follows_it_without_a_reload_and_stops_once_it_ended(dsn, browser):
     """A running job's page is read again as its section alone (`?part=job`, no page around
     it, marked live); in a browser it shows the job completed without a reload (a marker the
-    test set on the page is still there), and the section then says nothing is live. Checked
+    test set on the page is still there), and the section then says nothing is live, with the
+    attempt's duration and the payload folded under its size. Checked
     to fail with the page's script not reading it again: the wait for "completed" ran out."""
     from selenium.webdriver.common.by import By
 
@@ -638,6 +639,9 @@ def test_a_live_jobs_page_follows_it_without_a_reload_and_stops_once_it_ended(ds
         assert d.find_element(By.ID, "job").get_attribute("data-live") is None
         _, _, part = request(base, "GET", f"/jobs/{job}?part=job")
         assert part.startswith('<section id="job">')
+        # The attempt's duration; JSON of more than a line folded under its size.
+        assert re.search(r"<th>attempt_time</th><td>[0-9:.]+</td>", part), part
+        assert '<details class="json" open><summary>3 lines, ' in part
 
 
 @pytest.mark.library(reason="no outcome counters")

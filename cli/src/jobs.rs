@@ -157,6 +157,9 @@ pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result
                   date_trunc('second', j.deadline) as deadline,
                   date_trunc('second', j.finished_at) as finished_at,
                   date_trunc('millisecond', j.finished_at - j.enqueued_at)::text as run_time,
+                  date_trunc('millisecond', case when j.state = 'running' then jobs.clock() - j.claimed_at
+                                                 when j.finished_at is not null then j.finished_at - j.claimed_at
+                                            end)::text as attempt_time,
                   j.wait_event, j.wait_key, date_trunc('second', j.wait_until) as wait_until,
                   j.children_live, j.tags, j.ordering_key,
                   date_trunc('second', j.run_deadline) as run_deadline,

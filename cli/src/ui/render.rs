@@ -144,7 +144,15 @@ pub fn json(v: Option<&Value>) -> Markup {
     match v {
         None | Some(Value::Null) => html! { span.none { "—" } },
         Some(v) => {
-            html! { pre { (crate::output::escape_c1(&serde_json::to_string_pretty(v).unwrap_or_default())) } }
+            let text =
+                crate::output::escape_c1(&serde_json::to_string_pretty(v).unwrap_or_default());
+            let lines = text.lines().count();
+            // More than a line: folded under its size, open (a click closes it).
+            if lines > 1 {
+                html! { details.json open { summary { (lines) " lines, " (text.len()) " bytes" } pre { (text) } } }
+            } else {
+                html! { pre { (text) } }
+            }
         }
     }
 }
