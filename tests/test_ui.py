@@ -689,6 +689,29 @@ def test_the_overview_charts_finished_jobs_per_hour_over_24_hours_and_7_days(dsn
         assert request(base, "GET", "/?hours=1000")[0] == 200  # (not offered: the default)
 
 
+def test_the_overview_tells_how_long_each_queues_jobs_waited_to_start(dsn):
+    """Three jobs due 10 s before a worker took them, and one other queue's at once: the
+    overview's median wait from due to start is 10 s for the first queue and under a second for
+    the other; a queue with no completion in the last 5 minutes shows none."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue('late', queue => 'slow', run_at => now() - interval '10 seconds') "
+                     "from generate_series(1, 3)")
+        conn.execute("select jobs.enqueue('quick', queue => 'fast')")
+        conn.execute("select jobs.enqueue('idle', queue => 'idle')")
+        for queue in ("slow", "fast"):
+            conn.execute("select jobs.complete(id, claim) from jobs.claim('w', array[%s], 5)", (queue,))
+    with ui(dsn) as base:
+        _, _, page = request(base, "GET", "/")
+
+    def waited(queue):
+        row = re.search(rf'<tr data-queue="{queue}">(.*?)</tr>', page, re.S).group(1)
+        return re.search(r'<td class="waited">([^<]*)</td>', row).group(1)
+
+    assert re.fullmatch(r"1\d\.\d s", waited("slow")), waited("slow")  # (10 s, and the claim's own time)
+    assert re.fullmatch(r"\d+ ms", waited("fast")), waited("fast")
+    assert waited("idle") == ""
+
+
 def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
     one(dsn, "insert into jobs.job_types (name, concurrency, timeout) values ('send_email', 5, '1 minute')")
     policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter, key_concurrency, when_busy "

@@ -25,6 +25,25 @@ pub(super) const FINISHED_MONITOR: &str = "select row_to_json(x) from (
   select s.queue, s.completed, s.failed, s.dead, s.cancelled from jobs.queue_stats() as s) as x";
 pub(super) const FINISHED_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Per queue, how long jobs waited from due (run_at) to their start (the last attempt's claim):
+/// the median over the last 1,000 roots and 1,000 children that completed in the last 5
+/// minutes, each read backwards through jobs_finished_idx from now() (whose value the planner
+/// estimates with). Read with the finished counts, by a role that may read the jobs.
+pub(super) const WAITED: &str = "select row_to_json(x) from (
+  select w.queue, percentile_cont(0.5) within group (order by w.waited) as waited
+  from ((select j.queue, greatest(extract(epoch from j.claimed_at - j.run_at), 0) as waited
+         from jobs.jobs as j
+         where j.state = 'completed' and (j.parent_id is null) = true
+           and j.finished_at > now() - interval '5 minutes' and j.claimed_at is not null
+         order by j.finished_at desc limit 1000)
+        union all
+        (select j.queue, greatest(extract(epoch from j.claimed_at - j.run_at), 0)
+         from jobs.jobs as j
+         where j.state = 'completed' and (j.parent_id is null) < true
+           and j.finished_at > now() - interval '5 minutes' and j.claimed_at is not null
+         order by j.finished_at desc limit 1000)) as w
+  group by w.queue) as x";
+
 pub(super) fn finished_age(app: &App) -> Option<u64> {
     app.finished
         .lock()
@@ -56,10 +75,22 @@ pub(super) async fn finished_counts(
         }
         other => other?,
     };
-    let counts: HashMap<String, Row> = rows
+    let mut counts: HashMap<String, Row> = rows
         .into_iter()
         .map(|r| (render::text(&r, "queue"), r))
         .collect();
+    let waited = match output::rows(db, WAITED, &[]).await {
+        Err(e) if output::sqlstate(&e) == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Vec::new(),
+        other => other?,
+    };
+    for w in waited {
+        if let Some(row) = counts.get_mut(&render::text(&w, "queue")) {
+            row.insert(
+                "waited".into(),
+                w.get("waited").cloned().unwrap_or(Value::Null),
+            );
+        }
+    }
     *app.finished.lock().expect("finished") = Some((std::time::Instant::now(), counts.clone()));
     Ok(counts)
 }
@@ -118,6 +149,8 @@ pub(super) async fn look(app: &App) -> Markup {
                     .unwrap_or(Value::from(0));
                 q.insert(state.into(), count);
             }
+            let waited = f.and_then(|f| f.get("waited")).cloned();
+            q.insert("waited".into(), waited.unwrap_or(Value::Null));
         }
         let lapsed = lapsed_notice(&db).await?;
         anyhow::Ok((queues, lapsed))
@@ -142,6 +175,7 @@ pub(super) async fn look(app: &App) -> Markup {
                     th { "queue" } th { "ready" } th { "delayed" } th { "running" } th { "suspended" }
                     th { "completed" } th { "failed" } th { "dead" } th { "cancelled" }
                     th title="completed per minute over the last 5 minutes (outcome counters: needs preload)" { "completed / min" }
+                    th title="the median time from due to started of the jobs completed in the last 5 minutes (the last 1,000)" { "waited" }
                     th { "oldest ready" }
                     th { "paused" } @if !app.read_only { th {} }
                 } }
@@ -155,6 +189,7 @@ pub(super) async fn look(app: &App) -> Markup {
                                 td.num { a href=(render::url("/jobs", &[("queue", &name), ("state", state)])) { (render::text(q, state)) } }
                             }
                             td.num.rate { @if let Some(r) = rate { (if *r >= 10.0 { format!("{r:.0}") } else { format!("{r:.1}") }) } }
+                            td.waited { (waited(q.get("waited"))) }
                             td { (render::text(q, "oldest_ready")) }
                             td { @if paused { strong { "paused" } } @else { "no" } }
                             @if !app.read_only {
@@ -223,5 +258,15 @@ pub(super) fn chart(h: &History) -> Markup {
             span.dead { "dead " (totals[2]) }
             " in the last hour, all queues (a bar per minute; the busiest minute, " (max as i64) " jobs, is the full height)"
         }
+    }
+}
+
+/// Seconds as a person reads a wait: ms under a second, then s, then min.
+fn waited(v: Option<&Value>) -> String {
+    match v.and_then(Value::as_f64) {
+        None => String::new(),
+        Some(s) if s < 1.0 => format!("{:.0} ms", s * 1000.0),
+        Some(s) if s < 120.0 => format!("{s:.1} s"),
+        Some(s) => format!("{:.0} min", s / 60.0),
     }
 }
