@@ -773,6 +773,7 @@ as $$
     ('not_requeueable', 'PJ004', 'only failed, dead, cancelled and completed jobs can be requeued'),
     ('not_cancellable', 'PJ005', 'only live jobs (ready, delayed, running, suspended) can be cancelled'),
     ('not_promotable', 'PJ006', 'only delayed jobs can be promoted'),
+    ('not_deletable', 'PJ009', 'only a finished root job whose family is finished can be deleted (jobs.delete)'),
     ('invalid_parameter_value', '22023', 'a bad argument: empty, out of range, oversized or unknown'),
     ('null_value_not_allowed', '22004', 'NULL where a value is required'),
     ('serialization_failure', '40001', 'an idempotency key was taken and freed twice during one enqueue: retry the call'),
@@ -3821,6 +3822,82 @@ $$;
 comment on function jobs.promote(uuid) is
   'Make a delayed or snoozed job claimable now. Raises not_promotable for any other state';
 
+create function jobs.delete(id uuid)
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_id     uuid := $1;
+  v_job    record;
+  v_family uuid[];
+  v_again  uuid[];
+  v_live   uuid;
+  v_n      bigint;
+begin
+  if v_id is null then
+    perform jobs._raise('22004', 'jobs.delete: id must not be NULL', 'pass the id of the finished job to delete');
+  end if;
+  perform jobs._check_tenant_job('jobs.delete', v_id);
+  loop
+    with recursive d (id, depth) as (
+      select j.id, 0 from jobs_data.jobs as j where j.id = v_id
+      union all
+      select c.id, d.depth + 1 from d join jobs_data.jobs as c on c.parent_id = d.id
+      where c.parent_id is not null  -- (jobs_children_idx's predicate)
+    )
+    select array_agg(d.id order by d.depth desc, d.id) into v_family from d;
+    perform from jobs_data.jobs as j where j.id = any(v_family)
+    order by array_position(v_family, j.id) for update;
+    select j.state, j.parent_id into v_job from jobs_data.jobs as j where j.id = v_id;
+    if not found then
+      perform jobs._raise('PJ003', format('jobs.delete: no job has id %s', v_id),
+        'check the id; finished jobs are deleted after their retention period');
+    elsif v_job.state in ('ready', 'delayed', 'running', 'suspended') then
+      perform jobs._raise('PJ009', format('jobs.delete: job %s is %s; only finished jobs can be deleted',
+        v_id, v_job.state), 'cancel it first (jobs.cancel), then delete it');
+    elsif v_job.parent_id is not null then
+      perform jobs._raise('PJ009', format('jobs.delete: job %s is a child of job %s; a child is deleted '
+        'with its root', v_id, v_job.parent_id), 'delete the root of its family: its children go with it');
+    end if;
+    select j.id into v_live from jobs_data.jobs as j
+    where j.id = any(v_family) and j.state in ('ready', 'delayed', 'running', 'suspended')
+    order by j.id limit 1;
+    if v_live is not null then
+      perform jobs._raise('PJ009', format('jobs.delete: job %s of the family of job %s is live', v_live, v_id),
+        'cancel it (jobs.cancel) or let it finish, then delete the family');
+    end if;
+    -- Every row read is finished and locked, so none can take a child now; one attached
+    -- between the read and the locks shows here, and is locked on the next turn.
+    with recursive d (id) as (
+      select j.id from jobs_data.jobs as j where j.id = v_id
+      union all
+      select c.id from d join jobs_data.jobs as c on c.parent_id = d.id where c.parent_id is not null
+    )
+    select array_agg(d.id order by d.id) into v_again from d;
+    exit when v_again = array(select f from unnest(v_family) as f order by f);
+  end loop;
+  with gone as (
+    delete from jobs_data.jobs as j where j.id = any(v_family) returning j.id, j.run_id
+  ), tried as (
+    delete from jobs_data.attempts as a where a.job_id = any(array(select g.id from gone as g))
+  ), runs as (
+    select coalesce(array_agg(distinct g.run_id), '{}') as ids, count(*) as n from gone as g
+  )
+  select r.n, r.ids into v_n, v_again from runs as r;
+  -- The runs' steps, unless another job still has the run (as jobs._prune keeps them).
+  delete from jobs_data.steps as s
+  where s.run_id = any(v_again)
+    and not exists (select from jobs_data.jobs as j where j.id = s.run_id)
+    and not exists (select from jobs_data.jobs as j where j.run_id = s.run_id);
+  return v_n;
+end
+$$;
+
+comment on function jobs.delete(uuid) is
+  'Delete a finished root job now with its family (descendants, attempts, steps), as retention '
+  'would later; answers how many jobs went. Raises not_deletable for a live job, a child or a '
+  'family with a live job';
+
 create function jobs.get_jobs(ids uuid[])
 returns table (id uuid, name text, queue text, state text, attempt int, max_attempts int,
                result jsonb, last_error text, run_at timestamptz, enqueued_at timestamptz,
@@ -5689,18 +5766,18 @@ begin
   perform jobs._grant('jobs.grant_admin', role,
     array['clock', 'error_codes', '_tenants', '_binding', '_bindings', '_binding_array', 'queue_stats',
           'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote',
-          'max_payload_size'], false);
+          'delete', 'max_payload_size'], false);
   v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
   execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
                  'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
-  return format('%I may read the jobs of the tenants %s and cancel, requeue and promote them '
+  return format('%I may read the jobs of the tenants %s and cancel, requeue, promote and delete them '
                 '(tenant admin), from its next connection', role, v_tenants);
 end
 $$;
 
 comment on function jobs.grant_admin(name, text) is
-  'Let a role read the jobs of this tenant (and any it was bound to before) and cancel, requeue '
-  'and promote them, and nothing that acts on every tenant';
+  'Let a role read the jobs of this tenant (and any it was bound to before) and cancel, requeue, '
+  'promote and delete them, and nothing that acts on every tenant';
 
 create function jobs.grant_monitor(role name, tenant text)
 returns text
@@ -5721,7 +5798,7 @@ begin
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
                         'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
-                        'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
+                        'delete', 'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'start_step', 'fail_step', 'get_steps',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',

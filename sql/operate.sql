@@ -1,4 +1,4 @@
--- Operating: jobs.cancel, jobs.requeue, jobs.promote.
+-- Operating: jobs.cancel, jobs.requeue, jobs.promote, jobs.delete.
 --
 -- Each is one UPDATE that moves the job only from the states it accepts; when it moves
 -- nothing, jobs._refuse tells why: no such job (job_not_found), or the state it is in.
@@ -192,3 +192,87 @@ end
 $$;
 comment on function jobs.promote(uuid) is
   'Make a delayed or snoozed job claimable now. Raises not_promotable for any other state';
+
+-- A finished job deleted now, as retention would delete it later: with its family (every
+-- descendant, their attempts and their runs' steps). A child goes only with its root, as in
+-- retention (jobs._prune): a parent's await_children reads its children, so one cannot be taken
+-- from under it. Refused, changing nothing, while the job or any descendant is live.
+--
+-- Locks: the family's rows deepest first (a child's row, then its parent's, the order every
+-- statement that ends or requeues a child keeps), then the family read again: a requeue that
+-- made one live, or a child attached in between, is seen under the locks, and nothing of the
+-- family can change until this transaction ends.
+create function jobs.delete(id uuid)
+returns bigint
+language plpgsql volatile
+as $$
+declare
+  v_id     uuid := $1;
+  v_job    record;
+  v_family uuid[];
+  v_again  uuid[];
+  v_live   uuid;
+  v_n      bigint;
+begin
+  if v_id is null then
+    perform jobs._raise('22004', 'jobs.delete: id must not be NULL', 'pass the id of the finished job to delete');
+  end if;
+  perform jobs._check_tenant_job('jobs.delete', v_id);
+  loop
+    with recursive d (id, depth) as (
+      select j.id, 0 from jobs_data.jobs as j where j.id = v_id
+      union all
+      select c.id, d.depth + 1 from d join jobs_data.jobs as c on c.parent_id = d.id
+      where c.parent_id is not null  -- (jobs_children_idx's predicate)
+    )
+    select array_agg(d.id order by d.depth desc, d.id) into v_family from d;
+    perform from jobs_data.jobs as j where j.id = any(v_family)
+    order by array_position(v_family, j.id) for update;
+    select j.state, j.parent_id into v_job from jobs_data.jobs as j where j.id = v_id;
+    if not found then
+      perform jobs._raise('PJ003', format('jobs.delete: no job has id %s', v_id),
+        'check the id; finished jobs are deleted after their retention period');
+    elsif v_job.state in ('ready', 'delayed', 'running', 'suspended') then
+      perform jobs._raise('PJ009', format('jobs.delete: job %s is %s; only finished jobs can be deleted',
+        v_id, v_job.state), 'cancel it first (jobs.cancel), then delete it');
+    elsif v_job.parent_id is not null then
+      perform jobs._raise('PJ009', format('jobs.delete: job %s is a child of job %s; a child is deleted '
+        'with its root', v_id, v_job.parent_id), 'delete the root of its family: its children go with it');
+    end if;
+    select j.id into v_live from jobs_data.jobs as j
+    where j.id = any(v_family) and j.state in ('ready', 'delayed', 'running', 'suspended')
+    order by j.id limit 1;
+    if v_live is not null then
+      perform jobs._raise('PJ009', format('jobs.delete: job %s of the family of job %s is live', v_live, v_id),
+        'cancel it (jobs.cancel) or let it finish, then delete the family');
+    end if;
+    -- Every row read is finished and locked, so none can take a child now; one attached
+    -- between the read and the locks shows here, and is locked on the next turn.
+    with recursive d (id) as (
+      select j.id from jobs_data.jobs as j where j.id = v_id
+      union all
+      select c.id from d join jobs_data.jobs as c on c.parent_id = d.id where c.parent_id is not null
+    )
+    select array_agg(d.id order by d.id) into v_again from d;
+    exit when v_again = array(select f from unnest(v_family) as f order by f);
+  end loop;
+  with gone as (
+    delete from jobs_data.jobs as j where j.id = any(v_family) returning j.id, j.run_id
+  ), tried as (
+    delete from jobs_data.attempts as a where a.job_id = any(array(select g.id from gone as g))
+  ), runs as (
+    select coalesce(array_agg(distinct g.run_id), '{}') as ids, count(*) as n from gone as g
+  )
+  select r.n, r.ids into v_n, v_again from runs as r;
+  -- The runs' steps, unless another job still has the run (as jobs._prune keeps them).
+  delete from jobs_data.steps as s
+  where s.run_id = any(v_again)
+    and not exists (select from jobs_data.jobs as j where j.id = s.run_id)
+    and not exists (select from jobs_data.jobs as j where j.run_id = s.run_id);
+  return v_n;
+end
+$$;
+comment on function jobs.delete(uuid) is
+  'Delete a finished root job now with its family (descendants, attempts, steps), as retention '
+  'would later; answers how many jobs went. Raises not_deletable for a live job, a child or a '
+  'family with a live job';

@@ -302,8 +302,8 @@ comment on function jobs.grant_monitor(name) is
 -- tenant (as jobs.grant_worker(role, tenant) does) and lets it read its tenants' jobs, attempts,
 -- steps and events (jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps,
 -- jobs.tenant_events: sql/tenant_views.sql), the queues and job types (shared by every tenant:
--- read only), the counts of its tenants' jobs (jobs.queue_stats()), and cancel, requeue and
--- promote its tenants' jobs; any other job is no job to it (job_not_found). It reads no table
+-- read only), the counts of its tenants' jobs (jobs.queue_stats()), and cancel, requeue, promote
+-- and delete its tenants' jobs; any other job is no job to it (job_not_found). It reads no table
 -- and writes none, and gets nothing that acts on every tenant: pausing a queue, the job types'
 -- policies, schedules, the sweep, the grants. Outcome counters are kept per queue for every
 -- tenant, so a bound role reads none (jobs.outcome_stats answers no rows).
@@ -346,17 +346,17 @@ begin
   perform jobs._grant('jobs.grant_admin', role,
     array['clock', 'error_codes', '_tenants', '_binding', '_bindings', '_binding_array', 'queue_stats',
           'outcome_stats', 'get_job', 'get_jobs', 'wait_for_job', 'cancel', 'requeue', 'promote',
-          'max_payload_size'], false);
+          'delete', 'max_payload_size'], false);
   v_tenants := jobs._bind_tenant('jobs.grant_admin', role, tenant);
   execute format('grant select on jobs.tenant_jobs, jobs.tenant_attempts, jobs.tenant_steps, '
                  'jobs.tenant_events, jobs.queues, jobs.job_types to %I', role);
-  return format('%I may read the jobs of the tenants %s and cancel, requeue and promote them '
+  return format('%I may read the jobs of the tenants %s and cancel, requeue, promote and delete them '
                 '(tenant admin), from its next connection', role, v_tenants);
 end
 $$;
 comment on function jobs.grant_admin(name, text) is
-  'Let a role read the jobs of this tenant (and any it was bound to before) and cancel, requeue '
-  'and promote them, and nothing that acts on every tenant';
+  'Let a role read the jobs of this tenant (and any it was bound to before) and cancel, requeue, '
+  'promote and delete them, and nothing that acts on every tenant';
 
 create function jobs.grant_monitor(role name, tenant text)
 returns text
@@ -376,7 +376,7 @@ begin
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
                         'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
-                        'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
+                        'delete', 'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'start_step', 'fail_step', 'get_steps',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',

@@ -13,6 +13,8 @@ pub enum JobError {
     NotRequeueable,
     NotCancellable,
     NotPromotable,
+    /// A delete of a live job, of a child (deleted with its root), or of a family with a live job.
+    NotDeletable,
     InvalidParameterValue,
     NullValueNotAllowed,
     /// An idempotency key taken and freed twice during one enqueue: retry the call.
@@ -27,13 +29,14 @@ pub enum JobError {
 }
 
 impl JobError {
-    pub const ALL: [JobError; 12] = [
+    pub const ALL: [JobError; 13] = [
         JobError::LeaseLost,
         JobError::DuplicateJob,
         JobError::JobNotFound,
         JobError::NotRequeueable,
         JobError::NotCancellable,
         JobError::NotPromotable,
+        JobError::NotDeletable,
         JobError::InvalidParameterValue,
         JobError::NullValueNotAllowed,
         JobError::SerializationFailure,
@@ -50,6 +53,7 @@ impl JobError {
             JobError::NotRequeueable => "not_requeueable",
             JobError::NotCancellable => "not_cancellable",
             JobError::NotPromotable => "not_promotable",
+            JobError::NotDeletable => "not_deletable",
             JobError::InvalidParameterValue => "invalid_parameter_value",
             JobError::NullValueNotAllowed => "null_value_not_allowed",
             JobError::SerializationFailure => "serialization_failure",
@@ -67,6 +71,7 @@ impl JobError {
             JobError::NotRequeueable => "PJ004",
             JobError::NotCancellable => "PJ005",
             JobError::NotPromotable => "PJ006",
+            JobError::NotDeletable => "PJ009",
             JobError::InvalidParameterValue => "22023",
             JobError::NullValueNotAllowed => "22004",
             JobError::SerializationFailure => "40001",
@@ -92,6 +97,9 @@ impl JobError {
                 "only live jobs (ready, delayed, running, suspended) can be cancelled"
             }
             JobError::NotPromotable => "only delayed jobs can be promoted",
+            JobError::NotDeletable => {
+                "only a finished root job whose family is finished can be deleted (jobs.delete)"
+            }
             JobError::InvalidParameterValue => {
                 "a bad argument: empty, out of range, oversized or unknown"
             }

@@ -129,6 +129,27 @@ def test_jobs_filters_and_pages_newest_first(jobs_db):
     assert code == 2 and "possible values" in err
 
 
+@pytest.mark.parametrize("sort, column", [
+    (["--sort", "name", "--asc"], "name"),
+    (["--sort", "queue"], "queue"),
+    (["--sort", "finished"], "extract(epoch from coalesce(finished_at, '-infinity'))"),  # live jobs last
+])
+def test_jobs_sorts_by_a_column_and_pages_on_in_that_order(jobs_db, sort, column):
+    with psycopg.connect(jobs_db) as conn:
+        rows = conn.execute(f"select id::text, {column} from jobs.jobs").fetchall()
+    want = [r[0] for r in sorted(rows, key=lambda r: (r[1], r[0]), reverse="--asc" not in sort)]
+    seen, before = [], []
+    while True:  # pages of 3 keep the order across ties (ids break them) without repeats or gaps
+        page = pgjobs_json(jobs_db, "jobs", "--limit", "3", *sort, *before)
+        seen += [j["id"] for j in page]
+        if len(page) < 3:
+            break
+        before = ["--before", page[-1]["id"]]
+    assert seen == want
+    code, _, err = pgjobs(jobs_db, "jobs", "--sort", "payload")
+    assert code == 2 and "possible values" in err
+
+
 def test_show_has_the_payload_result_attempts_steps_and_children(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("select jobs.enqueue('parent', '{\"n\": 1}', max_attempts => 3)")
@@ -216,6 +237,32 @@ def test_the_engine_refusing_one_job_leaves_the_others_changed_and_says_why(jobs
     assert "PJ004" in out and "it waits to be claimed already" in out  # the engine's refusal and hint
     assert one(jobs_db, "select state::text from jobs.jobs where id = %s", (dead,)) == "ready"
     assert one(jobs_db, "select state::text from jobs.jobs where id = %s", (live,)) == "ready"
+
+
+def test_delete_takes_finished_roots_with_their_families_and_nothing_else(jobs_db):
+    with psycopg.connect(jobs_db, autocommit=True) as conn:
+        conn.execute("""
+            select jobs.enqueue('parent', queue => 'family');
+            create temp table held as select id, claim from jobs.claim('w1', array['family']);
+            select jobs.spawn(h.id, h.claim, '{"name": "kid", "child_key": "a", "queue": "family"}') from held as h;
+            select jobs.complete(h.id, h.claim) from held as h;
+            select jobs.complete(c.id, c.claim) from jobs.claim('w1', array['family']) as c;""")
+        live = conn.execute("select id::text from jobs.jobs where state = 'ready' limit 1").fetchone()[0]
+        kid = conn.execute("select id::text from jobs.jobs where name = 'kid'").fetchone()[0]
+    before = snapshot(jobs_db)
+    listed = pgjobs_json(jobs_db, "delete", "--state", "completed", "--dry-run")["jobs"]
+    assert sorted(j["name"] for j in listed) == ["cleanup", "parent"], "a child goes with its root"
+    assert snapshot(jobs_db) == before
+    code, out, _ = pgjobs(jobs_db, "delete", live, kid)
+    assert code == 1 and "refused 2 job(s)" in out and "PJ009" in out and "deleted with its root" in out
+    assert snapshot(jobs_db) == before, "a refused delete changes nothing"
+    done = pgjobs_json(jobs_db, "delete", "--state", "completed")
+    assert sorted(j["id"] for j in done["deleted"]) == sorted(j["id"] for j in listed) and done["refused"] == []
+    with psycopg.connect(jobs_db) as conn:
+        gone = conn.execute("select count(*) from jobs.jobs where state = 'completed'").fetchone()[0]
+        left = conn.execute("select j::text from jobs.jobs as j order by j.id").fetchall()
+    assert gone == 0, "the child went with its parent"
+    assert left == [row for row in before[0] if "completed" not in row[0]]
 
 
 def test_pause_resume_and_schedules(jobs_db):

@@ -459,6 +459,16 @@ def test_every_page_and_action_in_a_browser(filled, browser):
         second_page = {e.text for e in d.find_elements(By.CSS_SELECTOR, "td.id")}
         assert len(second_page) == 15 and not first_page & second_page
         assert not d.find_elements(By.ID, "older")
+        # Sorted by a column: its heading's link, again for the other way; the filter is kept.
+        d.find_element(By.CSS_SELECTOR, "th a.sort[href*='sort=name']").click()
+        assert d.find_element(By.CSS_SELECTOR, "th[aria-sort]").get_attribute("aria-sort") == "descending"
+        assert d.find_element(By.NAME, "queue").get_attribute("value") == "reports"
+        d.get(base + "/jobs?sort=queue&order=asc")
+        queues = [r.find_elements(By.TAG_NAME, "td")[3].text for r in d.find_elements(By.CSS_SELECTOR, "table.jobs tbody tr")]
+        assert queues == sorted(queues) and len(set(queues)) > 1
+        d.find_element(By.CSS_SELECTOR, "th a.sort[href*='sort=queue']").click()
+        queues = [r.find_elements(By.TAG_NAME, "td")[3].text for r in d.find_elements(By.CSS_SELECTOR, "table.jobs tbody tr")]
+        assert queues == sorted(queues, reverse=True)
 
         # A job's children, as a tree, followed to the grandchild.
         d.get(f"{base}/jobs/{filled['parent']}")
@@ -499,6 +509,14 @@ def test_every_page_and_action_in_a_browser(filled, browser):
         d.find_element(By.CSS_SELECTOR, 'button[value="cancel"]').click()
         assert d.find_element(By.ID, "changed").text == "1"
         assert one(dsn, "select state::text from jobs.jobs where id = %s", (target,)) == "cancelled"
+        # Delete it from its page: a preview first, then gone.
+        d.get(f"{base}/jobs/{target}")
+        d.find_element(By.CSS_SELECTOR, 'button[value="delete"]').click()
+        assert d.find_element(By.ID, "count").text == "1"
+        assert one(dsn, "select count(*) from jobs.jobs where id = %s", (target,)) == 1  # a preview
+        d.find_element(By.ID, "confirm").click()
+        assert d.find_element(By.ID, "changed").text == "1"
+        assert one(dsn, "select count(*) from jobs.jobs where id = %s", (target,)) == 0
         d.get(base + "/schedules")
         shot(d, "schedules")
         d.find_element(By.CSS_SELECTOR, "table button").click()

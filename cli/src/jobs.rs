@@ -1,5 +1,5 @@
 //! Jobs: listed by filter, one job in full, and the bulk actions (`requeue`, `cancel`,
-//! `promote`), each through the `jobs.*` views and functions, so the engine decides and refuses
+//! `promote`, `delete`), each through the `jobs.*` views and functions, so the engine decides and refuses
 //! as it does for any caller. The command line (`pgjobs jobs`, `show`, the actions) prints
 //! what these answer; the dashboard renders it.
 
@@ -17,20 +17,116 @@ const LISTED: &str = "select row_to_json(x) from (
          left(j.payload::text, 121) as payload_preview, left(j.result::text, 121) as result_preview
   from jobs.jobs as j";
 
-/// A page of jobs, newest first (ids are UUIDv7: in enqueue order), older than `before`.
+/// The orders a listing takes: enqueue order (by id: UUIDv7s, and a child's id starts with the
+/// time of its spawn), or by a column; ties by id, so a cursor keeps the order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortBy {
+    #[default]
+    Enqueued,
+    RunAt,
+    Finished,
+    Attempts,
+    Priority,
+    Name,
+    Queue,
+    State,
+}
+
+impl SortBy {
+    pub const ALL: [SortBy; 8] = [
+        SortBy::Enqueued,
+        SortBy::RunAt,
+        SortBy::Finished,
+        SortBy::Attempts,
+        SortBy::Priority,
+        SortBy::Name,
+        SortBy::Queue,
+        SortBy::State,
+    ];
+
+    /// Its name on the command line and in the dashboard's links.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortBy::Enqueued => "enqueued",
+            SortBy::RunAt => "run-at",
+            SortBy::Finished => "finished",
+            SortBy::Attempts => "attempts",
+            SortBy::Priority => "priority",
+            SortBy::Name => "name",
+            SortBy::Queue => "queue",
+            SortBy::State => "state",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SortBy> {
+        SortBy::ALL.into_iter().find(|b| b.name() == s)
+    }
+
+    /// The value sorted on, of the row `t` (never NULL: a live job's finish sorts as the
+    /// earliest, so that the row comparison of the cursor holds for every row).
+    fn expr(self, t: &str) -> String {
+        match self {
+            SortBy::Enqueued => format!("{t}.id"),
+            SortBy::RunAt => format!("{t}.run_at"),
+            SortBy::Finished => format!("coalesce({t}.finished_at, '-infinity'::timestamptz)"),
+            SortBy::Attempts => format!("{t}.attempt"),
+            SortBy::Priority => format!("{t}.priority"),
+            SortBy::Name => format!("{t}.name"),
+            SortBy::Queue => format!("{t}.queue"),
+            SortBy::State => format!("{t}.state"),
+        }
+    }
+}
+
+/// A listing's order: by what, and largest (newest) first unless `ascending`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Order {
+    pub by: SortBy,
+    pub ascending: bool,
+}
+
+/// A page of jobs in the order asked (newest first by default), after the job `before` in that
+/// order. Enqueue order walks the primary key; any other reads every job the filters select and
+/// keeps the page's worth (a top-N sort), so on a large table narrow it by state or queue.
 pub async fn page(
     client: &Client,
     filters: &Filters,
     limit: i64,
     before: Option<&str>,
+    order: Order,
 ) -> Result<Vec<Row>> {
     let mut w = filters.conditions(None);
+    let (cmp, dir) = if order.ascending {
+        (">", "asc")
+    } else {
+        ("<", "desc")
+    };
+    let key = order.by.expr("j");
     if let Some(id) = before {
-        w.add("j.id < $?::text::uuid", Box::new(id.to_string()));
+        if order.by == SortBy::Enqueued {
+            w.add(
+                &format!("j.id {cmp} $?::text::uuid"),
+                Box::new(id.to_string()),
+            );
+        } else {
+            // The cursor is a job: the rows after its (value, id) in this order.
+            w.add(
+                &format!(
+                    "({key}, j.id) {cmp} (select {}, c.id from jobs.jobs as c where c.id = $?::text::uuid)",
+                    order.by.expr("c")
+                ),
+                Box::new(id.to_string()),
+            );
+        }
     }
     let limit_param = w.param(Box::new(limit));
+    let sorted = if order.by == SortBy::Enqueued {
+        format!("j.id {dir}")
+    } else {
+        format!("{key} {dir}, j.id {dir}")
+    };
     let sql = format!(
-        "{LISTED}{} order by j.id desc limit {limit_param}) as x",
+        "{LISTED}{} order by {sorted} limit {limit_param}) as x",
         w.sql()
     );
     output::rows(client, &sql, &w.refs()).await
@@ -75,10 +171,11 @@ pub async fn list(
     filters: &Filters,
     limit: i64,
     before: Option<&str>,
+    order: Order,
     json: bool,
     wide: bool,
 ) -> Result<()> {
-    let rows = page(client, filters, limit, before).await?;
+    let rows = page(client, filters, limit, before, order).await?;
     if json {
         println!("{}", output::json_rows(rows));
     } else {
@@ -269,6 +366,7 @@ pub enum Action {
     Requeue,
     Cancel,
     Promote,
+    Delete,
 }
 
 impl Action {
@@ -277,12 +375,13 @@ impl Action {
             "requeue" => Some(Action::Requeue),
             "cancel" => Some(Action::Cancel),
             "promote" => Some(Action::Promote),
+            "delete" => Some(Action::Delete),
             _ => None,
         }
     }
     pub fn states(self) -> &'static [&'static str] {
         match self {
-            Action::Requeue => &["completed", "failed", "dead", "cancelled"],
+            Action::Requeue | Action::Delete => &["completed", "failed", "dead", "cancelled"],
             Action::Cancel => &["ready", "delayed", "running", "suspended"],
             Action::Promote => &["delayed", "suspended"],
         }
@@ -292,6 +391,7 @@ impl Action {
             Action::Requeue => "requeue",
             Action::Cancel => "cancel",
             Action::Promote => "promote",
+            Action::Delete => "delete",
         }
     }
     pub fn done(self) -> &'static str {
@@ -299,6 +399,7 @@ impl Action {
             Action::Requeue => "requeued",
             Action::Cancel => "cancelled",
             Action::Promote => "promoted",
+            Action::Delete => "deleted",
         }
     }
 }
@@ -345,6 +446,10 @@ pub async fn select(client: &Client, action: Action, s: &Selection<'_>) -> Resul
         // A suspended job waiting for an event or its children is not promotable (jobs.promote).
         w.conditions
             .push("(j.state <> 'suspended' or j.wait_event is null)".into());
+    }
+    if action == Action::Delete && s.ids.is_empty() {
+        // A child goes with its root (jobs.delete), as retention deletes it.
+        w.conditions.push("j.parent_id is null".into());
     }
     let limit = match s.limit {
         Some(n) => format!(" limit {}", w.param(Box::new(n))),
@@ -406,6 +511,11 @@ pub async fn apply(
                     .execute("select jobs.promote($1::text::uuid)", &[&id])
                     .await
             }
+            Action::Delete => {
+                client
+                    .execute("select jobs.delete($1::text::uuid)", &[&id])
+                    .await
+            }
         };
         match called {
             Ok(_) => changed.push(job),
@@ -421,8 +531,8 @@ pub async fn apply(
 }
 
 /// The jobs changed as they are now, read again after the action (the rows selected before
-/// it still say dead for a job requeued, and it may have run since); one gone since (its
-/// retention) is shown as it was selected.
+/// it still say dead for a job requeued, and it may have run since); one gone since (deleted,
+/// or its retention) is shown as it was selected.
 async fn as_now(client: &Client, changed: Vec<Row>) -> Vec<Row> {
     let ids: Vec<String> = changed
         .iter()

@@ -69,16 +69,22 @@ enum Command {
         #[arg(long, requires = "watch")]
         count: Option<u64>,
     },
-    /// List jobs, newest first
+    /// List jobs, newest first (or sorted by a column)
     Jobs {
         #[command(flatten)]
         filters: Filters,
         /// At most this many
         #[arg(long, default_value_t = 50)]
         limit: i64,
-        /// The next page: jobs older than this job id
+        /// The next page: the jobs after this one in the listing's order
         #[arg(long, value_name = "JOB_ID")]
         before: Option<String>,
+        /// Sort by this column (ties by id); enqueue order by default
+        #[arg(long, value_enum, default_value_t = jobs::SortBy::Enqueued)]
+        sort: jobs::SortBy,
+        /// Smallest (oldest) first
+        #[arg(long)]
+        asc: bool,
         /// Every column, whole ids and absolute times (by default: short ids, times relative
         /// to now, a table that fits 120 columns)
         #[arg(long)]
@@ -112,6 +118,12 @@ enum Command {
     },
     /// Make delayed and snoozed jobs ready now
     Promote {
+        #[command(flatten)]
+        bulk: Bulk,
+    },
+    /// Delete finished jobs now, each with its family (children go with their root), as
+    /// retention would later
+    Delete {
         #[command(flatten)]
         bulk: Bulk,
     },
@@ -228,18 +240,33 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             filters,
             limit,
             before,
+            sort,
+            asc,
             wide,
         } => {
-            return jobs::list(&client, filters, *limit, before.as_deref(), json, *wide)
-                .await
-                .map(|_| true)
+            let order = jobs::Order {
+                by: *sort,
+                ascending: *asc,
+            };
+            return jobs::list(
+                &client,
+                filters,
+                *limit,
+                before.as_deref(),
+                order,
+                json,
+                *wide,
+            )
+            .await
+            .map(|_| true);
         }
         Command::Search { text, limit, wide } => {
             let filters = filter::Filters {
                 find: Some(text.clone()),
                 ..Default::default()
             };
-            return jobs::list(&client, &filters, *limit, None, json, *wide)
+            let order = jobs::Order::default();
+            return jobs::list(&client, &filters, *limit, None, order, json, *wide)
                 .await
                 .map(|_| true);
         }
@@ -275,6 +302,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Command::Cancel { bulk: b } => (jobs::Action::Cancel, bulk(b, None)),
         Command::Promote { bulk: b } => (jobs::Action::Promote, bulk(b, None)),
+        Command::Delete { bulk: b } => (jobs::Action::Delete, bulk(b, None)),
     };
     let (ids, filters, all, limit, dry_run, from_step) = args;
     let selection = jobs::Selection {

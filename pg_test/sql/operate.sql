@@ -1,4 +1,4 @@
--- jobs.cancel, jobs.requeue, jobs.promote: what each accepts, and every refusal.
+-- jobs.cancel, jobs.requeue, jobs.promote, jobs.delete: what each accepts, and every refusal.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps;
@@ -68,6 +68,42 @@ select jobs.enqueue('c', id => '00000000-0000-0000-0000-0000000000c4') is not nu
 select jobs.cancel('00000000-0000-0000-0000-0000000000c4');
 select jobs.promote('00000000-0000-0000-0000-0000000000c4');
 select jobs.requeue('00000000-0000-0000-0000-0000000000c4') and jobs.requeue('00000000-0000-0000-0000-0000000000c4');
+
+-- delete: a finished root goes now with its family, their attempts and their runs' steps; a
+-- live job, a child, and a family with a live job are refused (not_deletable), changing nothing.
+truncate jobs_data.jobs, jobs_data.steps, jobs_data.attempts;
+-- A refusal as text, a child's id (version 8, made at the spawn) shown as <child>.
+create function pg_temp.refusal(p_sql text) returns text language plpgsql as $$
+begin
+  execute p_sql;
+  return 'done';
+exception when others then
+  return sqlstate || ': ' || regexp_replace(sqlerrm, '[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f-]{21}', '<child>', 'g');
+end $$;
+select jobs.enqueue('root', id => '00000000-0000-0000-0000-0000000000d1', max_attempts => 2) is not null;
+select id, claim from jobs.claim('w', array['default'], 1) \gset
+select jobs.fail(:'id', :claim, 'first try');
+select jobs.promote(:'id');
+select id, claim from jobs.claim('w', array['default'], 1) \gset
+select jobs.save_step(:'id', :claim, 'a', '1');
+select (jobs.spawn(:'id', :claim, '{"name": "kid", "child_key": "k1"}')).action;
+select jobs.delete(:'id');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.complete(:'id', :claim);
+select pg_temp.refusal(format('select jobs.delete(%L)', :'id'));
+select c.id as kid, c.claim as kid_claim from jobs.claim('w', array['default'], 1) as c \gset
+select jobs.save_step(:'kid', :kid_claim, 'b', '2');
+select jobs.fail(:'kid', :kid_claim, 'kid broke', retryable => false);
+select pg_temp.refusal(format('select jobs.delete(%L)', :'kid'));
+select (select count(*) from jobs.jobs) as jobs, (select count(*) from jobs.steps) as steps,
+       (select count(*) from jobs.attempts) as attempts;
+select jobs.delete(:'id');
+select (select count(*) from jobs.jobs) as jobs, (select count(*) from jobs.steps) as steps,
+       (select count(*) from jobs.attempts) as attempts;
+select jobs.delete(:'id');
+\echo :LAST_ERROR_SQLSTATE
+select jobs.delete(null);
+\echo :LAST_ERROR_SQLSTATE
 
 -- A refusal's CONTEXT names the public function that refused and the caller's own frames,
 -- not the helpers in between (jobs._refuse, jobs._raise).

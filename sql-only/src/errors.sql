@@ -11,6 +11,7 @@ as $$
     ('not_requeueable', 'PJ004', 'only failed, dead, cancelled and completed jobs can be requeued'),
     ('not_cancellable', 'PJ005', 'only live jobs (ready, delayed, running, suspended) can be cancelled'),
     ('not_promotable', 'PJ006', 'only delayed jobs can be promoted'),
+    ('not_deletable', 'PJ009', 'only a finished root job whose family is finished can be deleted (jobs.delete)'),
     ('invalid_parameter_value', '22023', 'a bad argument: empty, out of range, oversized or unknown'),
     ('null_value_not_allowed', '22004', 'NULL where a value is required'),
     ('serialization_failure', '40001', 'an idempotency key was taken and freed twice during one enqueue: retry the call'),

@@ -11,6 +11,7 @@ export const codes = {
   notPromotable: 'PJ006',
   tenantNotAllowed: 'PJ007',
   waitNeedsReadCommitted: 'PJ008',
+  notDeletable: 'PJ009',
   invalidParameterValue: '22023',
   nullValueNotAllowed: '22004',
 } as const;
@@ -60,6 +61,8 @@ export const NotPromotableError = refusal('NotPromotableError', codes.notPromota
 export const TenantNotAllowedError = refusal('TenantNotAllowedError', codes.tenantNotAllowed);
 /** PJ008: a waiting claim inside a REPEATABLE READ or SERIALIZABLE transaction. */
 export const WaitNeedsReadCommittedError = refusal('WaitNeedsReadCommittedError', codes.waitNeedsReadCommitted);
+/** PJ009: only a finished root job whose family is finished can be deleted. */
+export const NotDeletableError = refusal('NotDeletableError', codes.notDeletable);
 /** 3F000 or 42883: the database has no pg_jobs, or an older release than this library calls. */
 export class NotInstalledError extends PgJobsError {
   constructor(message: string, code: string, hint?: string, options?: { cause?: unknown }) {
@@ -77,6 +80,7 @@ const BY_CODE: Record<string, new (message: string, hint?: string, options?: { c
   [codes.notPromotable]: NotPromotableError,
   [codes.tenantNotAllowed]: TenantNotAllowedError,
   [codes.waitNeedsReadCommitted]: WaitNeedsReadCommittedError,
+  [codes.notDeletable]: NotDeletableError,
 };
 
 /** Thrown by a handler: the job fails for good, whatever attempts it has left. */

@@ -5,7 +5,7 @@ export type { JobDefinition, Handler, Policy } from './jobs.js';
 export { enqueue, enqueueMany } from './enqueue.js';
 export type { EnqueueOptions, EnqueueItem, Enqueued } from './enqueue.js';
 export { getJob, getJobs, waitForJob } from './status.js';
-export { cancel, requeue, promote } from './operate.js';
+export { cancel, requeue, promote, deleteJob } from './operate.js';
 export type { JobStatus } from './status.js';
 export { createWorker, Worker } from './worker.js';
 export type { WorkerOptions } from './worker.js';
@@ -14,7 +14,7 @@ export type { OnExhausted, OnSettled, SettledOutcome } from './hooks.js';
 export type { Job, JobContext, ChildJob, ChildResult, StepOptions, BackfillPass, BackfillDone } from './context.js';
 export {
   codes, PgJobsError, LeaseLostError, DuplicateJobError, JobNotFoundError, NotRequeueableError, NotCancellableError,
-  NotPromotableError, TenantNotAllowedError, WaitNeedsReadCommittedError, NotInstalledError, NonRetryableError,
+  NotPromotableError, NotDeletableError, TenantNotAllowedError, WaitNeedsReadCommittedError, NotInstalledError, NonRetryableError,
   RetryAfterError, StepTimeoutError, errorNames,
 } from './errors.js';
 export { jsonLogger, silentLogger, CountingMetrics } from './log.js';

@@ -1,15 +1,15 @@
-// What an application does to one job: jobs.cancel, jobs.requeue and jobs.promote, which a role
+// What an application does to one job: jobs.cancel, jobs.requeue, jobs.promote and jobs.delete, which a role
 // granted jobs.grant_admin (or a tenant admin, for its tenants' jobs) may call. A refusal is the
 // engine's, a PgJobsError under its own code (codes.notCancellable, notRequeueable,
-// notPromotable, jobNotFound), and changes nothing.
+// notPromotable, notDeletable, jobNotFound), and changes nothing.
 
 import type { Queryable } from './db.js';
 import { fromDriver } from './errors.js';
 import * as q from './queries.js';
 
-async function call(db: Queryable, sql: string, values: unknown[]): Promise<void> {
+async function call<R extends object>(db: Queryable, sql: string, values: unknown[]): Promise<R[]> {
   try {
-    await db.query(sql, values);
+    return (await db.query<R>(sql, values)).rows;
   } catch (err) {
     throw fromDriver(err);
   }
@@ -31,4 +31,12 @@ export async function requeue(db: Queryable, id: string, fromStep?: string): Pro
 /** Makes a delayed or snoozed job claimable now. Any other state is refused (codes.notPromotable). */
 export async function promote(db: Queryable, id: string): Promise<void> {
   await call(db, q.PROMOTE, [id]);
+}
+
+/** Deletes a finished job now with its family (every descendant), their attempts and steps, as
+ * retention would later, and answers how many jobs went. A live job, a child (it goes with the
+ * root of its family) and a family with a live job are refused (codes.notDeletable). */
+export async function deleteJob(db: Queryable, id: string): Promise<number> {
+  const rows = await call<{ deleted: string }>(db, q.DELETE, [id]);
+  return Number(rows[0]?.deleted ?? 0);
 }

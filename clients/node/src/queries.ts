@@ -51,3 +51,4 @@ export const WAIT_FOR_JOB = 'select * from jobs.wait_for_job($1::uuid, $2::inter
 export const CANCEL = 'select jobs.cancel($1::uuid)';
 export const REQUEUE = 'select jobs.requeue($1::uuid, $2::text)';
 export const PROMOTE = 'select jobs.promote($1::uuid)';
+export const DELETE = 'select jobs.delete($1::uuid) as deleted';

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 import pg from 'pg';
 import { databaseOfThisFile, dropDatabase } from './database.mjs';
-import { cancel, codes, JobNotFoundError, NotCancellableError, NotInstalledError, NotPromotableError, NotRequeueableError, defineJob, enqueue, enqueueMany, errorNames, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, syncPolicies, waitForJob } from 'pg-jobs';
+import { cancel, codes, deleteJob, JobNotFoundError, NotCancellableError, NotDeletableError, NotInstalledError, NotPromotableError, NotRequeueableError, defineJob, enqueue, enqueueMany, errorNames, getJob, getJobs, PgJobsError, promote, requeue, silentLogger, syncPolicies, waitForJob } from 'pg-jobs';
 import { assertEnqueued, drain } from 'pg-jobs/testing';
 
 let pool;
@@ -77,18 +77,19 @@ test('waitForJob answers once the job has ended, and at its deadline as the job 
   assert.equal(await waitForJob(pool, '00000000-0000-0000-0000-000000000000', 60_000), null);
 });
 
-test('cancel, requeue and promote move a job; a refusal is a PgJobsError and changes nothing', async () => {
+test('cancel, requeue, promote and deleteJob move a job; a refusal is a PgJobsError and changes nothing', async () => {
   const job = defineJob({ name: 'operated', queue: 'operated', handler: () => ({ ok: 1 }) });
   const { id } = await enqueue(pool, job, {}, { runAt: new Date(Date.now() + 3_600_000) });
   const refused = async (call, code) => {
     const before = await getJob(pool, id);
     const classes = { [codes.notRequeueable]: NotRequeueableError, [codes.notPromotable]: NotPromotableError,
-      [codes.notCancellable]: NotCancellableError };
+      [codes.notCancellable]: NotCancellableError, [codes.notDeletable]: NotDeletableError };
     await assert.rejects(call(), (err) => err instanceof classes[code] && err instanceof PgJobsError
       && err.code === code && Boolean(err.hint));
     assert.deepEqual(await getJob(pool, id), before);
   };
   await refused(() => requeue(pool, id), codes.notRequeueable);
+  await refused(() => deleteJob(pool, id), codes.notDeletable);
   await promote(pool, id);
   assert.equal((await getJob(pool, id)).state, 'ready');
   await refused(() => promote(pool, id), codes.notPromotable);
@@ -98,6 +99,8 @@ test('cancel, requeue and promote move a job; a refusal is a PgJobsError and cha
   await requeue(pool, id);
   await drain({ pool, queues: ['operated'], jobs: [job], logger: silentLogger });
   assert.deepEqual([(await getJob(pool, id)).state, (await getJob(pool, id)).attempt], ['completed', 1]);
+  assert.equal(await deleteJob(pool, id), 1);
+  assert.equal(await getJob(pool, id), null);
   await assert.rejects(cancel(pool, '00000000-0000-0000-0000-000000000000'),
     (err) => err instanceof JobNotFoundError && err.code === codes.jobNotFound && err.name === 'JobNotFoundError');
 });

@@ -151,7 +151,7 @@ def test_a_bad_step_timeout_is_refused_before_the_step_starts_and_enqueued_by_is
     assert row is not None and row[0].endswith(" (billing-api)")
 
 
-def test_cancel_requeue_and_promote_move_a_job_and_a_refusal_changes_nothing(dsn: str) -> None:
+def test_cancel_requeue_promote_and_delete_move_a_job_and_a_refusal_changes_nothing(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         made = pg_jobs.enqueue(conn, myapp_jobs.send_email, {"to": "o@example.com"},
                                run_at=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
@@ -163,6 +163,7 @@ def test_cancel_requeue_and_promote_move_a_job_and_a_refusal_changes_nothing(dsn
             assert raised.value.hint and pg_jobs.get_job(conn, made.id) == before
 
         refused(lambda: pg_jobs.requeue(conn, made.id), pg_jobs.NotRequeueable)
+        refused(lambda: pg_jobs.delete_job(conn, made.id), pg_jobs.NotDeletable)
         pg_jobs.promote(conn, made.id)
         refused(lambda: pg_jobs.promote(conn, made.id), pg_jobs.NotPromotable)
         pg_jobs.cancel(conn, made.id)
@@ -179,6 +180,14 @@ def test_cancel_requeue_and_promote_move_a_job_and_a_refusal_changes_nothing(dsn
     with psycopg.connect(dsn) as conn:
         done = pg_jobs.get_job(conn, made.id)
         assert done is not None and (done.state, done.attempt) == ("completed", 1)
+
+    async def delete() -> int:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            return await pg_jobs.delete_job(aconn, made.id)
+
+    assert asyncio.run(delete()) == 1
+    with psycopg.connect(dsn) as conn:
+        assert pg_jobs.get_job(conn, made.id) is None
 
 
 def test_tags_meta_and_run_timeout_reach_the_job_the_handler_and_get_job(dsn: str) -> None:

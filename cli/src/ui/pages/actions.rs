@@ -1,4 +1,4 @@
-//! The actions: cancel, requeue, promote and their bulk forms (a preview first), and a queue's
+//! The actions: cancel, requeue, promote, delete and their bulk forms (a preview first), and a queue's
 //! pause and resume.
 
 use super::*;
@@ -12,7 +12,7 @@ pub async fn act(State(app): State<Arc<App>>, RawForm(body): RawForm) -> Page {
         return failed(
             &app,
             "Refused",
-            anyhow::anyhow!("no such action: requeue, cancel or promote"),
+            anyhow::anyhow!("no such action: requeue, cancel, promote or delete"),
         );
     };
     let by_filter = get(&p, "scope") == "filter";
@@ -45,19 +45,22 @@ pub async fn act(State(app): State<Arc<App>>, RawForm(body): RawForm) -> Page {
         Ok(s) => s,
         Err(e) => return failed(&app, &title, e),
     };
-    if by_filter && get(&p, "confirm") != "1" {
+    // A filter's action, and any delete, shows what it would take first.
+    if (by_filter || action == Action::Delete) && get(&p, "confirm") != "1" {
         let params = filter_params(&f);
         let shown: Vec<Row> = selected.iter().take(100).cloned().collect();
         let body = html! {
             p { "This would " (action.verb()) " " strong #count { (selected.len()) } " job(s)"
-                @if selected.len() > 100 { " (the first 100 below)" } ":" }
-            (job_table(&shown, None))
+                @if selected.len() > 100 { " (the first 100 below)" } ":"
+                @if action == Action::Delete { " each with its children, attempts and steps, for good." } }
+            (job_table(&shown, false, None))
             form.actions method="post" action="/act" {
                 (render::csrf(&app.csrf))
-                input type="hidden" name="scope" value="filter";
+                @if by_filter { input type="hidden" name="scope" value="filter"; }
                 input type="hidden" name="confirm" value="1";
                 input type="hidden" name="action" value=(action.verb());
                 (hidden(&params))
+                @for id in &ids { input type="hidden" name="ids" value=(id); }
                 button #confirm type="submit" { (capitalised(action.verb())) " " (selected.len()) " job(s)" }
                 " " a href=(link("/jobs", &params)) { "back" }
             }
@@ -69,7 +72,7 @@ pub async fn act(State(app): State<Arc<App>>, RawForm(body): RawForm) -> Page {
     let body = html! {
         p.done { (capitalised(action.done())) " " strong #changed { (changed.len()) } " job(s)"
             @if !changed.is_empty() { ", as they are now:" } @else { "." } }
-        (job_table(&changed, None))
+        (job_table(&changed, false, None))
         @if !refused.is_empty() {
             h2 { "Refused by the engine: " (refused.len()) }
             (render::table(&refused, 400, Some(("id", "/jobs/"))))

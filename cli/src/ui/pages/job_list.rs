@@ -9,9 +9,10 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
         Err(e) => return failed(&app, "Jobs", anyhow::anyhow!(e)),
     };
     let before = opt(&p, "before");
+    let order = order_of(&p);
     let (rows, queues) = match app.db().await {
         Ok(db) => (
-            jobs::page(&db, &f, PAGE_SIZE, before.as_deref()).await,
+            jobs::page(&db, &f, PAGE_SIZE, before.as_deref(), order).await,
             // The queue picker's choices; none for a role that may not read them.
             output::rows(&db, QUEUES, &[]).await.unwrap_or_default(),
         ),
@@ -22,11 +23,17 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
         Err(e) => return failed(&app, "Jobs", e),
     };
     let params = filter_params(&f);
+    let sorting = Sorting {
+        order,
+        params: &params,
+    };
+    let mut ordered = params.clone();
+    ordered.extend(order_params(order));
     let older = rows
         .last()
         .filter(|_| rows.len() as i64 == PAGE_SIZE)
         .map(|r| {
-            let mut p = params.clone();
+            let mut p = ordered.clone();
             p.push(("before", render::text(r, "id")));
             link("/jobs", &p)
         });
@@ -46,20 +53,22 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
             label { "tag " input name="tag" value=(f.tags.first().cloned().unwrap_or_default()); }
             @for t in f.tags.iter().skip(1) { input type="hidden" name="tag" value=(t); }
             @if let Some(e) = &f.error { input type="hidden" name="error" value=(e); }
+            (hidden(&order_params(order)))
             button type="submit" { "Filter" }
         }
         @if app.read_only {
-            (job_table(&rows, None))
+            (job_table(&rows, false, Some(&sorting)))
         } @else {
             form #selected method="post" action="/act" {
                 (render::csrf(&app.csrf))
-                (job_table(&rows, Some(())))
+                (job_table(&rows, true, Some(&sorting)))
                 @if !rows.is_empty() {
                     div.actions {
                         "Selected: "
                         button name="action" value="requeue" { "Requeue" }
                         button name="action" value="cancel" { "Cancel" }
                         button name="action" value="promote" { "Promote" }
+                        button name="action" value="delete" { "Delete…" }
                     }
                 }
             }
@@ -72,12 +81,13 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
                     button name="action" value="requeue" { "Requeue…" }
                     button name="action" value="cancel" { "Cancel…" }
                     button name="action" value="promote" { "Promote…" }
+                    button name="action" value="delete" { "Delete…" }
                 }
             }
         }
         nav.pages {
-            @if before.is_some() { a href=(link("/jobs", &params)) { "← newest" } }
-            @if let Some(o) = older { a #older href=(o) { "older →" } }
+            @if before.is_some() { a href=(link("/jobs", &ordered)) { "← first page" } }
+            @if let Some(o) = older { a #older href=(o) { "next page →" } }
         }
     };
     ok(&app, "Jobs", body)
@@ -87,22 +97,75 @@ pub async fn jobs(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Page 
 const QUEUES: &str =
     "select row_to_json(x) from (select q.queue from jobs.queues as q order by q.queue limit 500) as x";
 
-pub(super) fn job_table(rows: &[Row], selectable: Option<()>) -> Markup {
+/// A sortable table's order and the filter its heading links keep.
+pub(super) struct Sorting<'a> {
+    pub order: Order,
+    pub params: &'a [(&'static str, String)],
+}
+
+/// The listing's params for this order (none for the default, enqueue order newest first).
+pub(super) fn order_params(order: Order) -> Vec<(&'static str, String)> {
+    let mut p = Vec::new();
+    if order.by != SortBy::Enqueued {
+        p.push(("sort", order.by.name().to_string()));
+    }
+    if order.ascending {
+        p.push(("order", "asc".to_string()));
+    }
+    p
+}
+
+/// The order a page asks for (`?sort=COLUMN&order=asc`); enqueue order, newest first, else.
+pub(super) fn order_of(pairs: &[(String, String)]) -> Order {
+    Order {
+        by: SortBy::parse(get(pairs, "sort")).unwrap_or_default(),
+        ascending: get(pairs, "order") == "asc",
+    }
+}
+
+/// A column's heading: a link that sorts by it (largest first; again: smallest first), marked
+/// for screen readers when the table is sorted by it.
+fn heading(title: &str, by: SortBy, sorting: Option<&Sorting>) -> Markup {
+    let Some(s) = sorting else {
+        return html! { th { (title) } };
+    };
+    let current = s.order.by == by;
+    let next = Order {
+        by,
+        ascending: current && !s.order.ascending,
+    };
+    let mut p = s.params.to_vec();
+    p.extend(order_params(next));
+    let sort = match (current, s.order.ascending) {
+        (false, _) => None,
+        (true, true) => Some("ascending"),
+        (true, false) => Some("descending"),
+    };
+    html! {
+        th aria-sort=[sort] { a.sort href=(link("/jobs", &p)) { (title)
+            @if let Some(d) = sort { " " span aria-hidden="true" { (if d == "ascending" { "▲" } else { "▼" }) } } } }
+    }
+}
+
+pub(super) fn job_table(rows: &[Row], selectable: bool, sorting: Option<&Sorting>) -> Markup {
     if rows.is_empty() {
         return html! { p.none { "No job matches." } };
     }
     html! {
         div.scroll { table.jobs {
             thead { tr {
-                @if selectable.is_some() { th {} }
-                th { "id" } th { "name" } th { "queue" } th { "state" } th { "attempts" }
-                th { "run at" } th { "finished" } th { "tenant" } th { "payload" } th { "result" } th { "last error" }
+                @if selectable { th {} }
+                (heading("id", SortBy::Enqueued, sorting)) (heading("name", SortBy::Name, sorting))
+                (heading("queue", SortBy::Queue, sorting)) (heading("state", SortBy::State, sorting))
+                (heading("attempts", SortBy::Attempts, sorting)) (heading("run at", SortBy::RunAt, sorting))
+                (heading("finished", SortBy::Finished, sorting))
+                th { "tenant" } th { "payload" } th { "result" } th { "last error" }
             } }
             tbody {
                 @for r in rows {
                     @let id = render::text(r, "id");
                     tr {
-                        @if selectable.is_some() { td { input type="checkbox" name="ids" value=(id) aria-label="select"; } }
+                        @if selectable { td { input type="checkbox" name="ids" value=(id) aria-label="select"; } }
                         td.id { (render::short_id(&id)) }
                         td { (render::text(r, "name")) }
                         td { (render::text(r, "queue")) }

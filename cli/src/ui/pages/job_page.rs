@@ -94,6 +94,9 @@ pub async fn job(
                         (render::csrf(&app.csrf))
                         input type="hidden" name="ids" value=(id);
                         button name="action" value="requeue" { "Requeue" }
+                        @if d.job.get("parent_id").is_none_or(Value::is_null) {
+                            " " button name="action" value="delete" { "Delete…" }
+                        }
                         @if !d.steps.is_empty() {
                             " from step "
                             select name="from_step" {

@@ -3,7 +3,7 @@
 
 use super::{history::History, render, same, App};
 use crate::filter::{Filters, STATES};
-use crate::jobs::{self, Action, Selection};
+use crate::jobs::{self, Action, Order, Selection, SortBy};
 use crate::output::{self, Row};
 use axum::extract::{Path, RawForm, RawQuery, State};
 use axum::http::StatusCode;

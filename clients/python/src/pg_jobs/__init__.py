@@ -7,21 +7,23 @@ durable calls."""
 
 from .context import AsyncContext, Backfill, ChildResult, Context, EventResult, Job
 from .enqueue import Enqueued, enqueue, enqueue_many
-from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, NotCancellable, NotInstalled,
-                     NotPromotable, NotRequeueable, PgJobsError, RetryAfter, StepTimeout, TenantNotAllowed,
+from .errors import (CODES, DuplicateJob, JobNotFound, LeaseLost, NonRetryable, NotCancellable, NotDeletable,
+                     NotInstalled, NotPromotable, NotRequeueable, PgJobsError, RetryAfter, StepTimeout, TenantNotAllowed,
                      WaitNeedsReadCommitted)
 from .hooks import SettledOutcome
 from .jobs import JobDefinition, Policy, job, jobs_in, sync_policies
 from .observe import CountingMetrics, Metrics, Outcome
-from .operate import cancel, promote, requeue
+from .operate import cancel, delete_job, promote, requeue
 from .status import JobStatus, get_job, get_jobs, wait_for_job
 from .worker import Worker
 
 __all__ = [
     "AsyncContext", "Backfill", "ChildResult", "Context", "EventResult", "Job", "Enqueued", "enqueue", "enqueue_many", "CODES",
-    "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotInstalled", "NotPromotable",
+    "DuplicateJob", "JobNotFound", "LeaseLost", "NonRetryable", "NotCancellable", "NotDeletable", "NotInstalled",
+    "NotPromotable",
     "NotRequeueable", "PgJobsError", "RetryAfter", "TenantNotAllowed", "WaitNeedsReadCommitted", "JobDefinition",
     "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker", "JobStatus",
-    "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote", "SettledOutcome", "StepTimeout",
+    "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote", "delete_job", "SettledOutcome",
+    "StepTimeout",
 ]
 __version__ = "0.1.1"

@@ -19,6 +19,7 @@ CODES = {
     "not_promotable": "PJ006",
     "tenant_not_allowed": "PJ007",
     "wait_needs_read_committed": "PJ008",
+    "not_deletable": "PJ009",
 }
 
 
@@ -82,6 +83,12 @@ class WaitNeedsReadCommitted(PgJobsError):
     code = "PJ008"
 
 
+class NotDeletable(PgJobsError):
+    """PJ009: the job is live, is a child (deleted with its root), or a job of its family is live."""
+
+    code = "PJ009"
+
+
 class NotInstalled(PgJobsError):
     """3F000 (no schema jobs) or 42883 (no such function jobs.*): the database has no pg_jobs,
     or an older release than this library calls."""
@@ -96,7 +103,7 @@ INSTALL_HINT = ("CREATE EXTENSION pg_jobs (as a superuser) in this database, or 
 
 _BY_CODE: dict[str, type[PgJobsError]] = {
     cls.code: cls for cls in (LeaseLost, DuplicateJob, JobNotFound, NotRequeueable, NotCancellable,
-                              NotPromotable, TenantNotAllowed, WaitNeedsReadCommitted)
+                              NotPromotable, TenantNotAllowed, WaitNeedsReadCommitted, NotDeletable)
 }
 
 

@@ -1,7 +1,7 @@
-"""What an application does to one job: ``jobs.cancel``, ``jobs.requeue`` and ``jobs.promote``,
+"""What an application does to one job: ``jobs.cancel``, ``jobs.requeue``, ``jobs.promote`` and ``jobs.delete``,
 which a role granted ``jobs.grant_admin`` (or a tenant admin, for its tenants' jobs) may call;
 sync or asyncio. A refusal is the engine's, raised as its class (NotCancellable,
-NotRequeueable, NotPromotable, JobNotFound), and changes nothing."""
+NotRequeueable, NotPromotable, NotDeletable, JobNotFound), and changes nothing."""
 
 from __future__ import annotations
 
@@ -62,3 +62,31 @@ def promote(conn: psycopg.AsyncConnection[Any], id: uuid.UUID | str) -> Coroutin
 def promote(conn: Conn, id: uuid.UUID | str) -> Coroutine[Any, Any, None] | None:
     """Makes a delayed or snoozed job claimable now. Any other state is refused (NotPromotable)."""
     return _call(conn, "select jobs.promote(%s::uuid)", (str(id),))
+
+
+async def _async_count(conn: psycopg.AsyncConnection[Any], sql: str, args: tuple[Any, ...]) -> int:
+    try:
+        row = await (await conn.execute(sql, args)).fetchone()
+    except psycopg.Error as err:
+        raise from_driver(err) from None
+    assert row is not None
+    return int(row[0])
+
+
+@overload
+def delete_job(conn: psycopg.Connection[Any], id: uuid.UUID | str) -> int: ...
+@overload
+def delete_job(conn: psycopg.AsyncConnection[Any], id: uuid.UUID | str) -> Coroutine[Any, Any, int]: ...
+def delete_job(conn: Conn, id: uuid.UUID | str) -> Coroutine[Any, Any, int] | int:
+    """Deletes a finished job now with its family (every descendant), their attempts and steps,
+    as retention would later, and answers how many jobs went. A live job, a child (it goes with
+    the root of its family) and a family with a live job are refused (NotDeletable)."""
+    sql, args = "select jobs.delete(%s::uuid)", (str(id),)
+    if isinstance(conn, psycopg.AsyncConnection):
+        return _async_count(conn, sql, args)
+    try:
+        row = conn.execute(sql, args).fetchone()
+    except psycopg.Error as err:
+        raise from_driver(err) from None
+    assert row is not None
+    return int(row[0])
