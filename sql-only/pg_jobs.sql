@@ -112,7 +112,8 @@ create table jobs_data.jobs (
   run_deadline     timestamptz,   -- enqueue (or requeue) + run_timeout: past it the job is buried
   ordering_key     text,          -- jobs of a queue, tenant and key run one at a time, in order
   fair_group       text,          -- in a fair queue, the group whose turn it waits for (sql/fairness.sql)
-  enqueued_by      text           -- who enqueued it: 'role (label)', or 'job <id>' for a child (jobs._enqueuer)
+  enqueued_by      text,          -- who enqueued it: 'role (label)', or 'job <id>' for a child (jobs._enqueuer)
+  child_key        text           -- jobs.spawn: its key among its parent's children
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -217,7 +218,8 @@ create type jobs.job_spec as (
   meta            jsonb,
   run_timeout     interval,
   ordering_key    text,
-  enqueued_by     text
+  enqueued_by     text,
+  child_key       text  -- jobs.spawn's only: producers' specs may not carry it
 );
 
 create function jobs._raise(p_code text, p_message text, p_hint text)
@@ -1486,7 +1488,7 @@ begin
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
                               tags, meta, run_timeout, run_deadline, ordering_key, fair_group,
-                              enqueued_by)
+                              enqueued_by, child_key)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now or p_parked[s.ordinality] then 'delayed' else 'ready' end::jobs.job_state,
          s.priority,
@@ -1497,7 +1499,7 @@ begin
          nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
          p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
          jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key),
-         jobs._enqueuer(s.enqueued_by, s.parent_id)
+         jobs._enqueuer(s.enqueued_by, s.parent_id), s.child_key
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p
   left join jobs_data.queues as fq on fq.queue = s.queue;  -- (fair queues: sql/fairness.sql)
@@ -1777,7 +1779,7 @@ begin
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
                                   tags, meta, run_timeout, run_deadline, ordering_key, fair_group,
-                                  enqueued_by)
+                                  enqueued_by, child_key)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now or v_parked[o.i] then 'delayed' else 'ready' end::jobs.job_state,
              s.priority,
@@ -1789,7 +1791,7 @@ begin
              nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
              v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
              jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key),
-             jobs._enqueuer(s.enqueued_by, s.parent_id)
+             jobs._enqueuer(s.enqueued_by, s.parent_id), s.child_key
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -1927,7 +1929,7 @@ language plpgsql volatile
 as $$
 declare
   v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
-                                 $14, $15, $16, $17, $18, $19, $20);
+                                 $14, $15, $16, $17, $18, $19, $20, null);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -1995,6 +1997,7 @@ begin
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
                         'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
                         'debounce_max', 'tags', 'meta', 'run_timeout', 'ordering_key', 'enqueued_by')
+      and not (k.key = 'child_key' and p_caller = 'jobs.spawn')  -- (its own: jobs.spawn)
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -2009,7 +2012,7 @@ begin
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
                  r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max, r.tags, r.meta,
-                 r.run_timeout, r.ordering_key, r.enqueued_by)::jobs.job_spec
+                 r.run_timeout, r.ordering_key, r.enqueued_by, r.child_key)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);
@@ -4215,7 +4218,7 @@ begin
   v_id := coalesce((select c.id from jobs_data.jobs as c
                     where c.parent_id = spawn.id and jobs._child_digest(c.id) = jobs._child_digest(v_id)),
                    v_id);
-  v_spec := (spec - 'child_key')
+  v_spec := spec
             || jsonb_build_object('id', v_id,
                                   'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
                                   'close_policy', v_policy);
@@ -4808,7 +4811,7 @@ begin
       case when new.job ? 'tags' and new.job->'tags' <> 'null'
            then array(select jsonb_array_elements_text(new.job->'tags')) end,
       nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval,
-      new.job->>'ordering_key', null)::jobs.job_spec);
+      new.job->>'ordering_key', null, null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '

@@ -264,7 +264,7 @@ begin
   v_id := coalesce((select c.id from jobs_data.jobs as c
                     where c.parent_id = spawn.id and jobs._child_digest(c.id) = jobs._child_digest(v_id)),
                    v_id);
-  v_spec := (spec - 'child_key')
+  v_spec := spec
             || jsonb_build_object('id', v_id,
                                   'tenant_id', v_parent.tenant_id, 'parent_id', spawn.id,
                                   'close_policy', v_policy);

@@ -215,7 +215,7 @@ begin
                               tenant_id, idempotency_key, concurrency_key, payload,
                               enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
                               tags, meta, run_timeout, run_deadline, ordering_key, fair_group,
-                              enqueued_by)
+                              enqueued_by, child_key)
   select p_ids[s.ordinality], p_runs[s.ordinality], s.name, s.queue,
          case when s.run_at > p_now or p_parked[s.ordinality] then 'delayed' else 'ready' end::jobs.job_state,
          s.priority,
@@ -226,7 +226,7 @@ begin
          nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
          p_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
          jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key),
-         jobs._enqueuer(s.enqueued_by, s.parent_id)
+         jobs._enqueuer(s.enqueued_by, s.parent_id), s.child_key
   from unnest(p_specs) with ordinality as s
   cross join lateral jobs._policy(s.name) as p
   left join jobs_data.queues as fq on fq.queue = s.queue;  -- (fair queues: sql/fairness.sql)
@@ -528,7 +528,7 @@ begin
                                   tenant_id, idempotency_key, concurrency_key, payload,
                                   enqueued_at, created_at, updated_at, timeout, parent_id, close_policy,
                                   tags, meta, run_timeout, run_deadline, ordering_key, fair_group,
-                                  enqueued_by)
+                                  enqueued_by, child_key)
       select v_ids[o.i], v_runs[o.i], s.name, s.queue,
              case when s.run_at > v_now or v_parked[o.i] then 'delayed' else 'ready' end::jobs.job_state,
              s.priority,
@@ -540,7 +540,7 @@ begin
              nullif(s.tags, '{}'), s.meta, coalesce(s.run_timeout, p.run_timeout),
              v_now + coalesce(s.run_timeout, p.run_timeout), s.ordering_key,
              jobs._fair_group(fq.fairness, s.tenant_id, s.concurrency_key),
-             jobs._enqueuer(s.enqueued_by, s.parent_id)
+             jobs._enqueuer(s.enqueued_by, s.parent_id), s.child_key
       from unnest(v_pending) as o(i)
       cross join lateral (select (p_specs[o.i]).*) as s
       cross join lateral jobs._policy(s.name) as p
@@ -682,7 +682,7 @@ language plpgsql volatile
 as $$
 declare
   v_spec    jobs.job_spec := row($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, null, $13, null,
-                                 $14, $15, $16, $17, $18, $19, $20);
+                                 $14, $15, $16, $17, $18, $19, $20, null);
   v_problem text[];
   v_now     timestamptz;
   r         jobs.enqueued;
@@ -750,6 +750,7 @@ begin
                         'idempotency_key', 'tenant_id', 'concurrency_key', 'on_conflict',
                         'id', 'run_id', 'timeout', 'parent_id', 'close_policy', 'debounce',
                         'debounce_max', 'tags', 'meta', 'run_timeout', 'ordering_key', 'enqueued_by')
+      and not (k.key = 'child_key' and p_caller = 'jobs.spawn')  -- (its own: jobs.spawn)
     order by e.ord limit 1;
   end if;
   if v_bad is not null then
@@ -764,7 +765,7 @@ begin
                  coalesce(r.priority, 0), r.max_attempts, r.idempotency_key, r.tenant_id,
                  r.concurrency_key, coalesce(r.on_conflict, 'return'), r.id, r.run_id,
                  r.timeout, r.parent_id, r.close_policy, r.debounce, r.debounce_max, r.tags, r.meta,
-                 r.run_timeout, r.ordering_key, r.enqueued_by)::jobs.job_spec
+                 r.run_timeout, r.ordering_key, r.enqueued_by, r.child_key)::jobs.job_spec
       from jsonb_array_elements(specs) with ordinality as e(spec, ord)
       cross join lateral jsonb_populate_record(null::jobs.job_spec, e.spec) as r
       order by e.ord);

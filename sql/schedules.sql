@@ -94,7 +94,7 @@ begin
       case when new.job ? 'tags' and new.job->'tags' <> 'null'
            then array(select jsonb_array_elements_text(new.job->'tags')) end,
       nullif(new.job->'meta', 'null'), (new.job->>'run_timeout')::interval,
-      new.job->>'ordering_key', null)::jobs.job_spec);
+      new.job->>'ordering_key', null, null)::jobs.job_spec);
   exception when data_exception then
     perform jobs._raise('22023', format('%s: the job has a value of the wrong type: %s', v_what,
       sqlerrm), 'priority and max_attempts are integers, timeout and run_timeout intervals, tags an '

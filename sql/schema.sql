@@ -149,7 +149,8 @@ create table jobs_data.jobs (
   run_deadline     timestamptz,   -- enqueue (or requeue) + run_timeout: past it the job is buried
   ordering_key     text,          -- jobs of a queue, tenant and key run one at a time, in order
   fair_group       text,          -- in a fair queue, the group whose turn it waits for (sql/fairness.sql)
-  enqueued_by      text           -- who enqueued it: 'role (label)', or 'job <id>' for a child (jobs._enqueuer)
+  enqueued_by      text,          -- who enqueued it: 'role (label)', or 'job <id>' for a child (jobs._enqueuer)
+  child_key        text           -- jobs.spawn: its key among its parent's children
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -291,7 +292,8 @@ create type jobs.job_spec as (
   meta            jsonb,
   run_timeout     interval,
   ordering_key    text,
-  enqueued_by     text
+  enqueued_by     text,
+  child_key       text  -- jobs.spawn's only: producers' specs may not carry it
 );
 
 -- The one source of time for every lease, run_at, backoff and retention decision is

@@ -730,6 +730,35 @@ def test_the_overview_tells_how_long_each_queues_jobs_waited_to_start(dsn):
     assert waited("idle") == ""
 
 
+def test_a_jobs_page_tells_its_run_as_one_timeline_in_the_order_it_happened(dsn):
+    """A parent that failed once, then ran a step, spawned two children and waits for them: its
+    page's timeline says so in that order, each child with its key and state, and then what
+    it waits for; the children's tree shows their keys."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        parent = str(conn.execute("select (jobs.enqueue('parent', queue => 'tl', max_attempts => 3)).id").fetchone()[0])
+        conn.execute("select jobs.fail(id, claim, 'first try broke') from jobs.claim('w1', array['tl'])")
+        conn.execute("select jobs.promote(%s)", (parent,))
+        claim = conn.execute("select claim from jobs.claim('w2', array['tl'])").fetchone()[0]
+        conn.execute("select jobs.start_step(%s, %s, 'fetch')", (parent, claim))
+        conn.execute("select jobs.save_step(%s, %s, 'fetch', '1')", (parent, claim))
+        for key in ("img-1", "img-2"):
+            conn.execute("select jobs.spawn(%s, %s, jsonb_build_object('name', 'resize', 'child_key', %s::text, "
+                         "'queue', 'tl-kids'))", (parent, claim, key))
+        conn.execute("select jobs.await_children(%s, %s)", (parent, claim))
+    with ui(dsn) as base:
+        status, _, page = request(base, "GET", f"/jobs/{parent}")
+    assert status == 200
+    timeline = re.search(r'<ol class="timeline">(.*?)</ol>', page, re.S).group(1)
+    said = [re.sub(r"<[^>]+>", "", item) for item in re.findall(r"<li>(.*?)</li>", timeline, re.S)]
+    order = ["enqueued by", "attempt 1 claimed by w1", "claimed by w2, then parked", "step fetch",
+             "spawned resize img-1", "spawned resize img-2", "waits for its children"]
+    found = [next((i for i, s in enumerate(said) if o in " ".join(s.split())), None) for o in order]
+    assert None not in found and found == sorted(found), said
+    assert "first try broke" in said[found[1]] and "failed" in said[found[1]]
+    assert all("ready" in said[i] for i in found[4:6])
+    assert re.search(r'<ul class="tree">.*?resize</a> <code>img-1</code>', page, re.S)
+
+
 def test_a_job_types_policy_is_edited_and_a_bad_value_changes_nothing(dsn):
     one(dsn, "insert into jobs.job_types (name, concurrency, timeout) values ('send_email', 5, '1 minute')")
     policy = ("select max_attempts, backoff, concurrency, timeout::text, dead_letter, key_concurrency, when_busy "

@@ -253,12 +253,13 @@ pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result
                   date_trunc('second', j.lease_expires_at) as lease_expires_at,
                   date_trunc('second', j.deadline) as deadline,
                   date_trunc('second', j.finished_at) as finished_at,
+                  date_trunc('second', j.updated_at) as updated_at,
                   date_trunc('millisecond', j.finished_at - j.enqueued_at)::text as run_time,
                   date_trunc('millisecond', case when j.state = 'running' then jobs.clock() - j.claimed_at
                                                  when j.finished_at is not null then j.finished_at - j.claimed_at
                                             end)::text as attempt_time,
                   j.wait_event, j.wait_key, date_trunc('second', j.wait_until) as wait_until,
-                  j.children_live, j.tags, j.ordering_key,
+                  j.child_key, j.children_live, j.tags, j.ordering_key,
                   date_trunc('second', j.run_deadline) as run_deadline,
                   j.last_error, j.meta, {}, {}
            from jobs.jobs as j where j.id = $1::text::uuid) as x",
@@ -288,7 +289,8 @@ pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result
             "select row_to_json(x) from (
            select s.seq, s.step, s.state, s.attempt, date_trunc('second', s.saved_at) as saved_at,
                   date_trunc('second', s.started_at) as started_at,
-                  date_trunc('second', s.finished_at) as finished_at, s.error, {}
+                  date_trunc('second', s.finished_at) as finished_at,
+                  date_trunc('millisecond', s.finished_at - s.started_at)::text as took, s.error, {}
            from jobs.steps as s
            where s.run_id = (select j.run_id from jobs.jobs as j where j.id = $1::text::uuid)
              and s.seq > $3::bigint
@@ -308,17 +310,20 @@ pub async fn detail(client: &Client, id: &str, depth: i32, b: &Bounds) -> Result
     let children = output::rows(
         client,
         "with recursive tree as (
-           (select c.id, c.parent_id, c.name, c.state, c.attempt, c.max_attempts, c.last_error, 1 as depth
+           (select c.id, c.parent_id, c.name, c.child_key, c.enqueued_at, c.state, c.attempt, c.max_attempts,
+                   c.last_error, 1 as depth
             from jobs.jobs as c where c.parent_id = $1::text::uuid
               and ($3::text is null or c.id > $3::text::uuid)
             order by c.id limit least($4::bigint, 500))
            union all
-           select c.id, c.parent_id, c.name, c.state, c.attempt, c.max_attempts, c.last_error, t.depth + 1
+           select c.id, c.parent_id, c.name, c.child_key, c.enqueued_at, c.state, c.attempt, c.max_attempts,
+                  c.last_error, t.depth + 1
            from tree as t join jobs.jobs as c on c.parent_id = t.id
            where t.depth < $2 and c.parent_id is not null)  -- (jobs_children_idx's predicate)
          select row_to_json(x) from (
-           select t.id, t.parent_id, t.name, t.state, t.attempt || '/' || t.max_attempts as attempts,
-                  t.last_error, t.depth
+           select t.id, t.parent_id, t.name, t.child_key as key,
+                  date_trunc('second', t.enqueued_at) as enqueued_at, t.state,
+                  t.attempt || '/' || t.max_attempts as attempts, t.last_error, t.depth
            from tree as t order by t.depth, t.id limit 500) as x",
         &[&id, &depth, &b.children_after, &b.page.saturating_add(1)],
     )

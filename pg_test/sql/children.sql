@@ -162,3 +162,12 @@ select children_live from jobs.jobs where id = :'parent';
 select jobs.fail(:'parent', :parent_claim, 'gave up');
 select state, count(*) from jobs.jobs where queue = 'leaves' group by state;
 select children_live from jobs.jobs where id = :'parent';
+
+-- A child keeps its key (child_key), which only jobs.spawn sets: a producer's spec carrying
+-- one is refused, and nothing of it lands.
+select jobs.enqueue('keeper', queue => 'keys') is not null as enqueued;
+select id as keeper, claim as keeper_claim from jobs.claim('w', array['keys']) \gset
+select (jobs.spawn(:'keeper', :keeper_claim, '{"name": "kept", "child_key": "order-7", "queue": "keys"}')).action;
+select name, child_key from jobs.jobs where parent_id = :'keeper';
+select count(*) from jobs.enqueue_batch('[{"name": "sneak", "child_key": "order-7", "queue": "keys"}]');
+select count(*) from jobs.jobs where name = 'sneak';

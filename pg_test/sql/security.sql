@@ -315,7 +315,7 @@ create temporary table spec_hold (s jobs.job_spec);
 create temporary table state_hold (s jobs.job_state);
 select count(*) as enqueued from jobs.enqueue_batch('[{"name": "typed"}]');
 select (row('typed_row', '{}', 'default', null, 0, null, null, null, null, null, null, null,
-  null, null, null, null, null, null, null, null, null, null)::jobs.job_spec).name as a_value_needs_no_usage;
+  null, null, null, null, null, null, null, null, null, null, null)::jobs.job_spec).name as a_value_needs_no_usage;
 reset role;
 select count(*) as spec_tables from pg_attribute where atttypid = 'jobs.job_spec'::regtype;
 drop owned by pgj_typer;

@@ -5,7 +5,7 @@
 select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'deadline', 'claimed_at', 'parent_id', 'close_policy', 'children_live',
                                       'tags', 'meta', 'run_timeout', 'run_deadline', 'ordering_key', 'fair_group',
-                                      'enqueued_by'])::text as r from jobs.jobs t) as t;
+                                      'enqueued_by', 'child_key'])::text as r from jobs.jobs t) as t;
 -- (every step saved before 0.1.1 is completed; that column is kept in the digest)
 select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['started_at', 'finished_at', 'error']

@@ -69,6 +69,8 @@
 --     jobs.get_steps in sql/steps.sql); only a completed step is a memo. jobs.fail takes a last
 --     argument, timed_out (a step past its timeout). Provenance: jobs.jobs.enqueued_by, set by
 --     every enqueue (jobs._enqueuer), and jobs.enqueue's last argument of the same name.
+-- 33. Operating: jobs.delete (a finished family now; not_deletable, PJ009); a child keeps its
+--     key (jobs.jobs.child_key, set by jobs.spawn only).
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -401,6 +403,9 @@ alter table jobs_data.jobs add column fair_group text;
 -- 32.
 alter table jobs_data.jobs add column enqueued_by text;
 alter type jobs.job_spec add attribute enqueued_by text;
+-- 33.
+alter table jobs_data.jobs add column child_key text;
+alter type jobs.job_spec add attribute child_key text;
 -- @after
 -- 18. A parent's children, found again by their keys (jobs._child_digest is made above).
 create index jobs_children_idx on jobs_data.jobs (parent_id, jobs._child_digest(id))

@@ -1,5 +1,5 @@
-//! A job's page: its fields, payload and result, attempts, steps and children, each a page at a
-//! time; and the downloads of its values whole.
+//! A job's page: its fields, payload and result, its run as a timeline (pages/timeline.rs),
+//! its steps and children, each a page at a time; and the downloads of its values whole.
 
 use super::*;
 
@@ -128,18 +128,8 @@ pub async fn job(
         } }
         h2 { "Payload" } (payload)
         h2 { "Result" } (result)
-        h2 { "Attempts that did not complete" }
-        @if attempts.is_empty() { p.none { "None." } }
-        ol.timeline {
-            @for a in attempts {
-                li {
-                    strong { "attempt " (render::text(a, "attempt")) ": " (render::text(a, "outcome")) }
-                    " · " (render::text(a, "worker")) " · " (render::time(a, "claimed_at")) " → " (render::time(a, "finished_at"))
-                    @if a.get("took").is_some_and(|t| !t.is_null()) { " (" (render::text(a, "took")) ")" }
-                    pre { (render::text(a, "error")) }
-                }
-            }
-        }
+        h2 { "Timeline" }
+        (timeline(&d.job, attempts, steps, &children))
         @if let Some(last) = more_attempts { p { a href={ "/jobs/" (id) "?attempts_after=" (last) } { "later attempts →" } } }
         h2 { "Steps" }
         @if steps.is_empty() { p.none { "None." } }
@@ -217,6 +207,7 @@ pub(super) fn tree(rows: &[Row], root: &str) -> Markup {
                     @let id = render::text(k, "id");
                     li {
                         a href={ "/jobs/" (id) } { (render::text(k, "name")) }
+                        @if let Some(key) = k.get("key").and_then(Value::as_str) { " " code { (key) } }
                         " " span class={ "state " (render::text(k, "state")) } { (render::text(k, "state")) }
                         " " (render::text(k, "attempts"))
                         (level(under, &id))

@@ -22,6 +22,7 @@ mod job_list;
 mod job_page;
 mod overview;
 mod schedules;
+mod timeline;
 mod types;
 mod workers;
 
@@ -32,6 +33,7 @@ pub use job_list::*;
 pub use job_page::*;
 pub use overview::*;
 pub use schedules::*;
+use timeline::*;
 pub use types::*;
 pub use workers::*;
 
