@@ -341,8 +341,9 @@ def lapse(conn, worker):
 
 def test_workers_lists_each_claimer_and_which_are_gone(jobs_db):
     """Three claimers: one whose leases lapsed (gone), one holding a live lease (working), one
-    that only finished a job in the last hour (idle); the gone one first. And the connections
-    that say they are workers (application_name), with their backends."""
+    that only finished a job in the last hour (idle); the gone one first. A worker's connections
+    (the libraries name them `pg-jobs ROLE WORKER_ID`) are its own, with their backends; a worker
+    only connected is listed idle. And the connections that say they are workers'."""
     with psycopg.connect(jobs_db, autocommit=True) as conn:
         conn.execute("select jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'w', 'queue', 'crew')) "
                      "from generate_series(1, 5)))")
@@ -350,16 +351,20 @@ def test_workers_lists_each_claimer_and_which_are_gone(jobs_db):
         conn.execute("select count(*) from jobs.claim('host-b:2', array['crew'], 2, lease => '1 hour')")
         conn.execute("select jobs.complete(id, claim) from jobs.claim('host-c:3', array['crew'], 1)")
         lapse(conn, "host-a:1")
-    with psycopg.connect(jobs_db, application_name="pg-jobs heartbeat") as connected:
-        pid = connected.info.backend_pid
+    with psycopg.connect(jobs_db, application_name="pg-jobs heartbeat host-b:2") as connected, \
+            psycopg.connect(jobs_db, application_name="pg-jobs heartbeat host-d:4") as waiting:
+        pid, other = connected.info.backend_pid, waiting.info.backend_pid
         doc = pgjobs_json(jobs_db, "workers")
         code, out, _ = pgjobs(jobs_db, "workers")
     rows = doc["workers"]
     assert [(c["application_name"], c["connections"], c["backends"]) for c in doc["connections"]] \
-        == [("pg-jobs heartbeat", 1, str(pid))]
-    assert code == 0 and "connected:" in out and "pg-jobs heartbeat" in out
-    seen = {(w["worker"], w["status"], w["held"], w["lapsed"], w["finished_last_hour"]) for w in rows}
-    assert {("host-a:1", "gone", 2, 2, 0), ("host-b:2", "working", 2, 0, 0), ("host-c:3", "idle", 0, 0, 1)} <= seen
+        == [("pg-jobs heartbeat host-b:2", 1, str(pid)), ("pg-jobs heartbeat host-d:4", 1, str(other))]
+    assert code == 0 and "connected:" in out and "pg-jobs heartbeat host-b:2" in out
+    seen = {(w["worker"], w["status"], w["held"], w["lapsed"], w["finished_last_hour"], w["connections"])
+            for w in rows}
+    assert {("host-a:1", "gone", 2, 2, 0, 0), ("host-b:2", "working", 2, 0, 0, 1), ("host-c:3", "idle", 0, 0, 1, 0),
+            ("host-d:4", "idle", 0, 0, 0, 1)} <= seen
+    assert next(w["backends"] for w in rows if w["worker"] == "host-b:2") == str(pid)
     assert rows[0]["status"] == "gone"
     assert "host-a:1" in out and "gone" in out
 

@@ -28,7 +28,7 @@ WORKERS = {
 DEADLINE = 30
 # The heartbeat connection: the examples' own name, or the Node.js library's.
 HEARTBEAT = ("select count(*) from pg_stat_activity"
-             " where application_name in ('pg_jobs heartbeat', 'pg-jobs heartbeat')")
+             " where (application_name = 'pg_jobs heartbeat' or application_name like 'pg-jobs heartbeat %')")
 
 
 def start(kind, dsn, *extra):
@@ -184,7 +184,7 @@ def test_a_killed_heartbeat_connection_is_made_again(example_db, kind):
         wait_for(example_db, HEARTBEAT, 1)
         with psycopg.connect(example_db, autocommit=True) as conn:
             conn.execute("select pg_terminate_backend(pid) from pg_stat_activity"
-                         " where application_name in ('pg_jobs heartbeat', 'pg-jobs heartbeat')")
+                         " where (application_name = 'pg_jobs heartbeat' or application_name like 'pg-jobs heartbeat %')")
         wait_for(example_db, f"select state::text from jobs.jobs where id = '{job_id}'", "completed")
         with psycopg.connect(example_db) as conn:
             assert conn.execute("select attempt from jobs.jobs where id = %s", (job_id,)).fetchone()[0] == 1

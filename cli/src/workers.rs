@@ -7,49 +7,63 @@ use crate::output;
 use anyhow::Result;
 use tokio_postgres::Client;
 
-/// Each claimer: the jobs it holds, the queues it works, its last claim, how long its leases
+/// Each worker: the jobs it holds, the queues it works, its last claim, how long its leases
 /// run (a heartbeat moves them), how many of its jobs lapsed, the jobs it finished in the last
-/// hour, and its status: `working` (a lease not lapsed), `gone` (every lease it holds lapsed: it
-/// stopped heartbeating), `idle` (holds nothing, finished jobs in the last hour). Finished jobs
-/// are read through jobs_finished_idx, once for roots and once for children, within an hour of
-/// now() (a stable function, whose value the planner estimates with: with jobs.clock(), which is
-/// volatile, it guessed a third of a million finished rows and read them all); running ones
-/// through jobs_lease_idx. (Children are `< true`: `= false` is rewritten as a NOT, which no
-/// index condition takes.)
+/// hour, its connections now (the libraries name each `pg-jobs ROLE WORKER_ID`, cut to 63
+/// bytes) and their backends, and its status: `working` (a lease not lapsed), `gone` (every
+/// lease it holds lapsed: it stopped heartbeating), `idle` (holds nothing: finished jobs in the
+/// last hour, or only connected). Finished jobs are read through jobs_finished_idx, once for
+/// roots and once for children, within an hour of now() (a stable function, whose value the
+/// planner estimates with: with jobs.clock(), which is volatile, it guessed a third of a
+/// million finished rows and read them all); running ones through jobs_lease_idx. (Children
+/// are `< true`: `= false` is rewritten as a NOT, which no index condition takes.)
 pub const WORKERS: &str = "select row_to_json(x) from (
-  select s.worker,
-         case when not bool_or(s.held) then 'idle'
-              when max(s.lease_expires_at) filter (where s.held) <= jobs.clock() then 'gone'
-              else 'working' end as status,
-         count(*) filter (where s.held) as held,
-         count(*) filter (where s.held and s.lease_expires_at <= jobs.clock()) as lapsed,
-         string_agg(distinct s.queue, ', ') as queues,
-         date_trunc('second', max(s.claimed_at)) as last_claim,
-         date_trunc('second', max(s.lease_expires_at) filter (where s.held)) as lease_until,
-         count(*) filter (where not s.held) as finished_last_hour
+  select w.*, c.connections, c.backends
   from (
-    select j.claimed_by as worker, j.queue, true as held, j.claimed_at, j.lease_expires_at
-    from jobs.jobs as j where j.state = 'running' and j.lease_scan_at is not null
-    union all
-    select j.claimed_by, j.queue, false, j.claimed_at, null
-    from jobs.jobs as j
-    where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) = true
-      and j.finished_at > now() - interval '1 hour'
-    union all
-    select j.claimed_by, j.queue, false, j.claimed_at, null
-    from jobs.jobs as j
-    where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) < true
-      and j.finished_at > now() - interval '1 hour'
-  ) as s
-  where s.worker is not null
-  group by s.worker) as x
+    select s.worker,
+           case when not bool_or(s.kind = 'held') then 'idle'
+                when max(s.lease_expires_at) filter (where s.kind = 'held') <= jobs.clock() then 'gone'
+                else 'working' end as status,
+           count(*) filter (where s.kind = 'held') as held,
+           count(*) filter (where s.kind = 'held' and s.lease_expires_at <= jobs.clock()) as lapsed,
+           string_agg(distinct s.queue, ', ') as queues,
+           date_trunc('second', max(s.claimed_at)) as last_claim,
+           date_trunc('second', max(s.lease_expires_at) filter (where s.kind = 'held')) as lease_until,
+           count(*) filter (where s.kind = 'finished') as finished_last_hour
+    from (
+      select j.claimed_by as worker, j.queue, 'held' as kind, j.claimed_at, j.lease_expires_at
+      from jobs.jobs as j where j.state = 'running' and j.lease_scan_at is not null
+      union all
+      select j.claimed_by, j.queue, 'finished', j.claimed_at, null
+      from jobs.jobs as j
+      where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) = true
+        and j.finished_at > now() - interval '1 hour'
+      union all
+      select j.claimed_by, j.queue, 'finished', j.claimed_at, null
+      from jobs.jobs as j
+      where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) < true
+        and j.finished_at > now() - interval '1 hour'
+      union all
+      select substr(a.application_name, 19), null, 'connected', null, null
+      from pg_catalog.pg_stat_activity as a
+      where a.datname = current_database() and a.application_name like 'pg-jobs heartbeat %'
+    ) as s
+    where s.worker is not null
+    group by s.worker) as w
+  left join lateral (
+    select count(*) as connections, string_agg(a.pid::text, ', ' order by a.pid) as backends
+    from pg_catalog.pg_stat_activity as a
+    where a.datname = current_database()
+      and a.application_name in (left('pg-jobs worker ' || w.worker, 63),
+                                 left('pg-jobs heartbeat ' || w.worker, 63),
+                                 left('pg-jobs listener ' || w.worker, 63))) as c on true) as x
 order by x.status = 'gone' desc, x.status = 'idle', x.worker";
 
 /// The connections of pg_jobs's workers to this database, by what they say they are
-/// (`application_name`: the libraries' `pg-jobs worker`, `pg-jobs heartbeat` and `pg-jobs
-/// listener`, or a name starting `pg_jobs`) and where from: how many, their backends, how many
-/// run a statement now, the oldest one's start. A role without pg_read_all_stats sees no
-/// address for other roles' connections.
+/// (`application_name`: the libraries' `pg-jobs worker ID`, `pg-jobs heartbeat ID` and
+/// `pg-jobs listener ID`, or a name starting `pg_jobs`) and where from: how many, their
+/// backends, how many run a statement now, the oldest one's start. A role without
+/// pg_read_all_stats sees no address for other roles' connections.
 pub const CONNECTIONS: &str = "select row_to_json(x) from (
   select a.application_name, host(a.client_addr) as client, count(*) as connections,
          string_agg(a.pid::text, ', ' order by a.pid) as backends,

@@ -59,10 +59,10 @@ def test_a_killed_heartbeat_connection_does_not_lose_the_job(db, start_worker):
     job = db.enqueue("sleep", {"ms": 7000})
     start_worker(db, concurrency=1, lease=2)
     db.eventually("select state::text from jobs.jobs where id = %s", "running", args=(job,))
-    db.eventually("select count(*) > 0 from pg_stat_activity where application_name = 'pg-jobs heartbeat' "
+    db.eventually("select count(*) > 0 from pg_stat_activity where application_name like 'pg-jobs heartbeat %' "
                   "and datname = current_database()", True)
     db.execute("select pg_terminate_backend(pid) from pg_stat_activity "
-               "where application_name = 'pg-jobs heartbeat' and datname = current_database()")
+               "where application_name like 'pg-jobs heartbeat %' and datname = current_database()")
     db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,), timeout=30)
     assert db.one("select attempt from jobs.jobs where id = %s", (job,))[0] == 1
 
@@ -391,7 +391,8 @@ def test_a_runs_steps_show_running_and_failed_and_a_step_timeout_fails_the_attem
 def test_who_enqueued_a_job_is_kept_with_it(db, start_worker):
     """25. Provenance: a job the library enqueues from a handler (on the job's transaction) is
     kept as enqueued by the worker's role with the label given (enqueuedBy / enqueued_by), or
-    else its connection's application_name; a spawned child is enqueued by its parent."""
+    else its connection's application_name (`pg-jobs worker WORKER_ID`, cut to 63 bytes); a spawned
+    child is enqueued by its parent."""
     labelled = db.enqueue("enqueue_one", {"by": "billing-api"})
     plain = db.enqueue("enqueue_one")
     parent = db.enqueue("fan_out", {"children": 2})
@@ -400,7 +401,9 @@ def test_who_enqueued_a_job_is_kept_with_it(db, start_worker):
         db.eventually("select state::text from jobs.jobs where id = %s", "completed", args=(job,))
     made = {job: db.one("select result->>'id' from jobs.jobs where id = %s", (job,))[0] for job in (labelled, plain)}
     assert db.one("select enqueued_by from jobs.jobs where id = %s", (made[labelled],))[0] == "postgres (billing-api)"
-    assert db.one("select enqueued_by from jobs.jobs where id = %s", (made[plain],))[0] == "postgres (pg-jobs worker)"
+    worker = db.one("select claimed_by from jobs.jobs where id = %s", (plain,))[0]
+    application = f"pg-jobs worker {worker}".encode()[:63].decode(errors="ignore")
+    assert db.one("select enqueued_by from jobs.jobs where id = %s", (made[plain],))[0] == f"postgres ({application})"
     assert db.all("select distinct enqueued_by from jobs.jobs where parent_id = %s", (parent,)) == [(f"job {parent}",)]
 
 

@@ -36,6 +36,13 @@ export class Backoff {
   }
 }
 
+/** A worker's connection's application_name, `pg-jobs ROLE WORKER_ID`, cut to the 63 bytes
+ * PostgreSQL keeps (it would cut it with a notice): `pgjobs workers` tells by it which worker
+ * each connection is. */
+export function applicationName(role: 'worker' | 'heartbeat' | 'listener', workerId: string): string {
+  return Buffer.from(`pg-jobs ${role} ${workerId}`).subarray(0, 63).toString().replace(/\uFFFD+$/, '');
+}
+
 /** One connection, made on first use and again after it broke. Queries run one at a time. */
 export class OwnConnection {
   private client: pg.Client | null = null;

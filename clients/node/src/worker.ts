@@ -8,7 +8,7 @@
 import os from 'node:os';
 import pg from 'pg';
 import { Attempts } from './attempt.js';
-import { Backoff, OwnConnection, within } from './connection.js';
+import { applicationName, Backoff, OwnConnection, within } from './connection.js';
 import { firstLine, makeGroup, type Group, WorkerCore } from './core.js';
 import { Dispatcher } from './dispatcher.js';
 import { INSTALL_HINT, isConnectionError } from './errors.js';
@@ -101,17 +101,19 @@ export class Worker {
     }
     this.graceMs = options.shutdownGraceMs ?? 10_000;
     this.ownPool = !options.pool;
-    // Each connection says what it is in pg_stat_activity.application_name.
+    // Each connection says what it is, and whose, in pg_stat_activity.application_name.
+    const workerId = options.workerId ?? `${os.hostname()}:${process.pid}`;
     const config = options.pool ? (options.pool as unknown as { options: pg.ClientConfig }).options
       : { connectionString: options.connectionString };
     this.pool = options.pool ?? new pg.Pool({
-      connectionString: options.connectionString, max: this.concurrency, application_name: 'pg-jobs worker',
+      connectionString: options.connectionString, max: this.concurrency,
+      application_name: applicationName('worker', workerId),
     });
     this.pool.on('error', this.ignorePoolError);
-    this.control = new OwnConnection({ ...config, application_name: 'pg-jobs heartbeat' });
+    this.control = new OwnConnection({ ...config, application_name: applicationName('heartbeat', workerId) });
     this.core = new WorkerCore(this.pool, this.control, {
       jobs: options.jobs,
-      workerId: options.workerId ?? `${os.hostname()}:${process.pid}`,
+      workerId,
       leaseMs: options.leaseMs ?? 30_000,
       pollMs: options.pollMs ?? 5_000,
       unknownSnoozeMs: options.unknownSnoozeMs ?? 60_000,
@@ -123,7 +125,7 @@ export class Worker {
       onExhausted: options.onExhausted,
     });
     this.attempts = new Attempts(this.core);
-    this.listener = new OwnConnection({ ...config, application_name: 'pg-jobs listener' }, async (client) => {
+    this.listener = new OwnConnection({ ...config, application_name: applicationName('listener', workerId) }, async (client) => {
       client.on('notification', (n) => this.onCancel(n.payload ?? '*'));
       await client.query('listen pg_jobs_cancel');
       // Jobs cancelled while the listener was away: ask about every held one.

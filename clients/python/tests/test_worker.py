@@ -419,7 +419,7 @@ def test_a_cancel_notice_naming_no_held_job_changes_nothing_and_a_cancel_still_a
         finally:
             reasons.append(ctx.cancel_reason)
 
-    listener = ("select pid from pg_stat_activity where application_name = 'pg-jobs listener' "
+    listener = ("select pid from pg_stat_activity where application_name like 'pg-jobs listener %' "
                 "and query ilike 'listen%'")
 
     async def run() -> None:

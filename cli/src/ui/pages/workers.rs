@@ -15,13 +15,14 @@ pub async fn workers(State(app): State<Arc<App>>) -> Page {
         Err(e) => return failed(&app, "Workers", e),
     };
     let body = html! {
-        p.note { "Read from the jobs: a claim names its worker, a heartbeat moves its lease. Gone: every lease it \
-                  holds lapsed (it stopped heartbeating); a claim on the queue, or the sweep, takes its jobs back." }
-        @if rows.is_empty() { p.none { "No worker holds a job or finished one in the last hour." } }
+        p.note { "Read from the jobs and the connections: a claim names its worker, a heartbeat moves its lease, \
+                  and the libraries name each connection after its worker. Gone: every lease it holds lapsed (it \
+                  stopped heartbeating); a claim on the queue, or the sweep, takes its jobs back." }
+        @if rows.is_empty() { p.none { "No worker holds a job, finished one in the last hour, or is connected." } }
         @else {
             div.scroll { table #workers {
                 thead { tr { th { "worker" } th { "status" } th { "holds" } th { "lapsed" } th { "queues" }
-                    th { "last claim" } th { "leases until" } th { "finished, last hour" } } }
+                    th { "last claim" } th { "leases until" } th { "finished, last hour" } th { "connections" } } }
                 tbody {
                     @for w in &rows {
                         @let status = render::text(w, "status");
@@ -35,6 +36,8 @@ pub async fn workers(State(app): State<Arc<App>>) -> Page {
                             td { (render::time(w, "last_claim")) }
                             td { (render::time(w, "lease_until")) }
                             td.num { (render::text(w, "finished_last_hour")) }
+                            td { (render::text(w, "connections"))
+                                 @if w.get("backends").is_some_and(|b| !b.is_null()) { " (backends " (render::text(w, "backends")) ")" } }
                         }
                     }
                 }

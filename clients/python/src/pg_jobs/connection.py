@@ -149,6 +149,13 @@ async def _close(conn: psycopg.AsyncConnection[Any]) -> None:
         pass
 
 
+def application_name(role: str, worker_id: str) -> str:
+    """A worker's connection's application_name, ``pg-jobs ROLE WORKER_ID``, cut to the 63 bytes
+    PostgreSQL keeps (it would cut it with a notice): ``pgjobs workers`` tells by it which worker
+    each connection is."""
+    return f"pg-jobs {role} {worker_id}".encode()[:63].decode(errors="ignore")
+
+
 class OwnConnection:
     """One connection, made on first use and again after it broke; statements run one at a
     time, each committed at once."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import queries as q
 from .attempt import ABANDON, Attempts
-from .connection import Backoff, OwnConnection, Pool
+from .connection import Backoff, OwnConnection, Pool, application_name
 from .core import Group, WorkerCore
 from .deadlines import Deadlines
 from .dispatcher import Dispatcher
@@ -63,15 +63,17 @@ class Worker:
         self.lease, self.shutdown_grace = lease, shutdown_grace
         self.metrics_port = metrics_port
         log = logger or default_logger
-        self._pool = Pool(dsn, self.concurrency, "pg-jobs worker", prepared_statements)
-        self._control = OwnConnection(dsn, "pg-jobs heartbeat")
-        self._listener = OwnConnection(dsn, "pg-jobs listener", listen="pg_jobs_cancel")
+        worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        # Each connection says what it is, and whose, in pg_stat_activity.application_name.
+        self._pool = Pool(dsn, self.concurrency, application_name("worker", worker_id), prepared_statements)
+        self._control = OwnConnection(dsn, application_name("heartbeat", worker_id))
+        self._listener = OwnConnection(dsn, application_name("listener", worker_id), listen="pg_jobs_cancel")
         #: Whether the claims and settles are prepared statements, kept by the server for each
         #: connection (planned once, not at every call). False behind a transaction-pooling
         #: PgBouncer before 1.21; a worker that meets that turns them off by itself, with a warning.
         self._core = WorkerCore(
             self._pool, self._control, jobs={j.name: j for j in jobs},
-            worker_id=worker_id or f"{socket.gethostname()}:{os.getpid()}", lease=lease, poll=poll,
+            worker_id=worker_id, lease=lease, poll=poll,
             unknown_snooze=unknown_snooze, log=log, metrics=metrics, tracer=tracer, resolve=resolve,
             # after a settle committed: on_settled(job, outcome), on_exhausted(jobs) for the jobs
             # out of attempts (pg_jobs.hooks)
