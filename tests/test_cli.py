@@ -285,6 +285,10 @@ def test_pause_resume_and_schedules(jobs_db):
     rows = pgjobs_json(jobs_db, "schedules")
     assert [(s["name"], s["cron"], s["enabled"]) for s in rows] == [("nightly", "0 3 * * *", True)]
     assert rows[0]["next_slot"]
+    _, out, _ = pgjobs(jobs_db, "schedules")  # a table of 120 columns; --wide has every column
+    assert "in " in out and max(len(line) for line in out.splitlines()) <= 120, out
+    _, wide, _ = pgjobs(jobs_db, "schedules", "--wide")
+    assert "catch_up" in wide and "catch_up" not in out
 
 
 def test_jobs_lists_a_spawned_child_by_its_enqueue_time_and_pages_on_in_that_order(dsn):
@@ -367,6 +371,7 @@ def test_workers_lists_each_claimer_and_which_are_gone(jobs_db):
     assert next(w["backends"] for w in rows if w["worker"] == "host-b:2") == str(pid)
     assert rows[0]["status"] == "gone"
     assert "host-a:1" in out and "gone" in out
+    assert max(len(line) for line in out.splitlines()) <= 120, out
 
 
 #: The characters that reorder the text around them (bidirectional marks, embeddings,

@@ -139,10 +139,18 @@ enum Command {
         mode: String,
     },
     /// The recurring schedules, with their last and next slot
-    Schedules,
+    Schedules {
+        /// Every column, whole, and absolute times (by default: a table that fits 120 columns)
+        #[arg(long)]
+        wide: bool,
+    },
     /// The workers the database has seen: the jobs each holds, its last claim, when its leases
-    /// run out, and which are gone (every lease they hold lapsed)
-    Workers,
+    /// run out, its connections, and which are gone (every lease they hold lapsed)
+    Workers {
+        /// Every column, whole, and absolute times (by default: a table that fits 120 columns)
+        #[arg(long)]
+        wide: bool,
+    },
     /// The web dashboard: queues live, jobs by filter, a job's attempts, steps and children,
     /// dead letters by error, bulk actions, schedules, workers
     Ui {
@@ -284,8 +292,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 .await
                 .map(|_| true)
         }
-        Command::Schedules => return queues::schedules(&client, json).await.map(|_| true),
-        Command::Workers => return workers::workers(&client, json).await.map(|_| true),
+        Command::Schedules { wide } => {
+            return queues::schedules(&client, json, *wide).await.map(|_| true)
+        }
+        Command::Workers { wide } => {
+            return workers::workers(&client, json, *wide).await.map(|_| true)
+        }
         Command::Ui { .. } => unreachable!("served above"),
         Command::Doctor {
             transaction_age,

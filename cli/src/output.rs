@@ -133,6 +133,39 @@ pub fn table(rows: &[Row], width: usize) -> String {
     t.to_string()
 }
 
+/// A column of a narrow table: the row's key and its header; a `Time` shown relative to now.
+pub enum Column<'a> {
+    Text(&'a str, &'a str),
+    Time(&'a str, &'a str),
+}
+
+/// Rows as a terminal of 120 columns shows them: only the columns named, each under its header.
+/// `--wide` shows the rows whole instead.
+pub fn narrow(rows: &[Row], columns: &[Column]) -> Vec<Row> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    rows.iter()
+        .map(|r| {
+            let mut n = Row::new();
+            for c in columns {
+                let (header, value) = match c {
+                    Column::Text(k, h) => (*h, r.get(*k).cloned().unwrap_or(Value::Null)),
+                    Column::Time(k, h) => (
+                        *h,
+                        r.get(*k)
+                            .and_then(Value::as_str)
+                            .and_then(epoch)
+                            .map_or(Value::Null, |t| Value::String(ago(now - t))),
+                    ),
+                };
+                n.insert(header.to_string(), value);
+            }
+            n
+        })
+        .collect()
+}
+
 /// Seconds since 1970 of a time as row_to_json writes a timestamptz
 /// (`2026-12-06T04:31:18.123+00:00`, the offset the session's); None for other text.
 pub fn epoch(t: &str) -> Option<i64> {

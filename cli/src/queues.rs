@@ -38,12 +38,24 @@ pub const SCHEDULES: &str = "select row_to_json(x) from (
          date_trunc('second', s.next_slot) as next_slot, s.last_job_id, s.last_error, s.job
   from jobs.schedules as s order by s.name) as x";
 
-pub async fn schedules(client: &Client, json: bool) -> Result<()> {
+pub async fn schedules(client: &Client, json: bool, wide: bool) -> Result<()> {
+    use output::Column::{Text, Time};
     let rows = output::rows(client, SCHEDULES, &[]).await?;
     if json {
         println!("{}", output::json_rows(rows));
-    } else {
+    } else if wide {
         println!("{}", output::table(&rows, 60));
+    } else {
+        let columns = [
+            Text("name", "name"),
+            Text("cron", "cron"),
+            Text("enabled", "enabled"),
+            Time("last_slot", "last slot"),
+            Time("next_slot", "next slot"),
+            Text("last_error", "last error"),
+            Text("job", "job"),
+        ];
+        println!("{}", output::table(&output::narrow(&rows, &columns), 20));
     }
     Ok(())
 }

@@ -83,7 +83,8 @@ pub const LAPSED: &str = "select row_to_json(x) from (
   where j.state = 'running' and j.lease_scan_at is not null and j.lease_expires_at <= jobs.clock()
   group by j.queue order by j.queue) as x";
 
-pub async fn workers(client: &Client, json: bool) -> Result<()> {
+pub async fn workers(client: &Client, json: bool, wide: bool) -> Result<()> {
+    use output::Column::{Text, Time};
     let rows = output::rows(client, WORKERS, &[]).await?;
     let connections = output::rows(client, CONNECTIONS, &[]).await?;
     if json {
@@ -94,12 +95,41 @@ pub async fn workers(client: &Client, json: bool) -> Result<()> {
     if rows.is_empty() {
         println!("no worker holds a job or finished one in the last hour");
     } else {
-        println!("{}", output::table(&rows, 40));
+        let columns = [
+            Text("worker", "worker"),
+            Text("status", "status"),
+            Text("held", "held"),
+            Text("lapsed", "lapsed"),
+            Text("queues", "queues"),
+            Time("last_claim", "claimed"),
+            Time("lease_until", "until"),
+            Text("finished_last_hour", "done 1h"),
+            Text("connections", "conns"),
+        ];
+        let shown = if wide {
+            rows
+        } else {
+            output::narrow(&rows, &columns)
+        };
+        println!("{}", output::table(&shown, if wide { 60 } else { 24 }));
     }
     if connections.is_empty() {
         println!("no worker is connected (application_name pg-jobs ... or pg_jobs...)");
     } else {
-        println!("connected:\n{}", output::table(&connections, 40));
+        let columns = [
+            Text("application_name", "application_name"),
+            Text("client", "from"),
+            Text("connections", "conns"),
+            Text("active", "active"),
+            Text("backends", "backends"),
+            Time("oldest", "since"),
+        ];
+        let shown = if wide {
+            connections
+        } else {
+            output::narrow(&connections, &columns)
+        };
+        println!("connected:\n{}", output::table(&shown, 40));
     }
     Ok(())
 }
