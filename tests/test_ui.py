@@ -87,8 +87,8 @@ def csrf_of(base, path="/"):
 
 @pytest.fixture
 def filled(dsn):
-    """Queues with hostile names, payloads and errors; 60 ready jobs in 'reports'; a parent with
-    children and a grandchild; two dead jobs of one error; a schedule."""
+    """Queues with hostile names, payloads, errors and a child's key; 60 ready jobs in 'reports';
+    a parent with children and a grandchild; two dead jobs of one error; a schedule."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("select jobs.enqueue('report', jsonb_build_object('n', g), queue => 'reports') "
                      "from generate_series(1, 60) as g")
@@ -100,7 +100,7 @@ def filled(dsn):
             conn.execute("select jobs.fail(id, claim, 'smtp timeout') from jobs.claim('w', array['mail'])")
         conn.execute("select jobs.enqueue('parent', queue => 'tree')")
         parent, claim = conn.execute("select id, claim from jobs.claim('w', array['tree'])").fetchone()
-        for key in ("a", "b"):
+        for key in ("a", HOSTILE):
             conn.execute("select jobs.spawn(%s, %s, jsonb_build_object('name', 'child', 'child_key', %s::text, "
                          "'queue', 'tree-children'))", (parent, claim, key))
         child, child_claim = conn.execute("select id, claim from jobs.claim('w', array['tree-children'])").fetchone()
@@ -273,11 +273,12 @@ def test_hostile_payloads_errors_and_names_are_escaped_everywhere(filled):
     with ui(dsn) as base:
         q = urllib.parse.quote(HOSTILE)
         for path in ("/", "/jobs", f"/jobs?queue={q}", f"/jobs?q={q}", f"/jobs/{job}", "/dead", "/schedules",
-                     "/types", "/workers", f"/jobs/{q}"):
+                     "/types", "/workers", f"/jobs/{q}", f"/jobs/{filled['parent']}"):  # (a child's key)
             _, headers, text = request(base, "GET", path)
             assert "<script>alert" not in text and "<img src=x" not in text, path
             assert "script-src 'self'" in headers["content-security-policy"]
         assert "&lt;script&gt;alert(2)&lt;/script&gt;" in request(base, "GET", f"/jobs/{job}")[2]
+        assert "<code>&quot;&gt;&lt;img" in request(base, "GET", f"/jobs/{filled['parent']}")[2]  # (shown, as text)
         # The live events: the overview's HTML escaped too, and a hostile notification (with the
         # line breaks the protocol cannot carry) does not break the stream.
         host, port = base[len("http://"):].split(":")
