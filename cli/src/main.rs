@@ -5,6 +5,7 @@
 mod connect;
 mod doctor;
 mod filter;
+mod finished;
 mod jobs;
 mod output;
 mod owner;

@@ -3,8 +3,9 @@
 //! worker id into `claimed_by`; a heartbeat moves `lease_expires_at`), the workers' connections,
 //! and the running jobs whose holder's lease lapsed.
 
-use crate::output;
+use crate::{finished, output};
 use anyhow::Result;
+use std::sync::LazyLock;
 use tokio_postgres::Client;
 
 /// Each worker: the jobs it holds, the queues it works, its last claim, how long its leases
@@ -12,12 +13,11 @@ use tokio_postgres::Client;
 /// hour, its connections now (the libraries name each `pg-jobs ROLE WORKER_ID`, cut to 63
 /// bytes) and their backends, and its status: `working` (a lease not lapsed), `gone` (every
 /// lease it holds lapsed: it stopped heartbeating), `idle` (holds nothing: finished jobs in the
-/// last hour, or only connected). Finished jobs are read through jobs_finished_idx, once for
-/// roots and once for children, within an hour of now() (a stable function, whose value the
-/// planner estimates with: with jobs.clock(), which is volatile, it guessed a third of a
-/// million finished rows and read them all); running ones through jobs_lease_idx. (Children
-/// are `< true`: `= false` is rewritten as a NOT, which no index condition takes.)
-pub const WORKERS: &str = "select row_to_json(x) from (
+/// last hour, or only connected). Finished jobs are read as finished::recent reads them;
+/// running ones through jobs_lease_idx.
+pub static WORKERS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "select row_to_json(x) from (
   select w.*, c.connections, c.backends
   from (
     select s.worker,
@@ -34,15 +34,7 @@ pub const WORKERS: &str = "select row_to_json(x) from (
       select j.claimed_by as worker, j.queue, 'held' as kind, j.claimed_at, j.lease_expires_at
       from jobs.jobs as j where j.state = 'running' and j.lease_scan_at is not null
       union all
-      select j.claimed_by, j.queue, 'finished', j.claimed_at, null
-      from jobs.jobs as j
-      where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) = true
-        and j.finished_at > now() - interval '1 hour'
-      union all
-      select j.claimed_by, j.queue, 'finished', j.claimed_at, null
-      from jobs.jobs as j
-      where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) < true
-        and j.finished_at > now() - interval '1 hour'
+      {}
       union all
       select substr(a.application_name, 19), null, 'connected', null, null
       from pg_catalog.pg_stat_activity as a
@@ -57,7 +49,16 @@ pub const WORKERS: &str = "select row_to_json(x) from (
       and a.application_name in (left('pg-jobs worker ' || w.worker, 63),
                                  left('pg-jobs heartbeat ' || w.worker, 63),
                                  left('pg-jobs listener ' || w.worker, 63))) as c on true) as x
-order by x.status = 'gone' desc, x.status = 'idle', x.worker";
+order by x.status = 'gone' desc, x.status = 'idle', x.worker",
+        finished::recent(
+            "j.claimed_by, j.queue, 'finished', j.claimed_at, null::timestamptz",
+            "'completed', 'failed', 'dead'",
+            "1 hour",
+            "",
+            ""
+        )
+    )
+});
 
 /// The connections of pg_jobs's workers to this database, by what they say they are
 /// (`application_name`: the libraries' `pg-jobs worker ID`, `pg-jobs heartbeat ID` and
@@ -85,7 +86,7 @@ pub const LAPSED: &str = "select row_to_json(x) from (
 
 pub async fn workers(client: &Client, json: bool, wide: bool) -> Result<()> {
     use output::Column::{Text, Time};
-    let rows = output::rows(client, WORKERS, &[]).await?;
+    let rows = output::rows(client, &WORKERS, &[]).await?;
     let connections = output::rows(client, CONNECTIONS, &[]).await?;
     if json {
         let doc = serde_json::json!({ "workers": rows, "connections": connections });

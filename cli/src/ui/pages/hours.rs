@@ -1,7 +1,6 @@
 //! The overview's longer chart: completed, and failed or dead, jobs per hour over the last 24
-//! hours or 7 days, counted from the finished rows (jobs_finished_idx, from `now()` back: a
-//! stable function, whose value the planner estimates with), read at most every HOURS_EVERY for
-//! every open page. Retries are not rows: only the last hour's chart, from the outcome
+//! hours or 7 days, counted from the finished rows (as crate::finished::recent reads them),
+//! read at most every HOURS_EVERY for every open page. Retries are not rows: only the last hour's chart, from the outcome
 //! counters, shows them.
 
 use super::*;
@@ -12,22 +11,20 @@ pub(super) const HOURS_EVERY: std::time::Duration = std::time::Duration::from_se
 pub(super) const RANGES: [(u32, &str); 2] = [(24, "24 hours"), (168, "7 days")];
 
 fn per_hour(hours: u32) -> String {
-    let branch = |root: &str| {
-        format!(
-            "select j.state, j.finished_at from jobs.jobs as j
-             where j.state in ('completed', 'failed', 'dead') and (j.parent_id is null) {root}
-               and j.finished_at > now() - interval '{hours} hours'"
-        )
-    };
     format!(
         "select row_to_json(x) from (
            select (extract(epoch from date_trunc('hour', f.finished_at)) / 3600)::bigint as hour,
                   count(*) filter (where f.state = 'completed') as completed,
                   count(*) filter (where f.state <> 'completed') as failed
-           from ({} union all {}) as f
+           from ({}) as f
            group by 1) as x",
-        branch("= true"),
-        branch("< true")
+        crate::finished::recent(
+            "j.state, j.finished_at",
+            "'completed', 'failed', 'dead'",
+            &format!("{hours} hours"),
+            "",
+            ""
+        )
     )
 }
 

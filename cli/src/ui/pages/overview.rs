@@ -27,22 +27,22 @@ pub(super) const FINISHED_EVERY: std::time::Duration = std::time::Duration::from
 
 /// Per queue, how long jobs waited from due (run_at) to their start (the last attempt's claim):
 /// the median over the last 1,000 roots and 1,000 children that completed in the last 5
-/// minutes, each read backwards through jobs_finished_idx from now() (whose value the planner
-/// estimates with). Read with the finished counts, by a role that may read the jobs.
-pub(super) const WAITED: &str = "select row_to_json(x) from (
+/// minutes, each read backwards (as crate::finished::recent reads them). Read with the finished counts, by a role that may read the jobs.
+pub(super) static WAITED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "select row_to_json(x) from (
   select w.queue, percentile_cont(0.5) within group (order by w.waited) as waited
-  from ((select j.queue, greatest(extract(epoch from j.claimed_at - j.run_at), 0) as waited
-         from jobs.jobs as j
-         where j.state = 'completed' and (j.parent_id is null) = true
-           and j.finished_at > now() - interval '5 minutes' and j.claimed_at is not null
-         order by j.finished_at desc limit 1000)
-        union all
-        (select j.queue, greatest(extract(epoch from j.claimed_at - j.run_at), 0)
-         from jobs.jobs as j
-         where j.state = 'completed' and (j.parent_id is null) < true
-           and j.finished_at > now() - interval '5 minutes' and j.claimed_at is not null
-         order by j.finished_at desc limit 1000)) as w
-  group by w.queue) as x";
+  from ({}) as w
+  group by w.queue) as x",
+        crate::finished::recent(
+            "j.queue, greatest(extract(epoch from j.claimed_at - j.run_at), 0) as waited",
+            "'completed'",
+            "5 minutes",
+            " and j.claimed_at is not null",
+            " order by j.finished_at desc limit 1000"
+        )
+    )
+});
 
 pub(super) fn finished_age(app: &App) -> Option<u64> {
     app.finished
@@ -79,7 +79,7 @@ pub(super) async fn finished_counts(
         .into_iter()
         .map(|r| (render::text(&r, "queue"), r))
         .collect();
-    let waited = match output::rows(db, WAITED, &[]).await {
+    let waited = match output::rows(db, &WAITED, &[]).await {
         Err(e) if output::sqlstate(&e) == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Vec::new(),
         other => other?,
     };

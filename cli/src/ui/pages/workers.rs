@@ -5,7 +5,7 @@ use super::*;
 pub async fn workers(State(app): State<Arc<App>>) -> Page {
     let (rows, connections) = match async {
         anyhow::Ok((
-            read(&app, crate::workers::WORKERS).await?,
+            read(&app, &crate::workers::WORKERS).await?,
             read(&app, crate::workers::CONNECTIONS).await?,
         ))
     }
