@@ -166,6 +166,16 @@ pub fn narrow(rows: &[Row], columns: &[Column]) -> Vec<Row> {
         .collect()
 }
 
+/// A table of the rows: with `wide`, every column whole (cut at 60 characters); else only
+/// `columns`, each cell cut at `width` characters.
+pub fn listing(rows: &[Row], wide: bool, columns: &[Column], width: usize) -> String {
+    if wide {
+        table(rows, 60)
+    } else {
+        table(&narrow(rows, columns), width)
+    }
+}
+
 /// Seconds since 1970 of a time as row_to_json writes a timestamptz
 /// (`2026-12-06T04:31:18.123+00:00`, the offset the session's); None for other text.
 pub fn epoch(t: &str) -> Option<i64> {

@@ -41,21 +41,19 @@ pub const SCHEDULES: &str = "select row_to_json(x) from (
 pub async fn schedules(client: &Client, json: bool, wide: bool) -> Result<()> {
     use output::Column::{Text, Time};
     let rows = output::rows(client, SCHEDULES, &[]).await?;
+    let columns = [
+        Text("name", "name"),
+        Text("cron", "cron"),
+        Text("enabled", "enabled"),
+        Time("last_slot", "last slot"),
+        Time("next_slot", "next slot"),
+        Text("last_error", "last error"),
+        Text("job", "job"),
+    ];
     if json {
         println!("{}", output::json_rows(rows));
-    } else if wide {
-        println!("{}", output::table(&rows, 60));
     } else {
-        let columns = [
-            Text("name", "name"),
-            Text("cron", "cron"),
-            Text("enabled", "enabled"),
-            Time("last_slot", "last slot"),
-            Time("next_slot", "next slot"),
-            Text("last_error", "last error"),
-            Text("job", "job"),
-        ];
-        println!("{}", output::table(&output::narrow(&rows, &columns), 20));
+        println!("{}", output::listing(&rows, wide, &columns, 20));
     }
     Ok(())
 }

@@ -107,12 +107,7 @@ pub async fn workers(client: &Client, json: bool, wide: bool) -> Result<()> {
             Text("finished_last_hour", "done 1h"),
             Text("connections", "conns"),
         ];
-        let shown = if wide {
-            rows
-        } else {
-            output::narrow(&rows, &columns)
-        };
-        println!("{}", output::table(&shown, if wide { 60 } else { 24 }));
+        println!("{}", output::listing(&rows, wide, &columns, 24));
     }
     if connections.is_empty() {
         println!("no worker is connected (application_name pg-jobs ... or pg_jobs...)");
@@ -125,12 +120,10 @@ pub async fn workers(client: &Client, json: bool, wide: bool) -> Result<()> {
             Text("backends", "backends"),
             Time("oldest", "since"),
         ];
-        let shown = if wide {
-            connections
-        } else {
-            output::narrow(&connections, &columns)
-        };
-        println!("connected:\n{}", output::table(&shown, 40));
+        println!(
+            "connected:\n{}",
+            output::listing(&connections, wide, &columns, 40)
+        );
     }
     Ok(())
 }
