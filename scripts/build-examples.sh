@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Node.js library (clients/node/dist, for its tests and the conformance suite) and
-# the compiled example workers (Rust and Go) for tests/test_examples.py. The Go worker builds
+# the compiled example workers (Rust and Go) for tests/shipping/test_examples.py. The Go worker builds
 # offline against Debian's lib/pq (GOPATH mode); the Rust one fetches its crates once.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -18,7 +18,7 @@ else
   PG_BIN=/opt/pg_jobs-pg/$PG_MAJOR/bin
 fi
 PG_CONFIG=$PG_BIN/pg_config
-export PG_JOBS_PG_BIN=$PG_BIN  # for the tests from outside (tests/test_failover.py, test_chaos.py)
+export PG_JOBS_PG_BIN=$PG_BIN  # for the tests from outside (tests/server/test_failover.py, test_chaos.py)
 
 # cargo pgrx builds for a release through the pg_config listed for it in pgrx's configuration;
 # lists release N there if it is not yet (the file is pgrx's own, under ~/.pgrx).

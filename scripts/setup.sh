@@ -61,12 +61,12 @@ if [ $demo = 0 ]; then
   packages+=(sudo  # cargo pgrx test --runas
              libssl-dev  # pgjobs (cli/): TLS through OpenSSL
              golang-go golang-github-lib-pq-dev  # the Go example worker, from Debian
-             pgbouncer  # tests/test_pgbouncer.py: the blocking claim through transaction pooling
+             pgbouncer  # tests/server/test_pgbouncer.py: the blocking claim through transaction pooling
              postgresql-15-cron  # sql-only/tests/test_pg_cron.py: the SQL-only edition swept by pg_cron
-             # tests/test_languages.py: docs/LANGUAGES.md's Java, Go, Ruby and Perl programs
+             # tests/shipping/test_languages.py: docs/LANGUAGES.md's Java, Go, Ruby and Perl programs
              default-jdk-headless libpostgresql-jdbc-java golang-github-jackc-pgx-v4-dev ruby-pg libdbd-pg-perl
-             chromium chromium-driver  # tests/test_ui.py: the dashboard in a headless browser (Selenium)
-             openssl)  # tests/test_cli.py: a self-signed certificate for the TLS test
+             chromium chromium-driver  # cli/tests/test_ui.py: the dashboard in a headless browser (Selenium)
+             openssl)  # cli/tests/test_cli.py: a self-signed certificate for the TLS test
 fi
 missing=()
 for p in "${packages[@]}"; do

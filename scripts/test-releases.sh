@@ -9,7 +9,7 @@
 # wake-ups, outcome counters, the relay; the blocking claim and its statement check; durability;
 # vacuum), of replication, of plans, of sizes (TOAST), of families and of hostile roles and
 # tenants (RELEASE_TESTS); on 16 and 17 those of the background worker and of hostile roles
-# (tests/test_sweeper.py, tests/test_security.py).
+# (tests/server/test_sweeper.py, tests/security/test_security.py).
 # The tests of SQL behaviour run on every release as golden files and isolation specs; the
 # clients' (examples, docs, the demo, load, chaos, the model) and the conformance suite, which
 # cannot differ by release, on 15.
@@ -18,12 +18,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-RELEASE_TESTS=(tests/test_sweeper.py tests/test_security.py tests/test_launcher.py
-  tests/test_blocking_claim.py tests/test_wakeups.py tests/test_held_back.py tests/test_relay.py
-  tests/test_outcomes.py tests/test_async_claims.py tests/test_complete_and_claim.py
-  tests/test_failover.py tests/test_plans.py tests/test_tenant_isolation.py tests/test_timeouts.py
-  tests/test_tenant_admin.py tests/test_wait_for_job.py tests/test_bindings.py tests/test_sizes.py
-  tests/test_children.py)
+RELEASE_TESTS=(tests/server/test_sweeper.py tests/security/test_security.py tests/server/test_launcher.py
+  tests/claims/test_blocking_claim.py tests/claims/test_wakeups.py tests/claims/test_held_back.py tests/claims/test_relay.py
+  tests/jobs/test_outcomes.py tests/claims/test_async_claims.py tests/claims/test_complete_and_claim.py
+  tests/server/test_failover.py tests/claims/test_plans.py tests/security/test_tenant_isolation.py tests/jobs/test_timeouts.py
+  tests/security/test_tenant_admin.py tests/jobs/test_wait_for_job.py tests/security/test_bindings.py tests/jobs/test_sizes.py
+  tests/jobs/test_children.py)
 
 # The ports of the tests that start servers of their own, apart from those of the run on 15,
 # so that scripts/test.sh can run both side by side.
@@ -62,7 +62,7 @@ for n in "${releases[@]}"; do
   if [ "$n" = 18 ]; then
     .venv/bin/python -m pytest -q -rA -p no:cacheprovider "${RELEASE_TESTS[@]}"
   else
-    .venv/bin/python -m pytest -q -rA -p no:cacheprovider tests/test_sweeper.py tests/test_security.py
+    .venv/bin/python -m pytest -q -rA -p no:cacheprovider tests/server/test_sweeper.py tests/security/test_security.py
   fi
   bash scripts/cluster.sh stop "$dir"
   rm -rf "$dir"

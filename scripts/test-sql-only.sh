@@ -115,7 +115,7 @@ CONF
   PG_JOBS_EDITION=sql PG_JOBS_SQL_INSTALLER=pgj_installer PGJOBS_TRUST_OWNER=1 \
     PG_JOBS_DSN="host=127.0.0.1 port=$port15 user=postgres dbname=postgres" \
     PG_JOBS_PGBOUNCER_PORT=54486 PG_JOBS_LANGUAGES_PGBOUNCER_PORT=54487 PG_JOBS_UI_PORT=54488 \
-    PG_JOBS_CLI_PORT=54489 .venv/bin/python -m pytest -q -p no:cacheprovider tests
+    PG_JOBS_CLI_PORT=54489 .venv/bin/python -m pytest -q -p no:cacheprovider tests cli/tests
 fi
 echo "-- sql-only/tests/test_pg_cron.py (PostgreSQL 15 with pg_cron)"
 cron_rc=0

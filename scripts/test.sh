@@ -35,20 +35,20 @@ fi
 
 if [ $quick = 1 ]; then
   bash scripts/setup.sh --quick
-  echo "== quick check: pg_regress and isolation specs, then a drain (tests/test_drain.py)"
+  echo "== quick check: pg_regress and isolation specs, then a drain (tests/claims/test_drain.py)"
   bash scripts/test-sql.sh
   dir=$(mktemp -d /tmp/pg_jobs-quick.XXXXXX)
   trap 'bash scripts/cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
   PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-$(free_port 54392)}" tests/cluster.conf)
   export PG_JOBS_DSN
-  .venv/bin/python -m pytest -q tests/test_drain.py
+  .venv/bin/python -m pytest -q tests/claims/test_drain.py
   echo "quick check passed; bash scripts/test.sh runs every test"
   exit 0
 fi
 bash scripts/setup.sh
 
 echo "== cargo fmt, clippy (the extension, pgjobs and the Rust example), pgjobs built for its tests; gofmt, go vet (the Go example); ruff (the Python), mypy (its library); eslint, tsc and typedoc (the Node.js)"
-.venv/bin/python -m ruff check tests examples bench scripts clients sql-only
+.venv/bin/python -m ruff check tests cli/tests examples bench scripts clients sql-only
 (cd examples/node && npx --no-install eslint .)
 (cd clients/node && npx --no-install eslint . && npx --no-install tsc --noEmit -p tsconfig.test.json)
 # The generated API reference (clients/node/docs/api) is current: typedoc writes what is committed.
@@ -57,7 +57,7 @@ echo "== cargo fmt, clippy (the extension, pgjobs and the Rust example), pgjobs 
 cargo fmt --check
 cargo clippy --features "pg15 pg_test" --all-targets -- -D warnings
 cargo clippy --quiet -p pgjobs --all-targets -- -D warnings
-cargo build --quiet -p pgjobs  # target/debug/pgjobs, for tests/test_cli.py
+cargo build --quiet -p pgjobs  # target/debug/pgjobs, for cli/tests/test_cli.py
 cargo test --quiet -p pgjobs
 cargo fmt --check --manifest-path examples/rust/Cargo.toml
 cargo clippy --quiet --release --locked --manifest-path examples/rust/Cargo.toml -- -D warnings
@@ -100,7 +100,7 @@ trap 'kill -- "-$releases_run" "-$sql_only_run" 2>/dev/null || true; bash script
 echo "== tests from outside the server (pytest)"
 PG_JOBS_DSN=$(bash scripts/cluster.sh start "$dir" "${PG_JOBS_E2E_PORT:-54392}" tests/cluster.conf)
 export PG_JOBS_DSN
-.venv/bin/python -m pytest -q -rA tests
+.venv/bin/python -m pytest -q -rA tests cli/tests
 echo "== the libraries (clients/node, clients/python): their tests, and the conformance suite with each"
 echo "   one's worker (Node.js; Python with async and with plain handlers), side by side"
 # Its report (TAP) is long and a failure's account sits where the failing file's tests ran:

@@ -123,7 +123,7 @@ create table jobs_data.jobs (
   autovacuum_analyze_scale_factor = 0.02,
   -- No truncation: a queue's empty tail is refilled seconds later. Truncating it stalled each
   -- vacuum for seconds (it waits for an ACCESS EXCLUSIVE lock the workers keep taking away)
-  -- while dead rows piled up, and the table grew a step at every pass (tests/test_load.py).
+  -- while dead rows piled up, and the table grew a step at every pass (tests/server/test_load.py).
   vacuum_truncate = false
 );
 
@@ -850,7 +850,7 @@ $$;
 
 -- The SQL-only edition's claim tokens and job ids: jobs._next_claim and jobs._uuid_v7 in
 -- PL/pgSQL, with the signatures and guarantees of src/functions/tokens.rs and src/functions/ids.rs (which the
--- extension runs). tests/test_sql_only_ids.py holds them to those guarantees.
+-- extension runs). tests/editions/test_sql_only_ids.py holds them to those guarantees.
 
 -- The token after `previous`: in its high 40 bits the later of the milliseconds since
 -- 2024-01-01 on the server's clock and the previous token's high bits plus one, in its low 23

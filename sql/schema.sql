@@ -160,7 +160,7 @@ create table jobs_data.jobs (
   autovacuum_analyze_scale_factor = 0.02,
   -- No truncation: a queue's empty tail is refilled seconds later. Truncating it stalled each
   -- vacuum for seconds (it waits for an ACCESS EXCLUSIVE lock the workers keep taking away)
-  -- while dead rows piled up, and the table grew a step at every pass (tests/test_load.py).
+  -- while dead rows piled up, and the table grew a step at every pass (tests/server/test_load.py).
   vacuum_truncate = false
 );
 comment on table jobs_data.jobs is 'One row per job; see docs/REFERENCE.md for the life of a row';

@@ -38,7 +38,7 @@ select jobs.enqueue('quick') is not null;
 select jobs.complete(id, claim) from jobs.claim('w');
 select count(*) as attempts from jobs.attempts;
 
--- The rows go with their job (here by retention; tests/test_no_history.py: by a completion
+-- The rows go with their job (here by retention; tests/jobs/test_no_history.py: by a completion
 -- that keeps no history).
 truncate jobs_data.jobs, jobs_data.attempts;
 select jobs.enqueue('flaky') is not null;

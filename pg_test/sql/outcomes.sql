@@ -1,6 +1,6 @@
 -- Outcome counters (jobs.outcome_stats) without shared_preload_libraries = 'pg_jobs', as in
 -- this instance: nothing is counted and the view has no rows, while every settle works as
--- ever. With preload they are tested in tests/test_outcomes.py, with the signals to holders
+-- ever. With preload they are tested in tests/jobs/test_outcomes.py, with the signals to holders
 -- (pg_jobs_cancel, pg_jobs_dead), whose notifications name the sender's pid.
 \set SHOW_CONTEXT never
 truncate jobs_data.jobs, jobs_data.attempts, jobs_data.job_types;

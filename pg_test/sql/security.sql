@@ -1,5 +1,5 @@
 -- Hostile roles, without preload (this instance does not preload pg_jobs; the preloaded
--- cases are in tests/test_security.py). docs/SECURITY.md lists what each part guards.
+-- cases are in tests/security/test_security.py). docs/SECURITY.md lists what each part guards.
 \set VERBOSITY terse
 \set SHOW_CONTEXT never
 truncate jobs_data.jobs, jobs_data.job_types, jobs_data.queues, jobs_data.steps, jobs_data.events;

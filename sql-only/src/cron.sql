@@ -3,7 +3,7 @@
 -- (which the extension runs): the five fields with lists, ranges, steps and names, or a macro;
 -- slots as local wall-clock times turned into instants by PostgreSQL's own zone rules, a time
 -- a spring-forward skips becoming the instant after the gap and one a fall-back repeats one
--- instant. tests/test_sql_only_cron.py holds the two to the same answers.
+-- instant. tests/editions/test_sql_only_cron.py holds the two to the same answers.
 
 -- An expression parsed: the bits of each field (bit n: value n), or what is wrong with it.
 create type jobs._cron_parsed as (

@@ -1,6 +1,6 @@
 -- The SQL-only edition's claim tokens and job ids: jobs._next_claim and jobs._uuid_v7 in
 -- PL/pgSQL, with the signatures and guarantees of src/functions/tokens.rs and src/functions/ids.rs (which the
--- extension runs). tests/test_sql_only_ids.py holds them to those guarantees.
+-- extension runs). tests/editions/test_sql_only_ids.py holds them to those guarantees.
 
 -- The token after `previous`: in its high 40 bits the later of the milliseconds since
 -- 2024-01-01 on the server's clock and the previous token's high bits plus one, in its low 23

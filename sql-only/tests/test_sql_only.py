@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+for folder in (ROOT / "tests", ROOT / "tests" / "server", ROOT / "tests" / "security", ROOT / "cli" / "tests"):
+    sys.path.insert(0, str(folder))
 from test_cli import pgjobs_json  # noqa: E402
 from test_security import PLANTS  # noqa: E402
 
@@ -138,7 +139,7 @@ def test_a_stranger_calls_nothing(db):
 
 
 def plant_recorder(conn, schema):
-    """As mallory: in `schema`, the operators and functions of tests/test_security.py's PLANTS
+    """As mallory: in `schema`, the operators and functions of tests/security/test_security.py's PLANTS
     on types a worker may use (pg_jobs's own types are not granted), each recording who ran it
     (whoever it is: the owner need not be a superuser to be worth impersonating)."""
     conn.execute(f"create function {schema}.seen() returns void language sql as "

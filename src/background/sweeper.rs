@@ -26,7 +26,7 @@ use std::time::Instant;
 
 const NAME: &str = "pg_jobs sweeper";
 /// Rows each sweep task may handle in one pass (one transaction). 5000 lets retention keep up
-/// with about 10k completed jobs a second on 2 cores (tests/test_load.py); 1000 did not.
+/// with about 10k completed jobs a second on 2 cores (tests/server/test_load.py); 1000 did not.
 const BATCH: i32 = 5000;
 
 /// What a pass found.

@@ -6,7 +6,7 @@ import re
 import socket
 import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 PORT = int(os.environ.get("PG_JOBS_DEMO_PORT", "54414"))

@@ -14,7 +14,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NODE = ROOT / "clients" / "node"
 PYTHON = ROOT / "clients" / "python"
 

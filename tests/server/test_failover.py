@@ -14,7 +14,7 @@ import uuid
 
 import psycopg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin")  # the release under test (scripts/lib.sh)
 PRIMARY = int(os.environ.get("PG_JOBS_FAILOVER_PORT", "54396"))  # and the standby on the next port
 STANDBY = PRIMARY + 1

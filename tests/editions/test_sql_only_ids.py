@@ -17,7 +17,7 @@ import pytest
 # (held beside the extension's functions, in one database)
 pytestmark = pytest.mark.library
 
-SOURCE = pathlib.Path(__file__).resolve().parent.parent / "sql-only" / "src" / "ids.sql"
+SOURCE = pathlib.Path(__file__).resolve().parents[2] / "sql-only" / "src" / "ids.sql"
 LOW = 1 << 23
 
 

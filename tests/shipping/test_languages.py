@@ -9,7 +9,7 @@ statement the first left there makes the second fail (checked: asyncpg without
 Toolchains: the Python programs run in the test venv (psycopg, asyncpg, SQLAlchemy); node with
 the Node.js library's node_modules (pg); Debian's Java 17 with its pgjdbc, Go 1.19 with its
 pgx v4 (GOPATH=/usr/share/gocode), Ruby's pg and Perl's DBD::Pg; the Rust ones in the crate
-tests/languages/rust (tokio-postgres, sqlx), built once into target/languages.
+tests/shipping/languages/rust (tokio-postgres, sqlx), built once into target/languages.
 """
 
 import os
@@ -22,10 +22,10 @@ import psycopg
 import pytest
 from clusters import database, pgbouncer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs/LANGUAGES.md")
 PORT = int(os.environ.get("PG_JOBS_LANGUAGES_PGBOUNCER_PORT", "54428"))
-RUST = os.path.join(ROOT, "tests/languages/rust")
+RUST = os.path.join(ROOT, "tests/shipping/languages/rust")
 RUST_TARGET = os.path.join(ROOT, "target/languages")
 
 
@@ -43,7 +43,7 @@ PROGRAMS, EXPECTED = programs()
 
 @pytest.fixture(scope="module")
 def rust_binaries():
-    """The document's Rust programs built in a copy of tests/languages/rust: {driver: path}."""
+    """The document's Rust programs built in a copy of tests/shipping/languages/rust: {driver: path}."""
     rust = {d: body for d, (lang, body) in PROGRAMS.items() if lang == "rust"}
     crate = tempfile.mkdtemp(prefix="pg_jobs-languages-rust.")
     try:

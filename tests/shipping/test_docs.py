@@ -23,7 +23,7 @@ How a block is marked, in its info string (GitHub shows the first word as the la
                                steps on managed services (docs/managed/); those of
                                docs/EDITIONS.md are run by sql-only/tests/test_pg_cron.py
     ```python program asyncpg  a whole program of docs/LANGUAGES.md, run by
-                               tests/test_languages.py (as are its other languages' blocks)
+                               tests/shipping/test_languages.py (as are its other languages' blocks)
 
 The libraries' READMEs are checked for marks here; their quick starts (`python run`, and the
 Node.js one's `js` blocks) are run by the libraries' own tests.
@@ -42,7 +42,7 @@ import tempfile
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PORT = int(os.environ.get("PG_JOBS_DOCS_PORT", "54417"))
 PSQL = os.path.join(os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin"), "psql")
 PYTHON = os.path.join(ROOT, ".venv/bin/python")
@@ -203,7 +203,7 @@ def test_every_runnable_block_is_marked():
 
 
 if __name__ == "__main__":
-    # python tests/test_docs.py FILE: runs FILE's blocks and prints each one's output.
+    # python tests/shipping/test_docs.py FILE: runs FILE's blocks and prints each one's output.
     import sys
 
     run_document(sys.argv[1], show=True)

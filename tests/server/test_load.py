@@ -26,7 +26,7 @@ import time
 
 import psycopg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PORT = int(os.environ.get("PG_JOBS_LOAD_PORT", "54399"))
 DATA = f"/tmp/pg_jobs-load-{PORT}"
 JOBS = int(os.environ.get("PG_JOBS_LOAD_JOBS", "1000000"))

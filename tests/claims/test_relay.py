@@ -3,7 +3,7 @@ transaction sends no NOTIFY; the database's sweeper sends it, from its own trans
 application's commit takes no notification lock.
 
 The relay needs a sweeper in the database: the tests run on the launcher's cluster, where every
-database is swept (tests/test_launcher.py), except the fallback test, which runs on the shared
+database is swept (tests/server/test_launcher.py), except the fallback test, which runs on the shared
 cluster, whose per-test databases have none. Each test says how it was checked to fail without
 its guard.
 """

@@ -259,7 +259,7 @@ def test_every_source_of_work_wakes_a_waiting_claim(dsn, source):
 def test_a_shutdown_during_a_wait_ends_it_and_leaves_nothing_claimed():
     """A fast shutdown while a claim waits ends the wait at once (the claim's connection is
     terminated), and after the restart nothing is claimed or locked."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     cluster = os.path.join(root, "scripts/cluster.sh")
     scratch = tempfile.mkdtemp(prefix="pg_jobs-shutdown.")  # the postgres user must reach it
     os.chmod(scratch, 0o777)

@@ -15,7 +15,7 @@ import polling
 from clusters import own_cluster
 from polling import one
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PORT = int(os.environ.get("PG_JOBS_LAUNCHER_PORT", "54415"))
 DEADLINE = 30  # seconds; well under the launcher's 60 s look at databases without pg_jobs
 

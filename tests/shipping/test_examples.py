@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from polling import ASLEEP
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKERS = {
     "python": [sys.executable, os.path.join(ROOT, "examples/python/worker.py")],
     "node": ["node", os.path.join(ROOT, "examples/node/worker.js")],

@@ -13,7 +13,7 @@ import pytest
 # (held beside the extension's functions, in one database)
 pytestmark = pytest.mark.library
 
-SOURCES = pathlib.Path(__file__).resolve().parent.parent / "sql-only" / "src"
+SOURCES = pathlib.Path(__file__).resolve().parents[2] / "sql-only" / "src"
 
 
 @pytest.fixture

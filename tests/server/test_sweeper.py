@@ -1,7 +1,7 @@
 """The background worker, against a cluster with shared_preload_libraries = 'pg_jobs'.
 
 The cluster's worker sweeps only the database `postgres` (pg_jobs.database_name, set in
-tests/cluster.conf), so these tests use that database; tests/test_launcher.py has the launcher
+tests/cluster.conf), so these tests use that database; tests/server/test_launcher.py has the launcher
 and many databases. Every wait polls with a deadline; none sleeps a fixed time to hope.
 """
 

@@ -20,7 +20,7 @@ import pytest
 
 from polling import eventually
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAN_OUT = [sys.executable, os.path.join(ROOT, "examples/python/fan_out.py")]
 DEADLINE = 60
 

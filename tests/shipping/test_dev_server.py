@@ -10,7 +10,7 @@ import tempfile
 
 import psycopg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PORT = os.environ.get("PG_JOBS_DEV_TEST_PORT", "54434")
 
 

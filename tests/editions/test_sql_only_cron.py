@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 # (held beside the extension's functions, in one database)
 pytestmark = pytest.mark.library
 
-SOURCE = pathlib.Path(__file__).resolve().parent.parent / "sql-only" / "src" / "cron.sql"
+SOURCE = pathlib.Path(__file__).resolve().parents[2] / "sql-only" / "src" / "cron.sql"
 ZONES = ["UTC", "America/New_York", "Europe/London", "Australia/Lord_Howe", "Antarctica/Troll",
          "Asia/Kolkata", "Pacific/Chatham", "America/Santiago"]
 EXPRESSIONS = [

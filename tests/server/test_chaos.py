@@ -19,7 +19,7 @@ import time
 
 import psycopg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOBS = 3000
 WORKERS = 8
 LEASE = 0.5  # seconds
