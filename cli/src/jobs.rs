@@ -132,40 +132,6 @@ pub async fn page(
     output::rows(client, &sql, &w.refs()).await
 }
 
-/// The list as a terminal of 120 columns shows it: an id's last 8 characters (a UUIDv7's first
-/// ones are its time, the same on every row of a minute), and one time, relative to now: when
-/// it finished, else when it runs. `--wide` shows the rows whole.
-fn narrow(rows: &[Row]) -> Vec<Row> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    rows.iter()
-        .map(|r| {
-            let text = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
-            let id = text("id");
-            let when = [text("finished_at"), text("run_at")]
-                .into_iter()
-                .find(|t| !t.is_empty())
-                .and_then(output::epoch)
-                .map(|t| output::ago(now - t));
-            let mut n = Row::new();
-            n.insert(
-                "id".into(),
-                json!(id.get(id.len().saturating_sub(8)..).unwrap_or(id)),
-            );
-            for k in ["name", "queue", "state", "attempts"] {
-                n.insert(k.into(), r.get(k).cloned().unwrap_or(Value::Null));
-            }
-            n.insert("when".into(), when.map_or(Value::Null, Value::String));
-            n.insert(
-                "last_error".into(),
-                r.get("last_error").cloned().unwrap_or(Value::Null),
-            );
-            n
-        })
-        .collect()
-}
-
 pub async fn list(
     client: &Client,
     filters: &Filters,
@@ -179,8 +145,19 @@ pub async fn list(
     if json {
         println!("{}", output::json_rows(rows));
     } else {
-        let shown = if wide { rows.clone() } else { narrow(&rows) };
-        println!("{}", output::table(&shown, if wide { 60 } else { 26 }));
+        // A terminal of 120 columns: short ids, and one time relative to now (when it
+        // finished, else when it runs); `--wide` shows the rows whole.
+        use output::Column::{Id, Text, Time};
+        let columns = [
+            Id("id", "id"),
+            Text("name", "name"),
+            Text("queue", "queue"),
+            Text("state", "state"),
+            Text("attempts", "attempts"),
+            Time(&["finished_at", "run_at"], "when"),
+            Text("last_error", "last_error"),
+        ];
+        println!("{}", output::listing(&rows, wide, &columns, 26));
         if rows.len() as i64 == limit {
             if let Some(last) = rows
                 .last()

@@ -133,10 +133,13 @@ pub fn table(rows: &[Row], width: usize) -> String {
     t.to_string()
 }
 
-/// A column of a narrow table: the row's key and its header; a `Time` shown relative to now.
+/// A column of a narrow table: the row's key and its header. An `Id` shows its last 8
+/// characters (a UUIDv7's first ones are its time, the same on every row of a minute); a
+/// `Time`, the first of its keys that is set, relative to now.
 pub enum Column<'a> {
     Text(&'a str, &'a str),
-    Time(&'a str, &'a str),
+    Id(&'a str, &'a str),
+    Time(&'a [&'a str], &'a str),
 }
 
 /// Rows as a terminal of 120 columns shows them: only the columns named, each under its header.
@@ -151,10 +154,16 @@ pub fn narrow(rows: &[Row], columns: &[Column]) -> Vec<Row> {
             for c in columns {
                 let (header, value) = match c {
                     Column::Text(k, h) => (*h, r.get(*k).cloned().unwrap_or(Value::Null)),
-                    Column::Time(k, h) => (
+                    Column::Id(k, h) => {
+                        let id = r.get(*k).and_then(Value::as_str).unwrap_or_default();
+                        let short = id.get(id.len().saturating_sub(8)..).unwrap_or(id);
+                        (*h, Value::String(short.to_string()))
+                    }
+                    Column::Time(keys, h) => (
                         *h,
-                        r.get(*k)
-                            .and_then(Value::as_str)
+                        keys.iter()
+                            .filter_map(|k| r.get(*k).and_then(Value::as_str))
+                            .find(|t| !t.is_empty())
                             .and_then(epoch)
                             .map_or(Value::Null, |t| Value::String(ago(now - t))),
                     ),

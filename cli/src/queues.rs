@@ -45,8 +45,8 @@ pub async fn schedules(client: &Client, json: bool, wide: bool) -> Result<()> {
         Text("name", "name"),
         Text("cron", "cron"),
         Text("enabled", "enabled"),
-        Time("last_slot", "last slot"),
-        Time("next_slot", "next slot"),
+        Time(&["last_slot"], "last slot"),
+        Time(&["next_slot"], "next slot"),
         Text("last_error", "last error"),
         Text("job", "job"),
     ];

@@ -102,8 +102,8 @@ pub async fn workers(client: &Client, json: bool, wide: bool) -> Result<()> {
             Text("held", "held"),
             Text("lapsed", "lapsed"),
             Text("queues", "queues"),
-            Time("last_claim", "claimed"),
-            Time("lease_until", "until"),
+            Time(&["last_claim"], "claimed"),
+            Time(&["lease_until"], "until"),
             Text("finished_last_hour", "done 1h"),
             Text("connections", "conns"),
         ];
@@ -118,7 +118,7 @@ pub async fn workers(client: &Client, json: bool, wide: bool) -> Result<()> {
             Text("connections", "conns"),
             Text("active", "active"),
             Text("backends", "backends"),
-            Time("oldest", "since"),
+            Time(&["oldest"], "since"),
         ];
         println!(
             "connected:\n{}",
