@@ -113,7 +113,9 @@ create table jobs_data.jobs (
   ordering_key     text,          -- jobs of a queue, tenant and key run one at a time, in order
   fair_group       text,          -- in a fair queue, the group whose turn it waits for (sql/fairness.sql)
   enqueued_by      text,          -- who enqueued it: 'role (label)', or 'job <id>' for a child (jobs._enqueuer)
-  child_key        text           -- jobs.spawn: its key among its parent's children
+  child_key        text,          -- jobs.spawn: its key among its parent's children
+  started_at       timestamptz    -- when the running attempt started; NULL while a prefetching
+                                  -- worker holds it unstarted (jobs.claim's prefetch)
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,
@@ -1160,7 +1162,7 @@ create table jobs_data.attempts (
   worker      text,            -- claimed_by of the attempt
   claimed_at  timestamptz,
   finished_at timestamptz not null,
-  outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried')),
+  outcome     text not null check (outcome in ('failed', 'timed_out', 'lease_lapsed', 'buried', 'not_started')),
   error       text,
   seq         bigint generated always as identity  -- the order they were written in
 );
@@ -1168,7 +1170,8 @@ create table jobs_data.attempts (
 create index attempts_job_idx on jobs_data.attempts (job_id, attempt);
 
 comment on table jobs_data.attempts is
-  'One row per attempt that did not complete: failed, timed out, lease lapsed or buried';
+  'One row per attempt that did not complete: failed, timed out, lease lapsed or buried; '
+  'and per held job given back unstarted (not_started)';
 
 create table jobs_data.rate_starts (
   name       text not null,
@@ -1234,6 +1237,31 @@ returns boolean
 language sql immutable parallel safe
 begin atomic
   select p_attempt >= p_max_attempts;
+end;
+
+create function jobs._lapse_gives_back(p_started_at timestamptz, p_id uuid)
+returns boolean
+language sql stable
+begin atomic
+  select p_started_at is null
+     and (select count(*) from jobs_data.attempts as a
+          where a.job_id = p_id and a.outcome = 'not_started') < 3;
+end;
+
+create function jobs._not_started_error(p_worker text)
+returns text
+language sql immutable parallel safe
+begin atomic
+  select format('lease lapsed before the job started: %s prefetched it and stopped settling; '
+                'given back, no attempt used', coalesce(p_worker, 'a worker'));
+end;
+
+create function jobs._prefetched_deadline(p_name text, p_timeout interval, p_run_deadline timestamptz,
+                                          p_now timestamptz)
+returns timestamptz
+language sql stable
+begin atomic
+  select least(p_now + coalesce(p_timeout, (select p.timeout from jobs._policy(p_name) as p)), p_run_deadline);
 end;
 
 create function jobs._timed_out(p_lease_expires_at timestamptz, p_deadline timestamptz)
@@ -2239,7 +2267,8 @@ create function jobs.claim(
   max_jobs  int      default 1,
   lease     interval default null,
   wait      interval default null,
-  report_buried boolean default false
+  report_buried boolean default false,
+  prefetch  boolean  default false
 ) returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
@@ -2253,6 +2282,7 @@ declare
   v_limited boolean;
   v_lapsed  boolean;          -- a candidate is a lapsed lease: its attempt goes to jobs.attempts
   v_ended   bigint;           -- the lapsed leases whose attempts were ended
+  v_free    uuid[];           -- the lapsed leases of prefetched jobs never started: given back
   v_fair_queues text[];       -- the fair queues among queues, and their fairness
   v_fair_modes  text[];
   v_policy_names text[];    -- each name among the candidates once, with its policy:
@@ -2337,7 +2367,7 @@ begin
       v_free_at := null;
       begin
         v_got := array(select c from jobs.claim(worker_id, queues, max_jobs, claim.lease, null,
-                                                 claim.report_buried) as c);
+                                                 claim.report_buried, claim.prefetch) as c);
         if cardinality(v_got) = 0 then
           select h.keys, h.free_at into v_held, v_free_at
           from jobs._held_back(queues, v_tenants, v_now) as h;
@@ -2425,13 +2455,16 @@ begin
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       claimed_by = worker_id, claimed_at = v_now, finished_at = null, updated_at = v_now,
+      started_at = case when not claim.prefetch then v_now end,
+      -- (prefetched: no timeout until jobs.mark_started starts the attempt)
       (lease, deadline, lease_expires_at, lease_scan_at) =
         (select coalesce(claim.lease, p.lease),
-                least(v_now + coalesce(j.timeout, p.timeout), j.run_deadline),
-                least(v_now + coalesce(claim.lease, p.lease), v_now + coalesce(j.timeout, p.timeout),
+                least(v_now + case when not claim.prefetch then coalesce(j.timeout, p.timeout) end,
                       j.run_deadline),
-                least(v_now + coalesce(claim.lease, p.lease), v_now + coalesce(j.timeout, p.timeout),
-                      j.run_deadline)
+                least(v_now + coalesce(claim.lease, p.lease),
+                      v_now + case when not claim.prefetch then coalesce(j.timeout, p.timeout) end, j.run_deadline),
+                least(v_now + coalesce(claim.lease, p.lease),
+                      v_now + case when not claim.prefetch then coalesce(j.timeout, p.timeout) end, j.run_deadline)
          from jobs._policy(j.name) as p)
     where j.id = any(array(select c.id from c order by c.priority desc, c.run_at limit max_jobs))
       and not exists (select from c where c.slow)
@@ -2439,7 +2472,9 @@ begin
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
-         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error,
+         case when claim.prefetch then jobs._prefetched_deadline(m.name, m.timeout, m.run_deadline, v_now)
+              else m.deadline end,
          m.parent_id, m.tags, m.meta, false
   from moved as m
   order by m.priority desc, m.run_at;
@@ -2498,7 +2533,7 @@ begin
         union all
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
-                 jobs._lapse_buries(j.attempt, j.max_attempts)
+                 jobs._lapse_buries(j.attempt, j.max_attempts) and not jobs._lapse_gives_back(j.started_at, j.id)
                    or jobs._timed_out(j.lease_expires_at, j.deadline)
                    or jobs._run_over(j.run_deadline, v_now), true
           from jobs_data.jobs j
@@ -2665,10 +2700,17 @@ begin
     -- A lapsed lease claimed again ends its attempt: its row in jobs.attempts, from the row as
     -- it is (locked since statement 1). A statement of its own, run only when a candidate was
     -- one: an INSERT set up in every claim opened jobs.attempts and its indexes each time.
+    -- A prefetched job that never started is given back instead: its attempt is not used
+    -- (jobs._lapse_gives_back), and the claim below counts the same attempt again.
+    select array_agg(j.id) into v_free
+    from jobs_data.jobs as j
+    where j.id = any(v_ids[1:max_jobs]) and j.state = 'running' and jobs._lapse_gives_back(j.started_at, j.id);
     with lapsed as (
       insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-      select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now, 'lease_lapsed',
-             jobs._lapse_error(j.attempt, j.max_attempts)
+      select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now,
+             case when j.id = any(v_free) then 'not_started' else 'lease_lapsed' end,
+             case when j.id = any(v_free) then jobs._not_started_error(j.claimed_by)
+                  else jobs._lapse_error(j.attempt, j.max_attempts) end
       from jobs_data.jobs as j
       where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
       returning jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
@@ -2680,20 +2722,27 @@ begin
   -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline.
   with moved as (
     update jobs_data.jobs as j set
-      state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
+      state = 'running', attempt = j.attempt + case when j.id = any(v_free) then 0 else 1 end,
+      claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
-      -- (least() skips NULLs: no timeout and no run deadline, no deadline)
-      deadline = least(v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+      -- (least() skips NULLs: no timeout and no run deadline, no deadline; prefetched, no
+      -- timeout until jobs.mark_started)
+      deadline = least(v_now + case when not claim.prefetch
+                                    then coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]) end,
                        j.run_deadline),
       lease_expires_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
-                               v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                               v_now + case when not claim.prefetch
+                                            then coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]) end,
                                j.run_deadline),
       lease_scan_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
-                            v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                            v_now + case when not claim.prefetch
+                                         then coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]) end,
                             j.run_deadline),
       claimed_by = worker_id, claimed_at = v_now, finished_at = null,
-      last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
-                   else j.last_error end,
+      started_at = case when not claim.prefetch then v_now end,
+      last_error = case when j.state <> 'running' then j.last_error
+                        when j.id = any(v_free) then jobs._not_started_error(j.claimed_by)
+                        else jobs._lapse_error(j.attempt, j.max_attempts) end,
       updated_at = v_now
     where j.id = any(v_ids[1:max_jobs])
       -- not the ones just buried, nor a timed-out one just put off until its backoff
@@ -2702,18 +2751,22 @@ begin
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
-         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error,
+         case when claim.prefetch then jobs._prefetched_deadline(m.name, m.timeout, m.run_deadline, v_now)
+              else m.deadline end,
          m.parent_id, m.tags, m.meta, false
   from moved as m
   order by m.priority desc, m.run_at;
 end
 $$;
 
-comment on function jobs.claim(text, text[], int, interval, interval, boolean) is
+comment on function jobs.claim(text, text[], int, interval, interval, boolean, boolean) is
   'Claim up to max_jobs jobs from queues under a lease: highest priority, then oldest run_at. '
   'Each comes with a claim token that every later write for it must present. With wait, '
   'sleep up to that long for work when none is claimable. With report_buried, the jobs the '
-  'claim buried (their final attempt lapsed, or their run is over) come too, marked buried.';
+  'claim buried (their final attempt lapsed, or their run is over) come too, marked buried. '
+  'With prefetch, the jobs are held for a worker''s local queue: each starts at '
+  'jobs.mark_started, and one whose lease lapses before it started is given back, no attempt used.';
 
 create function jobs._check_hold_args(p_fn text, p_id uuid, p_claim bigint)
 returns void
@@ -3031,11 +3084,15 @@ create function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id t
                                         queues text[] default array['default'],
                                         max_jobs int default 1, lease interval default null,
                                         results jsonb[] default null,
-                                        report_buried boolean default false)
+                                        report_buried boolean default false,
+                                        prefetch boolean default false,
+                                        start_ids uuid[] default null, start_claims bigint[] default null)
 returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
 declare
+  v_started int := case when start_ids is not null or start_claims is not null
+                        then jobs.mark_started(start_ids, start_claims) end;
   v_landed uuid[] := jobs._complete_landed(ids, claims, results);
   v_lost bigint := 0;
 begin
@@ -3048,13 +3105,109 @@ begin
       'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
       'jobs.complete_many, then claim');
   end if;
-  return query select * from jobs.claim(worker_id, queues, max_jobs, lease, null, report_buried);
+  if max_jobs = 0 then
+    return;
+  end if;
+  return query select * from jobs.claim(worker_id, queues, max_jobs, lease, null, report_buried, prefetch);
 end
 $$;
 
-comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean) is
+comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean,
+                                            boolean, uuid[], bigint[]) is
   'Complete a claimed batch and claim the next in one transaction; lease_lost and nothing '
-  'changed when a claim is no longer held';
+  'changed when a claim is no longer held. A prefetching worker also marks the jobs it started';
+
+create function jobs._check_pairs(p_fn text, p_ids uuid[], p_claims bigint[])
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_ids is null or p_claims is null then
+    perform jobs._raise('22004', p_fn || ': ids and claims must not be NULL',
+      'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
+  elsif cardinality(p_ids) <> cardinality(p_claims) then
+    perform jobs._raise('22023', format('%s: ids and claims must be equally long, got %s and %s', p_fn,
+      cardinality(p_ids), cardinality(p_claims)), 'pass one claim token per id');
+  elsif cardinality(p_ids) > 10000 then
+    perform jobs._raise('22023', format('%s: at most 10000 jobs per call, got %s', p_fn, cardinality(p_ids)),
+      'split the batch');
+  elsif array_position(p_ids, null) is not null or array_position(p_claims, null) is not null then
+    perform jobs._raise('22004', p_fn || ': ids and claims must not contain NULL',
+      'pass the id and claim token of every job');
+  end if;
+end
+$$;
+
+create function jobs.mark_started(ids uuid[], claims bigint[])
+returns int
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := jobs.clock();
+  v_tenants text[] := jobs._tenants();
+  v_n int;
+begin
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) or cardinality(ids) > 10000
+     or array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._check_pairs('jobs.mark_started', ids, claims);
+  end if;
+  update jobs_data.jobs as j set
+    started_at = v_now,
+    deadline = least(v_now + coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)), j.run_deadline),
+    lease_expires_at = least(j.lease_expires_at,
+                             v_now + coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p))),
+    lease_scan_at = least(j.lease_scan_at,
+                          v_now + coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)))
+  where j.id = any(ids)
+    and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
+    and j.state = 'running' and j.started_at is null and j.lease_expires_at > jobs.clock()
+    and (v_tenants is null or j.tenant_id = any(v_tenants));
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$$;
+
+comment on function jobs.mark_started(uuid[], bigint[]) is
+  'Mark prefetched jobs (jobs.claim''s prefetch) as started: their attempts are used from now, '
+  'and their timeouts count; answers how many started (claims not held are passed over)';
+
+create function jobs.hand_back(ids uuid[], claims bigint[])
+returns int
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := jobs.clock();
+  v_tenants text[] := jobs._tenants();
+  v_queues text[];
+begin
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) or cardinality(ids) > 10000
+     or array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._check_pairs('jobs.hand_back', ids, claims);
+  end if;
+  with given as (
+    update jobs_data.jobs as j set
+      state = 'ready', attempt = j.attempt - 1, lease_expires_at = null, started_at = null,
+      updated_at = v_now
+    where j.id = any(ids)
+      and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+      and (v_tenants is null or j.tenant_id = any(v_tenants))
+    returning j.queue, jobs._slot_freed(j.name, j.concurrency_key)
+  )
+  select array_agg(g.queue) into v_queues from given as g;
+  if v_queues is null then
+    return 0;
+  end if;
+  perform jobs._signal_work(array(select distinct q from unnest(v_queues) as q));
+  return cardinality(v_queues);
+end
+$$;
+
+comment on function jobs.hand_back(uuid[], bigint[]) is
+  'Give back held jobs the worker will not run: ready again at once, no attempt used; '
+  'answers how many (claims not held are passed over)';
 
 create function jobs.fail(id uuid, claim bigint, error text,
                           retry_at timestamptz default null, retryable boolean default true,
@@ -5099,13 +5252,15 @@ begin
   -- lookup through the primary key. The rows are locked, so their addresses cannot change.
   -- A lease that ran out at the attempt's deadline is a timeout: a failed attempt, retried
   -- after the job type's backoff (or buried on the final attempt). Any other lapse runs again
-  -- at once (or is buried on the final attempt). Each ended attempt gets its row in
-  -- jobs.attempts (the columns it reads are not changed here). Nothing joins `ended` to
+  -- at once (or is buried on the final attempt); a prefetched job that never started is given
+  -- back, its attempt not used (jobs._lapse_gives_back). Each gets its row in jobs.attempts
+  -- (of the columns it reads, only the attempt given back is changed here). Nothing joins `ended` to
   -- `settled`: planned from statistics that see few lapsed leases (the usual case), such a
   -- join was a nested loop, and a pass of 5,000 took seconds. Whether an attempt timed out
   -- is asked of a hashed set instead.
   with ended as (
-    select l.ctid, l.id, jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out
+    select l.ctid, l.id, jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out,
+           jobs._lapse_gives_back(l.started_at, l.id) as given_back
     from jobs_data.jobs as l
     where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
     order by l.lease_scan_at limit max_rows for update skip locked
@@ -5114,11 +5269,16 @@ begin
   update jobs_data.jobs as j set
     state = case when jobs._run_over(j.run_deadline, v_now)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
+                 when j.id in (select e.id from ended as e where e.given_back)
+                 then 'ready'
                  when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                  then 'delayed'
                  when jobs._lapse_buries(j.attempt, j.max_attempts)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
                  else 'ready' end,
+    -- a prefetched job never started: its attempt is given back (jobs._lapse_gives_back)
+    attempt = j.attempt - case when j.id in (select e.id from ended as e where e.given_back)
+                                    and not jobs._run_over(j.run_deadline, v_now) then 1 else 0 end,
     run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                        and not jobs._run_over(j.run_deadline, v_now)
                   then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
@@ -5127,25 +5287,30 @@ begin
     lease_expires_at = null,
     last_error = case when jobs._run_over(j.run_deadline, v_now)
                       then jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts)
+                      when j.id in (select e.id from ended as e where e.given_back)
+                      then jobs._not_started_error(j.claimed_by)
                       when jobs._timed_out(j.lease_expires_at, j.deadline)
                       then jobs._timeout_error(
                              coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)),
                              j.attempt, j.max_attempts)
                       else jobs._lapse_error(j.attempt, j.max_attempts) end,
-    finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts)
-                            or jobs._run_over(j.run_deadline, v_now) then v_now end,
+    finished_at = case when jobs._run_over(j.run_deadline, v_now)
+                            or jobs._lapse_buries(j.attempt, j.max_attempts)
+                               and j.id not in (select e.id from ended as e where e.given_back) then v_now end,
     updated_at = v_now
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
   returning j.id, j.state, j.last_error, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
             j.id in (select e.id from ended as e where e.timed_out) as timed_out,
+            j.id in (select e.id from ended as e where e.given_back) and j.state = 'ready' as given_back,
             jobs._outcome_ended(j.queue, j.id, j.state, j.id in (select e.id from ended as e where e.timed_out)),
             jobs._slot_freed(j.name, j.concurrency_key)
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now,
-           case when s.timed_out then 'timed_out'
+    select s.id, s.attempt + case when s.given_back then 1 else 0 end, s.claimed_by, s.claimed_at, v_now,
+           case when s.given_back then 'not_started'
+                when s.timed_out then 'timed_out'
                 when s.attempt >= s.max_attempts or s.state in ('dead', 'failed') then 'buried'
                 else 'lease_lapsed' end,
            s.last_error
@@ -5551,7 +5716,7 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
                                'max_payload_size', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
-                               'fail', 'snooze',
+                               'fail', 'snooze', 'mark_started', 'hand_back',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
                                'await_children', 'sleep', 'start_step', 'fail_step', 'get_steps'], false);
       select format('%I may enqueue, publish, claim and settle jobs (worker)', $1) $$;
@@ -5799,7 +5964,8 @@ begin
     select p.oid::regprocedure from pg_catalog.pg_proc as p
     where p.pronamespace = 'jobs'::regnamespace
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
-                        'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
+                        'complete_many', 'complete_and_claim', 'fail', 'snooze', 'mark_started', 'hand_back',
+                        'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'delete', 'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'start_step', 'fail_step', 'get_steps',

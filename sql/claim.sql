@@ -270,7 +270,8 @@ create function jobs.claim(
   max_jobs  int      default 1,
   lease     interval default null,
   wait      interval default null,
-  report_buried boolean default false
+  report_buried boolean default false,
+  prefetch  boolean  default false
 ) returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
@@ -284,6 +285,7 @@ declare
   v_limited boolean;
   v_lapsed  boolean;          -- a candidate is a lapsed lease: its attempt goes to jobs.attempts
   v_ended   bigint;           -- the lapsed leases whose attempts were ended
+  v_free    uuid[];           -- the lapsed leases of prefetched jobs never started: given back
   v_fair_queues text[];       -- the fair queues among queues, and their fairness
   v_fair_modes  text[];
   v_policy_names text[];    -- each name among the candidates once, with its policy:
@@ -368,7 +370,7 @@ begin
       v_free_at := null;
       begin
         v_got := array(select c from jobs.claim(worker_id, queues, max_jobs, claim.lease, null,
-                                                 claim.report_buried) as c);
+                                                 claim.report_buried, claim.prefetch) as c);
         if cardinality(v_got) = 0 then
           select h.keys, h.free_at into v_held, v_free_at
           from jobs._held_back(queues, v_tenants, v_now) as h;
@@ -456,13 +458,16 @@ begin
     update jobs_data.jobs as j set
       state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
       claimed_by = worker_id, claimed_at = v_now, finished_at = null, updated_at = v_now,
+      started_at = case when not claim.prefetch then v_now end,
+      -- (prefetched: no timeout until jobs.mark_started starts the attempt)
       (lease, deadline, lease_expires_at, lease_scan_at) =
         (select coalesce(claim.lease, p.lease),
-                least(v_now + coalesce(j.timeout, p.timeout), j.run_deadline),
-                least(v_now + coalesce(claim.lease, p.lease), v_now + coalesce(j.timeout, p.timeout),
+                least(v_now + case when not claim.prefetch then coalesce(j.timeout, p.timeout) end,
                       j.run_deadline),
-                least(v_now + coalesce(claim.lease, p.lease), v_now + coalesce(j.timeout, p.timeout),
-                      j.run_deadline)
+                least(v_now + coalesce(claim.lease, p.lease),
+                      v_now + case when not claim.prefetch then coalesce(j.timeout, p.timeout) end, j.run_deadline),
+                least(v_now + coalesce(claim.lease, p.lease),
+                      v_now + case when not claim.prefetch then coalesce(j.timeout, p.timeout) end, j.run_deadline)
          from jobs._policy(j.name) as p)
     where j.id = any(array(select c.id from c order by c.priority desc, c.run_at limit max_jobs))
       and not exists (select from c where c.slow)
@@ -470,7 +475,9 @@ begin
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
-         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error,
+         case when claim.prefetch then jobs._prefetched_deadline(m.name, m.timeout, m.run_deadline, v_now)
+              else m.deadline end,
          m.parent_id, m.tags, m.meta, false
   from moved as m
   order by m.priority desc, m.run_at;
@@ -529,7 +536,7 @@ begin
         union all
         select * from (
           select j.id, j.name, j.priority, j.run_at, j.concurrency_key,
-                 jobs._lapse_buries(j.attempt, j.max_attempts)
+                 jobs._lapse_buries(j.attempt, j.max_attempts) and not jobs._lapse_gives_back(j.started_at, j.id)
                    or jobs._timed_out(j.lease_expires_at, j.deadline)
                    or jobs._run_over(j.run_deadline, v_now), true
           from jobs_data.jobs j
@@ -696,10 +703,17 @@ begin
     -- A lapsed lease claimed again ends its attempt: its row in jobs.attempts, from the row as
     -- it is (locked since statement 1). A statement of its own, run only when a candidate was
     -- one: an INSERT set up in every claim opened jobs.attempts and its indexes each time.
+    -- A prefetched job that never started is given back instead: its attempt is not used
+    -- (jobs._lapse_gives_back), and the claim below counts the same attempt again.
+    select array_agg(j.id) into v_free
+    from jobs_data.jobs as j
+    where j.id = any(v_ids[1:max_jobs]) and j.state = 'running' and jobs._lapse_gives_back(j.started_at, j.id);
     with lapsed as (
       insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-      select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now, 'lease_lapsed',
-             jobs._lapse_error(j.attempt, j.max_attempts)
+      select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now,
+             case when j.id = any(v_free) then 'not_started' else 'lease_lapsed' end,
+             case when j.id = any(v_free) then jobs._not_started_error(j.claimed_by)
+                  else jobs._lapse_error(j.attempt, j.max_attempts) end
       from jobs_data.jobs as j
       where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
       returning jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
@@ -711,20 +725,27 @@ begin
   -- A timeout caps the lease: no lease, heartbeat or write runs past the deadline.
   with moved as (
     update jobs_data.jobs as j set
-      state = 'running', attempt = j.attempt + 1, claim = jobs._next_claim(j.claim),
+      state = 'running', attempt = j.attempt + case when j.id = any(v_free) then 0 else 1 end,
+      claim = jobs._next_claim(j.claim),
       lease = v_leases[array_position(v_policy_names, j.name)],
-      -- (least() skips NULLs: no timeout and no run deadline, no deadline)
-      deadline = least(v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+      -- (least() skips NULLs: no timeout and no run deadline, no deadline; prefetched, no
+      -- timeout until jobs.mark_started)
+      deadline = least(v_now + case when not claim.prefetch
+                                    then coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]) end,
                        j.run_deadline),
       lease_expires_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
-                               v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                               v_now + case when not claim.prefetch
+                                            then coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]) end,
                                j.run_deadline),
       lease_scan_at = least(v_now + v_leases[array_position(v_policy_names, j.name)],
-                            v_now + coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]),
+                            v_now + case when not claim.prefetch
+                                         then coalesce(j.timeout, v_timeouts[array_position(v_policy_names, j.name)]) end,
                             j.run_deadline),
       claimed_by = worker_id, claimed_at = v_now, finished_at = null,
-      last_error = case when j.state = 'running' then jobs._lapse_error(j.attempt, j.max_attempts)
-                   else j.last_error end,
+      started_at = case when not claim.prefetch then v_now end,
+      last_error = case when j.state <> 'running' then j.last_error
+                        when j.id = any(v_free) then jobs._not_started_error(j.claimed_by)
+                        else jobs._lapse_error(j.attempt, j.max_attempts) end,
       updated_at = v_now
     where j.id = any(v_ids[1:max_jobs])
       -- not the ones just buried, nor a timed-out one just put off until its backoff
@@ -733,14 +754,18 @@ begin
     returning j.*
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
-         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error, m.deadline,
+         m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error,
+         case when claim.prefetch then jobs._prefetched_deadline(m.name, m.timeout, m.run_deadline, v_now)
+              else m.deadline end,
          m.parent_id, m.tags, m.meta, false
   from moved as m
   order by m.priority desc, m.run_at;
 end
 $$;
-comment on function jobs.claim(text, text[], int, interval, interval, boolean) is
+comment on function jobs.claim(text, text[], int, interval, interval, boolean, boolean) is
   'Claim up to max_jobs jobs from queues under a lease: highest priority, then oldest run_at. '
   'Each comes with a claim token that every later write for it must present. With wait, '
   'sleep up to that long for work when none is claimable. With report_buried, the jobs the '
-  'claim buried (their final attempt lapsed, or their run is over) come too, marked buried.';
+  'claim buried (their final attempt lapsed, or their run is over) come too, marked buried. '
+  'With prefetch, the jobs are held for a worker''s local queue: each starts at '
+  'jobs.mark_started, and one whose lease lapses before it started is given back, no attempt used.';

@@ -66,6 +66,37 @@ begin atomic
   select p_attempt >= p_max_attempts;
 end;
 
+-- Whether a lapsed lease gives its job back rather than ending an attempt: the job was
+-- prefetched (jobs.claim's prefetch) and never started (jobs.mark_started), so no handler ran
+-- it. A job is given back so at most 3 times (its rows in jobs.attempts): a handler that kills
+-- its worker before the start is recorded would else come back for ever, never charged.
+create function jobs._lapse_gives_back(p_started_at timestamptz, p_id uuid)
+returns boolean
+language sql stable
+begin atomic
+  select p_started_at is null
+     and (select count(*) from jobs_data.attempts as a
+          where a.job_id = p_id and a.outcome = 'not_started') < 3;
+end;
+
+create function jobs._not_started_error(p_worker text)
+returns text
+language sql immutable parallel safe
+begin atomic
+  select format('lease lapsed before the job started: %s prefetched it and stopped settling; '
+                'given back, no attempt used', coalesce(p_worker, 'a worker'));
+end;
+
+-- The deadline a prefetched job answers at its claim: the one a start at the claim would get
+-- (jobs.mark_started sets it from the start). The worker times its handler by it from its start.
+create function jobs._prefetched_deadline(p_name text, p_timeout interval, p_run_deadline timestamptz,
+                                          p_now timestamptz)
+returns timestamptz
+language sql stable
+begin atomic
+  select least(p_now + coalesce(p_timeout, (select p.timeout from jobs._policy(p_name) as p)), p_run_deadline);
+end;
+
 -- Whether a running job's lease ran out at its deadline (jobs.job_types.timeout): its attempt
 -- timed out, a failed attempt, not a lapse. Claim and heartbeat never extend a lease past the
 -- deadline, so a lease that reached it is one the timeout ended.

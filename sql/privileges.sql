@@ -1,7 +1,7 @@
 -- Privileges. Nothing in jobs is granted to PUBLIC. Three capabilities, granted per role:
 --   producer  enqueue, enqueue_batch, publish, get_job, get_jobs, wait_for_job
 --   worker    a producer's, and claim, heartbeat, complete, complete_many, complete_and_claim,
---             fail, snooze, assert_claim, save_step, get_step, await_event, spawn,
+--             fail, snooze, mark_started, hand_back, assert_claim, save_step, get_step, await_event, spawn,
 --             await_children, sleep
 --   admin     everything: every function (including the grants), every table and view
 --   monitor   select on jobs.queue_stats and jobs.outcome_stats only (for postgres_exporter
@@ -87,7 +87,7 @@ as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
                                'max_payload_size', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
-                               'fail', 'snooze',
+                               'fail', 'snooze', 'mark_started', 'hand_back',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
                                'await_children', 'sleep', 'start_step', 'fail_step', 'get_steps'], false);
       select format('%I may enqueue, publish, claim and settle jobs (worker)', $1) $$;
@@ -374,7 +374,8 @@ begin
     select p.oid::regprocedure from pg_catalog.pg_proc as p
     where p.pronamespace = 'jobs'::regnamespace
       and p.proname in ('enqueue', 'enqueue_batch', 'claim', 'heartbeat', 'complete',
-                        'complete_many', 'complete_and_claim', 'fail', 'snooze', 'assert_claim', 'save_step',
+                        'complete_many', 'complete_and_claim', 'fail', 'snooze', 'mark_started', 'hand_back',
+                        'assert_claim', 'save_step',
                         'get_step', 'publish', 'await_event', 'cancel', 'requeue', 'promote',
                         'delete', 'spawn', 'await_children', 'get_job', 'get_jobs', 'sleep', 'wait_for_job',
                         'start_step', 'fail_step', 'get_steps',

@@ -150,7 +150,9 @@ create table jobs_data.jobs (
   ordering_key     text,          -- jobs of a queue, tenant and key run one at a time, in order
   fair_group       text,          -- in a fair queue, the group whose turn it waits for (sql/fairness.sql)
   enqueued_by      text,          -- who enqueued it: 'role (label)', or 'job <id>' for a child (jobs._enqueuer)
-  child_key        text           -- jobs.spawn: its key among its parent's children
+  child_key        text,          -- jobs.spawn: its key among its parent's children
+  started_at       timestamptz    -- when the running attempt started; NULL while a prefetching
+                                  -- worker holds it unstarted (jobs.claim's prefetch)
 ) with (
   -- Room on each page for HOT updates (heartbeats), and vacuum soon: the table churns.
   fillfactor = 70,

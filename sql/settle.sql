@@ -1,4 +1,5 @@
--- Working, after the claim: heartbeat, complete, complete_many, fail, snooze, assert_claim.
+-- Working, after the claim: heartbeat, complete, complete_many, fail, snooze, assert_claim,
+-- and a prefetching worker's mark_started and hand_back.
 --
 -- Every function here is fenced. Each write is a single UPDATE whose WHERE clause holds the
 -- fence:  state = 'running' and claim = <token> and lease_expires_at > jobs.clock().
@@ -351,15 +352,22 @@ comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
 -- lease_lost, and nothing of the call lands, so inside the worker's own transaction (the job's
 -- writes, then this) a rollback undoes the writes with it. No wait: a transaction that wrote
 -- must not sleep holding its locks; when this answers nothing, claim with wait.
+-- A prefetching worker passes prefetch, the jobs it started since its last call (start_ids,
+-- start_claims: jobs.mark_started's, in the same transaction, before the settle), and may pass
+-- max_jobs 0 to settle and start without claiming.
 create function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id text,
                                         queues text[] default array['default'],
                                         max_jobs int default 1, lease interval default null,
                                         results jsonb[] default null,
-                                        report_buried boolean default false)
+                                        report_buried boolean default false,
+                                        prefetch boolean default false,
+                                        start_ids uuid[] default null, start_claims bigint[] default null)
 returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
 declare
+  v_started int := case when start_ids is not null or start_claims is not null
+                        then jobs.mark_started(start_ids, start_claims) end;
   v_landed uuid[] := jobs._complete_landed(ids, claims, results);
   v_lost bigint := 0;
 begin
@@ -372,12 +380,112 @@ begin
       'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
       'jobs.complete_many, then claim');
   end if;
-  return query select * from jobs.claim(worker_id, queues, max_jobs, lease, null, report_buried);
+  if max_jobs = 0 then
+    return;
+  end if;
+  return query select * from jobs.claim(worker_id, queues, max_jobs, lease, null, report_buried, prefetch);
 end
 $$;
-comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean) is
+comment on function jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean,
+                                            boolean, uuid[], bigint[]) is
   'Complete a claimed batch and claim the next in one transaction; lease_lost and nothing '
-  'changed when a claim is no longer held';
+  'changed when a claim is no longer held. A prefetching worker also marks the jobs it started';
+
+-- The arrays of ids and claim tokens that mark_started and hand_back take.
+create function jobs._check_pairs(p_fn text, p_ids uuid[], p_claims bigint[])
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_ids is null or p_claims is null then
+    perform jobs._raise('22004', p_fn || ': ids and claims must not be NULL',
+      'pass the ids and claim tokens of the jobs jobs.claim returned, as two arrays');
+  elsif cardinality(p_ids) <> cardinality(p_claims) then
+    perform jobs._raise('22023', format('%s: ids and claims must be equally long, got %s and %s', p_fn,
+      cardinality(p_ids), cardinality(p_claims)), 'pass one claim token per id');
+  elsif cardinality(p_ids) > 10000 then
+    perform jobs._raise('22023', format('%s: at most 10000 jobs per call, got %s', p_fn, cardinality(p_ids)),
+      'split the batch');
+  elsif array_position(p_ids, null) is not null or array_position(p_claims, null) is not null then
+    perform jobs._raise('22004', p_fn || ': ids and claims must not contain NULL',
+      'pass the id and claim token of every job');
+  end if;
+end
+$$;
+
+-- A prefetched job starts: from now its attempt is used (a lapse ends it, as any other), and
+-- its timeout counts. Fenced per job like complete_many (a claim not held, or a job started
+-- already, is passed over). Answers how many started.
+create function jobs.mark_started(ids uuid[], claims bigint[])
+returns int
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := jobs.clock();
+  v_tenants text[] := jobs._tenants();
+  v_n int;
+begin
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) or cardinality(ids) > 10000
+     or array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._check_pairs('jobs.mark_started', ids, claims);
+  end if;
+  update jobs_data.jobs as j set
+    started_at = v_now,
+    deadline = least(v_now + coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)), j.run_deadline),
+    lease_expires_at = least(j.lease_expires_at,
+                             v_now + coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p))),
+    lease_scan_at = least(j.lease_scan_at,
+                          v_now + coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)))
+  where j.id = any(ids)
+    and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
+    and j.state = 'running' and j.started_at is null and j.lease_expires_at > jobs.clock()
+    and (v_tenants is null or j.tenant_id = any(v_tenants));
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$$;
+comment on function jobs.mark_started(uuid[], bigint[]) is
+  'Mark prefetched jobs (jobs.claim''s prefetch) as started: their attempts are used from now, '
+  'and their timeouts count; answers how many started (claims not held are passed over)';
+
+-- A worker gives back jobs it holds and will not run (prefetched, or stopping): each is ready
+-- again at once, in its place in line, its attempt not used. Fenced per job; answers how many.
+create function jobs.hand_back(ids uuid[], claims bigint[])
+returns int
+language plpgsql volatile
+as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := jobs.clock();
+  v_tenants text[] := jobs._tenants();
+  v_queues text[];
+begin
+  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) or cardinality(ids) > 10000
+     or array_position(ids, null) is not null or array_position(claims, null) is not null then
+    perform jobs._check_pairs('jobs.hand_back', ids, claims);
+  end if;
+  with given as (
+    update jobs_data.jobs as j set
+      state = 'ready', attempt = j.attempt - 1, lease_expires_at = null, started_at = null,
+      updated_at = v_now
+    where j.id = any(ids)
+      and ((j.id, j.claim) in (select i.id, i.claim from unnest(ids, claims) as i(id, claim))) is true
+      and j.state = 'running' and j.lease_expires_at > jobs.clock()
+      and (v_tenants is null or j.tenant_id = any(v_tenants))
+    returning j.queue, jobs._slot_freed(j.name, j.concurrency_key)
+  )
+  select array_agg(g.queue) into v_queues from given as g;
+  if v_queues is null then
+    return 0;
+  end if;
+  perform jobs._signal_work(array(select distinct q from unnest(v_queues) as q));
+  return cardinality(v_queues);
+end
+$$;
+comment on function jobs.hand_back(uuid[], bigint[]) is
+  'Give back held jobs the worker will not run: ready again at once, no attempt used; '
+  'answers how many (claims not held are passed over)';
 
 create function jobs.fail(id uuid, claim bigint, error text,
                           retry_at timestamptz default null, retryable boolean default true,

@@ -177,13 +177,15 @@ begin
   -- lookup through the primary key. The rows are locked, so their addresses cannot change.
   -- A lease that ran out at the attempt's deadline is a timeout: a failed attempt, retried
   -- after the job type's backoff (or buried on the final attempt). Any other lapse runs again
-  -- at once (or is buried on the final attempt). Each ended attempt gets its row in
-  -- jobs.attempts (the columns it reads are not changed here). Nothing joins `ended` to
+  -- at once (or is buried on the final attempt); a prefetched job that never started is given
+  -- back, its attempt not used (jobs._lapse_gives_back). Each gets its row in jobs.attempts
+  -- (of the columns it reads, only the attempt given back is changed here). Nothing joins `ended` to
   -- `settled`: planned from statistics that see few lapsed leases (the usual case), such a
   -- join was a nested loop, and a pass of 5,000 took seconds. Whether an attempt timed out
   -- is asked of a hashed set instead.
   with ended as (
-    select l.ctid, l.id, jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out
+    select l.ctid, l.id, jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out,
+           jobs._lapse_gives_back(l.started_at, l.id) as given_back
     from jobs_data.jobs as l
     where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
     order by l.lease_scan_at limit max_rows for update skip locked
@@ -192,11 +194,16 @@ begin
   update jobs_data.jobs as j set
     state = case when jobs._run_over(j.run_deadline, v_now)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
+                 when j.id in (select e.id from ended as e where e.given_back)
+                 then 'ready'
                  when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                  then 'delayed'
                  when jobs._lapse_buries(j.attempt, j.max_attempts)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
                  else 'ready' end,
+    -- a prefetched job never started: its attempt is given back (jobs._lapse_gives_back)
+    attempt = j.attempt - case when j.id in (select e.id from ended as e where e.given_back)
+                                    and not jobs._run_over(j.run_deadline, v_now) then 1 else 0 end,
     run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                        and not jobs._run_over(j.run_deadline, v_now)
                   then v_now + (select jobs._backoff(p.backoff, p.backoff_base, p.backoff_max, p.jitter, j.attempt)
@@ -205,25 +212,30 @@ begin
     lease_expires_at = null,
     last_error = case when jobs._run_over(j.run_deadline, v_now)
                       then jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts)
+                      when j.id in (select e.id from ended as e where e.given_back)
+                      then jobs._not_started_error(j.claimed_by)
                       when jobs._timed_out(j.lease_expires_at, j.deadline)
                       then jobs._timeout_error(
                              coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)),
                              j.attempt, j.max_attempts)
                       else jobs._lapse_error(j.attempt, j.max_attempts) end,
-    finished_at = case when jobs._lapse_buries(j.attempt, j.max_attempts)
-                            or jobs._run_over(j.run_deadline, v_now) then v_now end,
+    finished_at = case when jobs._run_over(j.run_deadline, v_now)
+                            or jobs._lapse_buries(j.attempt, j.max_attempts)
+                               and j.id not in (select e.id from ended as e where e.given_back) then v_now end,
     updated_at = v_now
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
   returning j.id, j.state, j.last_error, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
             j.id in (select e.id from ended as e where e.timed_out) as timed_out,
+            j.id in (select e.id from ended as e where e.given_back) and j.state = 'ready' as given_back,
             jobs._outcome_ended(j.queue, j.id, j.state, j.id in (select e.id from ended as e where e.timed_out)),
             jobs._slot_freed(j.name, j.concurrency_key)
   ),
   noted as (
     insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
-    select s.id, s.attempt, s.claimed_by, s.claimed_at, v_now,
-           case when s.timed_out then 'timed_out'
+    select s.id, s.attempt + case when s.given_back then 1 else 0 end, s.claimed_by, s.claimed_at, v_now,
+           case when s.given_back then 'not_started'
+                when s.timed_out then 'timed_out'
                 when s.attempt >= s.max_attempts or s.state in ('dead', 'failed') then 'buried'
                 else 'lease_lapsed' end,
            s.last_error

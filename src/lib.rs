@@ -52,6 +52,7 @@ extension_sql_file!(
     name = "policy",
     requires = [
         "schema",
+        "records",
         functions::clock::clock,
         functions::clock::retention,
         gucs::max_payload_size,

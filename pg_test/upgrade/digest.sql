@@ -1,11 +1,12 @@
 -- One line per table of pg_jobs: its row count and a digest of its rows, and the step
 -- sequence's position. An upgrade and a dump and restore must leave every line as it was.
 -- Columns added since 0.1.0 are left out of the digests; they are NULL (or false) in every row
--- an upgrade carries over (the last line checks the jobs').
+-- an upgrade carries over (the last line checks the jobs'), but a running job's started_at,
+-- which is its claimed_at.
 select 'jobs ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['timeout', 'deadline', 'claimed_at', 'parent_id', 'close_policy', 'children_live',
                                       'tags', 'meta', 'run_timeout', 'run_deadline', 'ordering_key', 'fair_group',
-                                      'enqueued_by', 'child_key'])::text as r from jobs.jobs t) as t;
+                                      'enqueued_by', 'child_key', 'started_at'])::text as r from jobs.jobs t) as t;
 -- (every step saved before 0.1.1 is completed; that column is kept in the digest)
 select 'steps ' || count(*) || ' ' || md5(coalesce(string_agg(r, '|' order by r), ''))
 from (select (to_jsonb(t) - array['started_at', 'finished_at', 'error']

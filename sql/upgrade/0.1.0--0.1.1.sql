@@ -71,6 +71,10 @@
 --     every enqueue (jobs._enqueuer), and jobs.enqueue's last argument of the same name.
 -- 33. Operating: jobs.delete (a finished family now; not_deletable, PJ009); a child keeps its
 --     key (jobs.jobs.child_key, set by jobs.spawn only).
+-- 34. Prefetch: jobs.claim's and jobs.complete_and_claim's last argument, prefetch; when an
+--     attempt started (jobs.jobs.started_at); jobs.mark_started and jobs.hand_back; a held job
+--     whose lease lapses before it started is given back without using an attempt
+--     (jobs.attempts outcome 'not_started').
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -406,6 +410,9 @@ alter type jobs.job_spec add attribute enqueued_by text;
 -- 33.
 alter table jobs_data.jobs add column child_key text;
 alter type jobs.job_spec add attribute child_key text;
+-- 34. (Every job running now started when it was claimed.)
+alter table jobs_data.jobs add column started_at timestamptz;
+update jobs_data.jobs set started_at = claimed_at where state = 'running';
 -- @after
 -- 18. A parent's children, found again by their keys (jobs._child_digest is made above).
 create index jobs_children_idx on jobs_data.jobs (parent_id, jobs._child_digest(id))
@@ -442,7 +449,7 @@ $$;
 do $$
 begin
   if current_setting('pg_jobs_upgrade.claim_grantees') <> '' then
-    execute 'grant execute on function jobs.claim(text, text[], int, interval, interval, boolean) to '
+    execute 'grant execute on function jobs.claim(text, text[], int, interval, interval, boolean, boolean) to '
       || current_setting('pg_jobs_upgrade.claim_grantees');
   end if;
   if current_setting('pg_jobs_upgrade.fail_grantees') <> '' then  -- 30.
@@ -501,7 +508,8 @@ begin
   for v_grant in
     select * from (values
       ('jobs.complete_many(uuid[], bigint[], jsonb[])',
-       'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean)'),
+       'jobs.complete_and_claim(uuid[], bigint[], text, text[], int, interval, jsonb[], boolean, boolean, uuid[], bigint[]), '
+       'jobs.mark_started(uuid[], bigint[]), jobs.hand_back(uuid[], bigint[])'),
       ('jobs.save_step(uuid, bigint, text, jsonb)',
        'jobs.spawn(uuid, bigint, jsonb), jobs.await_children(uuid, bigint), jobs.sleep(uuid, bigint, text, timestamptz), '
        'jobs.start_step(uuid, bigint, text), jobs.fail_step(uuid, bigint, text, text), jobs.get_steps(uuid)'),
