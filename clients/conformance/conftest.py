@@ -120,9 +120,9 @@ class Worker:
     """A conformance worker process."""
 
     def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10, metrics_port=None, poll=None,
-                 prepared=True, hooks=False):
+                 prepared=True, hooks=False, prefetch=0):
         args = ["--dsn", db.url, "--concurrency", str(concurrency), "--lease", str(lease),
-                "--shutdown-grace", str(grace)]
+                "--shutdown-grace", str(grace), "--prefetch", str(prefetch)]
         if poll is not None:
             args += ["--poll", str(poll)]
         if not prepared:

@@ -568,3 +568,56 @@ def test_through_pgbouncer_with_prepared_statements_left_on(db, bouncer, start_w
     assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (300, 300)
     assert db.one("select max(attempt) from jobs.jobs where state = 'completed'")[0] == 1
     assert worker.process.poll() is None, worker.output()
+
+
+def test_a_worker_killed_holding_jobs_it_fetched_ahead_spends_none_of_their_attempts(db, start_worker):
+    """27. A worker of concurrency 1 and prefetch 20 runs a slow job and holds 20 quick ones
+    fetched ahead, each on its final attempt, when it is SIGKILLed: once its 2 s lease lapses,
+    the quick ones are given back, not buried, and a second worker completes each on that same
+    attempt; the slow one, which had started, has used its attempt. Checked to fail (Node.js)
+    with the starts marked at the claim (jobs.claim without prefetch): the 20 were buried."""
+    slow = db.enqueue("sleep", {"ms": 60000}, priority=10, max_attempts=2)
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object("
+               "'name', 'write', 'max_attempts', 1, 'payload', jsonb_build_object('n', g))) "
+               "from generate_series(1, 20) as g))")
+    first = start_worker(db, concurrency=1, lease=2, prefetch=20)
+    db.eventually("select count(*) from jobs.jobs where state = 'running'", 21)
+    db.eventually("select started_at is not null from jobs.jobs where id = %s", True, args=(slow,))
+    first.kill()
+    start_worker(db, concurrency=4, lease=30)
+    db.eventually("select count(*) from jobs.jobs where name = 'write' and state = 'completed'", 20, timeout=60)
+    assert db.one("select max(attempt), count(*) filter (where state = 'dead') from jobs.jobs where name = 'write'") \
+        == (1, 0)
+    assert db.one("select count(*) from conformance_rows") == (20,)
+    assert db.one("select count(*) from jobs.attempts where outcome = 'not_started'") == (20,)
+    db.eventually("select attempt from jobs.jobs where id = %s", 2, args=(slow,))
+
+
+def test_a_stop_hands_back_the_jobs_fetched_ahead_at_once(db, start_worker):
+    """28. SIGTERM to a worker of concurrency 1 and prefetch 10 that runs a slow job and holds
+    10 more: the 10 are ready again at once, no attempt used, long before their 60 s leases
+    would lapse, while the slow job finishes within the grace; the worker exits 0."""
+    slow = db.enqueue("sleep", {"ms": 2000}, priority=10)
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'noop')) "
+               "from generate_series(1, 10)))")
+    worker = start_worker(db, concurrency=1, lease=60, prefetch=10, grace=20)
+    db.eventually("select count(*) from jobs.jobs where state = 'running'", 11)
+    worker.terminate()
+    db.eventually("select count(*) from jobs.jobs where name = 'noop' and state = 'ready' and attempt = 0", 10,
+                  timeout=10)
+    assert worker.wait(30) == 0
+    assert db.one("select state::text from jobs.jobs where id = %s", (slow,)) == ("completed",)
+
+
+def test_a_drain_fetched_ahead_with_a_worker_killed_completes_every_job_once(db, start_worker):
+    """29. Scenario 1 with prefetch 100: 5,000 jobs, 3 workers of concurrency 8, one SIGKILLed
+    mid-run; every job completes and its write lands exactly once, none is buried (each has one
+    attempt: the killed worker's jobs fetched ahead come back unused)."""
+    db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object("
+               "'name', 'write', 'max_attempts', 2, 'payload', jsonb_build_object('n', g))) "
+               "from generate_series(1, 5000) as g))")
+    workers = [start_worker(db, concurrency=8, lease=2, prefetch=100) for _ in range(3)]
+    db.eventually("select count(*) >= 1000 from jobs.jobs where state = 'completed'", True)
+    workers[0].kill()
+    db.eventually("select count(*) from jobs.jobs where state = 'completed'", 5000, timeout=240)
+    assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (5000, 5000)

@@ -3,14 +3,14 @@
 //
 //   node conformance/worker.mjs --dsn DSN [--queue Q] [--concurrency N] [--lease S]
 //                               [--shutdown-grace S] [--metrics-port P] [--poll S]
-//                               [--no-prepared-statements] [--hooks]
+//                               [--no-prepared-statements] [--hooks] [--prefetch N]
 import http from 'node:http';
 import pg from 'pg';
 import { createWorker, defineJob, enqueue, prometheusMetrics } from '../dist/esm/index.js';
 
 const args = {
   dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null, poll: 1, prepared: true,
-  hooks: false,
+  hooks: false, prefetch: 0,
 };
 for (let i = 2; i < process.argv.length; i++) {
   const flag = process.argv[i];
@@ -24,6 +24,7 @@ for (let i = 2; i < process.argv.length; i++) {
   else if (flag === '--shutdown-grace') args.grace = Number(value);
   else if (flag === '--metrics-port') args.metricsPort = Number(value);
   else if (flag === '--poll') args.poll = Number(value);
+  else if (flag === '--prefetch') args.prefetch = Number(value);
   else throw new Error(`unknown argument ${flag}`);
 }
 
@@ -197,6 +198,7 @@ const worker = createWorker({
   connectionString: args.dsn,
   queues: args.queues,
   concurrency: args.concurrency,
+  prefetch: args.prefetch,
   jobs,
   leaseMs: args.lease * 1000,
   shutdownGraceMs: args.grace * 1000,

@@ -187,4 +187,5 @@ export async function failForGood(core: WorkerCore, client: pg.PoolClient, job: 
 function freeSlot(group: Group): void {
   group.free += 1;
   group.wake?.();
+  group.refill?.();
 }

@@ -23,6 +23,7 @@ options:
   --dsn DSN                 the database (default: $PG_JOBS_DSN, else $DATABASE_URL)
   --queue Q                 a queue to work; repeat for more (default: default)
   --concurrency N           jobs run at once (default: 10)
+  --prefetch N              jobs claimed ahead and held beyond the running ones (default: 0)
   --lease SECONDS           the lease of a claim, renewed every third of it (default: 30)
   --shutdown-grace SECONDS  how long running jobs may finish at a stop (default: 10)
   --poll SECONDS            how long one claim waits in the server (default: 5)
@@ -44,6 +45,7 @@ interface Args {
   dsn: string | undefined;
   queues: string[];
   concurrency: number;
+  prefetch: number;
   lease: number;
   grace: number;
   poll: number;
@@ -78,7 +80,7 @@ function number(flag: string, value: string | undefined): number {
 
 export function parse(argv: string[]): Args {
   const args: Args = {
-    dsn: process.env.PG_JOBS_DSN ?? process.env.DATABASE_URL, queues: [], concurrency: 10, lease: 30,
+    dsn: process.env.PG_JOBS_DSN ?? process.env.DATABASE_URL, queues: [], concurrency: 10, prefetch: 0, lease: 30,
     grace: 10, poll: 5, workerId: undefined, prepared: true, trustOwner: false, module: undefined,
     metricsPort: undefined,
   };
@@ -95,6 +97,7 @@ export function parse(argv: string[]): Args {
       case '--dsn': args.dsn = rest.shift(); break;
       case '--queue': args.queues.push(rest.shift() ?? fail('--queue needs a name')); break;
       case '--concurrency': args.concurrency = number(flag, rest.shift()); break;
+      case '--prefetch': args.prefetch = number(flag, rest.shift()); break;
       case '--lease': args.lease = number(flag, rest.shift()); break;
       case '--shutdown-grace': args.grace = number(flag, rest.shift()); break;
       case '--poll': args.poll = number(flag, rest.shift()); break;
@@ -209,7 +212,7 @@ async function main(): Promise<void> {
   const served = args.metricsPort === undefined ? undefined : await serveMetrics(args.metricsPort);
   await createWorker({
     metrics: served?.metrics,
-    connectionString: args.dsn, queues: args.queues, concurrency: args.concurrency, jobs,
+    connectionString: args.dsn, queues: args.queues, concurrency: args.concurrency, prefetch: args.prefetch, jobs,
     leaseMs: args.lease * 1000, shutdownGraceMs: args.grace * 1000, pollMs: args.poll * 1000,
     workerId: args.workerId, preparedStatements: args.prepared, trustOwner: args.trustOwner,
   }).run();

@@ -5,7 +5,7 @@
 
 import { createHash } from 'node:crypto';
 import pg from 'pg';
-import type { Control, Job } from './context.js';
+import type { ClaimedRow, Control, Job } from './context.js';
 import { describe } from './errors.js';
 import type { Held } from './held.js';
 import { Hooks, type OnExhausted, type OnSettled } from './hooks.js';
@@ -29,13 +29,24 @@ export interface Group {
    * more than the job); given back to the pool before a waiting claim, so an idle worker holds
    * one. At most `size` are in use at once: the dispatcher runs only while a slot is free. */
   clients: pg.PoolClient[];
+  /** How many claimed jobs the group may hold beyond its slots (the prefetch option), those
+   * it holds, in claim order, and the ones it took from them since its last settle, whose
+   * starts that settle marks (jobs.mark_started). */
+  prefetch: number;
+  queued: ClaimedRow[];
+  starts: ClaimedRow[];
+  /** Called when a slot frees: the dispatcher starts the next held job. */
+  refill: (() => void) | undefined;
 }
 
 /** A job whose handler returned, to be completed with its group's next claim. */
 export interface Pending { held: Held; result: string; started: number; span: SpanLike | undefined }
 
-export function makeGroup(queues: string[], size: number): Group {
-  return { queues, size, free: size, pending: [], waiting: false, wake: undefined, clients: [] };
+export function makeGroup(queues: string[], size: number, prefetch = 0): Group {
+  return {
+    queues, size, free: size, pending: [], waiting: false, wake: undefined, clients: [],
+    prefetch, queued: [], starts: [], refill: undefined,
+  };
 }
 
 /** A statement named for the server to keep it prepared under; the name holds its text's hash,
@@ -65,6 +76,8 @@ export class WorkerCore {
   readonly jobs = new Map<string, JobDefinition>();
   /** The attempts running now, by job id. */
   readonly held = new Map<string, Held>();
+  /** The jobs claimed ahead and not started yet (prefetch), by job id, with their group. */
+  readonly queued = new Map<string, { row: ClaimedRow; group: Group }>();
   /** The backends of the claims sleeping in the server, cancelled at a stop. */
   readonly claiming = new Set<number>();
   readonly logger: Logger;

@@ -3,7 +3,10 @@
 // LISTEN needed), and settles the jobs that ended without opening their transaction together
 // with that claim (jobs.complete_and_claim: one statement and one commit for all of them).
 // Nothing waits for a batch: a claim takes what is free now, and a slot is refilled as its job
-// ends. A database error is waited out with backoff: a worker never ends on one.
+// ends. With prefetch, it also holds up to that many claimed jobs beyond its slots, claimed
+// ahead once half of them are taken; a freed slot starts the next at once, and the next settle
+// marks it started (until then, a lapse gives it back unused). A stop gives back what it holds.
+// A database error is waited out with backoff: a worker never ends on one.
 
 import type pg from 'pg';
 import { type Attempts, failForGood } from './attempt.js';
@@ -18,6 +21,8 @@ import * as q from './queries.js';
 const CLAIM = statement('claim', q.CLAIM);
 const COMPLETE_AND_CLAIM = statement('complete_and_claim', q.COMPLETE_AND_CLAIM);
 const COMPLETE_MANY = statement('complete_many', q.COMPLETE_MANY);
+const CLAIM_AHEAD = statement('claim_ahead', q.CLAIM_AHEAD);
+const SETTLE_AHEAD = statement('settle_ahead', q.SETTLE_AHEAD);
 
 const QUERY_CANCELED = '57014';
 /** A prepared statement missing, or another of that name there: a server connection other than
@@ -25,7 +30,34 @@ const QUERY_CANCELED = '57014';
 const NOT_KEPT = new Set(['26000', '42P05']);
 
 export class Dispatcher {
-  constructor(private readonly core: WorkerCore, readonly group: Group, private readonly attempts: Attempts) {}
+  /** A look of a prefetching claim found nothing while jobs were still held: no other look
+   * until a slot frees. */
+  private dry = false;
+  private refillSoon = false;
+
+  constructor(private readonly core: WorkerCore, readonly group: Group, private readonly attempts: Attempts) {
+    // A slot freed: the next held job starts in a microtask (not inside the ended job's frame,
+    // where a queue of jobs that end at once would start each other ever deeper).
+    group.refill = (): void => {
+      this.dry = false;
+      if (this.refillSoon || group.queued.length === 0) return;
+      this.refillSoon = true;
+      queueMicrotask(() => {
+        this.refillSoon = false;
+        this.startQueued();
+      });
+    };
+  }
+
+  /** How many jobs to claim now: the free slots; with prefetch, enough to fill the slots and
+   * the prefetch once half of it is taken (else none). */
+  private toClaim(): number {
+    const { core, group } = this;
+    if (core.stopping) return 0;
+    if (group.prefetch === 0) return group.free;
+    if (this.dry || group.queued.length >= group.free + group.prefetch / 2) return 0;
+    return Math.min(group.free + group.prefetch - group.queued.length, 1000);
+  }
 
   /** While slots are free, claims that many jobs (completing the jobs pending in the same
    * statement), and starts each; sleeps while every slot is busy. Ends once the worker stops
@@ -34,9 +66,10 @@ export class Dispatcher {
     const { core, group } = this;
     const backoff = new Backoff();
     for (;;) {
-      if (group.pending.length === 0) {
+      const handBack = core.stopping && group.queued.length > 0;
+      if (group.pending.length === 0 && group.starts.length === 0 && !handBack) {
         if (core.stopping) return;
-        if (group.free === 0) {
+        if (this.toClaim() === 0) {
           await new Promise<void>((resolve) => { group.wake = resolve; });
           group.wake = undefined;
           continue;
@@ -48,15 +81,22 @@ export class Dispatcher {
       let client: pg.PoolClient | undefined;
       try {
         client = group.clients.pop() ?? await core.connect();
-        const rows = group.pending.length > 0 ? await this.settle(client) : await this.claim(client);
+        let rows: ClaimedRow[] = [];
+        if (handBack) await this.handBack(client);
+        else if (group.pending.length > 0 || group.starts.length > 0) rows = await this.settle(client);
+        else rows = await this.claim(client);
         backoff.reset();
         core.giveBack(group, client, false);
         client = undefined;
         const buried = [];
         for (const row of rows) {
           if (row.buried === true) buried.push(toJob(row));
-          else this.attempts.start(group, row);
+          else if (group.prefetch > 0) {
+            group.queued.push(row);
+            core.queued.set(row.id, { row, group });
+          } else this.attempts.start(group, row);
         }
+        if (group.prefetch > 0) this.startQueued();
         if (buried.length > 0) core.hooks?.buried(buried);
       } catch (err) {
         if (client) core.giveBack(group, client, true);
@@ -86,15 +126,23 @@ export class Dispatcher {
   private async settle(client: pg.PoolClient): Promise<ClaimedRow[]> {
     const { core, group } = this;
     const batch = group.pending.splice(0);
+    const starts = group.starts.splice(0);
     const ids = batch.map((p) => p.held.job.id);
     const claims = batch.map((p) => p.held.job.claim);
     // No results at all (handlers that answer nothing): none sent, none for the server to read.
     const results = batch.every((p) => p.result === 'null') ? null : batch.map((p) => p.result);
-    const free = core.stopping ? 0 : group.free;
+    const free = this.toClaim();
     let landed: Set<string>;
     let rows: ClaimedRow[] = [];
     try {
-      if (free > 0) {
+      if (group.prefetch > 0) {
+        ({ rows } = await client.query<ClaimedRow>({
+          ...core.statement(SETTLE_AHEAD),
+          values: [ids, claims, core.workerId, group.queues, free, `${core.leaseMs} milliseconds`, results,
+            core.reportBuried, starts.map((r) => r.id), starts.map((r) => r.claim)],
+        }));
+        landed = new Set(ids);
+      } else if (free > 0) {
         ({ rows } = await client.query<ClaimedRow>({
           ...core.statement(COMPLETE_AND_CLAIM),
           values: [ids, claims, core.workerId, group.queues, free, `${core.leaseMs} milliseconds`, results,
@@ -107,9 +155,13 @@ export class Dispatcher {
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (code === codes.leaseLost) {
+        if (starts.length > 0) {
+          await client.query(q.MARK_STARTED, [starts.map((r) => r.id), starts.map((r) => r.claim)]);
+        }
         landed = await this.completeMany(client, ids, claims, results);
       } else if (isTransient(err) || NOT_KEPT.has(code ?? '')) {
         group.pending.unshift(...batch);
+        group.starts.unshift(...starts);
         throw err;
       } else {
         core.logger.warn('a settle was refused for what it carries; its jobs are settled one by one',
@@ -162,16 +214,53 @@ export class Dispatcher {
     return new Set(rows.filter((r) => r.landed).map((r) => r.id));
   }
 
+  /** Starts held jobs in the free slots; the next settle marks them started. */
+  private startQueued(): void {
+    const { core, group } = this;
+    let started = false;
+    while (group.free > 0 && group.queued.length > 0) {
+      const row = group.queued.shift() as ClaimedRow;
+      core.queued.delete(row.id);
+      group.starts.push(row);
+      this.attempts.start(group, row);
+      started = true;
+    }
+    if (started) group.wake?.();
+  }
+
+  /** At a stop: the held jobs not started go back at once, no attempt used. */
+  private async handBack(client: pg.PoolClient): Promise<void> {
+    const { core, group } = this;
+    const rows = group.queued.splice(0);
+    try {
+      await client.query(q.HAND_BACK, [rows.map((r) => r.id), rows.map((r) => r.claim)]);
+    } catch (err) {
+      if (isTransient(err)) {
+        group.queued.unshift(...rows);
+        throw err;
+      }
+      core.logger.warn('could not hand back the jobs claimed ahead; they are left to their leases (no attempt used)',
+        { jobs: rows.length, error: firstLine(err) });
+    }
+    for (const row of rows) core.queued.delete(row.id);
+  }
+
   /** Claims for the group's free slots: a look first, and only when it finds nothing a claim
-   * that sleeps in the server for work (while it does, an ending job completes itself). */
+   * that sleeps in the server for work (while it does, an ending job completes itself). With
+   * prefetch it claims ahead, and sleeps only when it holds nothing. */
   private async claim(client: pg.PoolClient): Promise<ClaimedRow[]> {
     const { core, group } = this;
-    const claim = core.statement(CLAIM);
+    const claim = core.statement(group.prefetch > 0 ? CLAIM_AHEAD : CLAIM);
     const lease = `${core.leaseMs} milliseconds`;
+    const want = this.toClaim();
     const found = await client.query<ClaimedRow>({
-      ...claim, values: [core.workerId, group.queues, group.free, lease, null, core.reportBuried],
+      ...claim, values: [core.workerId, group.queues, want, lease, null, core.reportBuried],
     });
     if (found.rows.length > 0 || core.stopping) return found.rows;
+    if (group.queued.length > 0) {
+      this.dry = true;
+      return [];
+    }
     const pid = (client as unknown as { processID: number }).processID;
     // An idle worker holds one connection: the others go back to the pool (which closes them
     // once idle for its idleTimeoutMillis).
@@ -179,10 +268,10 @@ export class Dispatcher {
     core.claiming.add(pid);
     group.waiting = true;
     try {
-      if (group.pending.length > 0) return [];
+      if (group.pending.length > 0 || group.starts.length > 0) return [];
       const { rows } = await client.query<ClaimedRow>({
         ...claim,
-        values: [core.workerId, group.queues, group.free, lease, `${core.pollMs} milliseconds`, core.reportBuried],
+        values: [core.workerId, group.queues, want, lease, `${core.pollMs} milliseconds`, core.reportBuried],
       });
       return rows;
     } finally {

@@ -12,6 +12,14 @@ export const CLAIMED_COLUMNS =
 export const CLAIM = `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval, $6)`;
 export const COMPLETE_AND_CLAIM = `select ${CLAIMED_COLUMNS} from `
   + 'jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, $6::interval, $7::jsonb[], $8)';
+// A prefetching worker's: claims ahead of its free slots, its settles carry the starts of the
+// jobs it took from its local queue since the last one, and it gives back what it will not run.
+export const CLAIM_AHEAD = `select ${CLAIMED_COLUMNS} from jobs.claim($1, $2, $3, $4::interval, $5::interval, $6, true)`;
+export const SETTLE_AHEAD = `select ${CLAIMED_COLUMNS} from `
+  + 'jobs.complete_and_claim($1::uuid[], $2::bigint[], $3, $4, $5, $6::interval, $7::jsonb[], $8, true, '
+  + '$9::uuid[], $10::bigint[])';
+export const MARK_STARTED = 'select jobs.mark_started($1::uuid[], $2::bigint[]) as started';
+export const HAND_BACK = 'select jobs.hand_back($1::uuid[], $2::bigint[]) as handed_back';
 export const COMPLETE_MANY = 'select id::text, landed from jobs.complete_many($1::uuid[], $2::bigint[], $3::jsonb[])';
 export const COMPLETE = 'select jobs.complete($1, $2::bigint, $3::jsonb) as landed';
 /** A failure: the engine decides the retry (backoff, or `retry_at`) or the burial, and

@@ -4,7 +4,7 @@ them as plain functions (run in threads), ``--handlers async`` (the default) as 
 
     python clients/python/conformance/worker.py --dsn DSN [--queue Q] [--concurrency N]
         [--lease S] [--shutdown-grace S] [--metrics-port P] [--poll S] [--handlers sync|async]
-        [--no-prepared-statements] [--hooks]
+        [--no-prepared-statements] [--hooks] [--prefetch N]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ p.add_argument("--poll", type=float, default=1)
 p.add_argument("--handlers", choices=["sync", "async"], default="async")
 p.add_argument("--no-prepared-statements", action="store_false", dest="prepared")
 p.add_argument("--hooks", action="store_true")
+p.add_argument("--prefetch", type=int, default=0)
 args = p.parse_args()
 
 
@@ -329,4 +330,5 @@ hooks: dict[str, Any] = {"on_settled": on_settled, "on_exhausted": on_exhausted}
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 pg_jobs.Worker(args.dsn, jobs=sync_jobs() if args.handlers == "sync" else async_jobs(), queues=args.queues or ["default"],
                concurrency=args.concurrency, lease=args.lease, shutdown_grace=args.shutdown_grace, poll=args.poll,
-               metrics_port=args.metrics_port, prepared_statements=args.prepared, **hooks).run()
+               metrics_port=args.metrics_port, prepared_statements=args.prepared, prefetch=args.prefetch,
+               **hooks).run()

@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                    help="a queue to work; repeat for more (default: default)")
     w.add_argument("--concurrency", type=int, default=10, help="jobs run at once (default: 10)")
+    w.add_argument("--prefetch", type=int, default=0,
+                   help="jobs claimed ahead and held beyond the running ones (default: 0)")
     w.add_argument("--lease", type=float, default=30.0, help="seconds a claim holds a job, renewed every third (30)")
     w.add_argument("--shutdown-grace", type=float, default=10.0,
                    help="seconds a stop lets running jobs finish before cancelling them (10)")
@@ -103,8 +105,10 @@ def main(argv: list[str] | None = None) -> None:
     jobs = _load(args.module)
     if args.concurrency < 1:
         _fail("--concurrency must be at least 1")
+    if not 0 <= args.prefetch <= 1000:
+        _fail("--prefetch must be 0 to 1000")
     worker = Worker(dsn, jobs=jobs, queues=args.queues or ["default"], concurrency=args.concurrency, lease=args.lease,
-                    shutdown_grace=args.shutdown_grace, poll=args.poll, metrics_port=args.metrics_port,
+                    prefetch=args.prefetch, shutdown_grace=args.shutdown_grace, poll=args.poll, metrics_port=args.metrics_port,
                     prepared_statements=args.prepared, trust_owner=args.trust_owner or None)
     try:
         worker.run()

@@ -9,13 +9,14 @@ import asyncio
 import datetime as dt
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .arrays import TextArray, text_array
 from .connection import OwnConnection, Pool, Slot
-from .context import Job
+from .context import Claimed, Job
 from .deadlines import Deadlines
 from .held import Held
 from .hooks import Hooks
@@ -40,6 +41,14 @@ class Group:
     #: more than the job); given back before a waiting claim, so an idle worker holds one. At
     #: most as many as its slots are in use at once: the dispatcher runs only while one is free.
     slots: list[Slot] = field(default_factory=list)
+    #: How many claimed jobs the group may hold beyond its slots (the prefetch option), those it
+    #: holds, in claim order, and the ones it took from them since its last settle, whose starts
+    #: that settle marks (jobs.mark_started).
+    prefetch: int = 0
+    queued: deque[Claimed] = field(default_factory=deque)
+    starts: list[Job] = field(default_factory=list)
+    #: Called when a slot frees: the dispatcher starts the next held job.
+    refill: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self.queue_array = text_array(self.queues)
@@ -68,6 +77,9 @@ class WorkerCore:
         self.prepared = prepared
         #: The jobs held, by their id's number (``UUID.int``: a UUID's hash is Python code).
         self.held: dict[int, Held] = {}
+        #: The jobs claimed ahead and not started yet (prefetch), by their id's number, with
+        #: their group.
+        self.queued: dict[int, tuple[Claimed, Group]] = {}
         #: The backends of the claims sleeping in the server, cancelled at a stop.
         self.claiming: set[int] = set()
         #: The jobs' tasks, and plain handlers' threads (their futures).
@@ -139,3 +151,5 @@ def free_slot(group: Group) -> None:
     group.free += 1
     if group.free == 1:  # (the dispatcher waits only while none is free)
         group.wake.set()
+    if group.queued and group.refill is not None:
+        group.refill()

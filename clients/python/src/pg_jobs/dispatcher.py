@@ -2,13 +2,17 @@
 slots, the moment one is free (a waiting claim in the server when there is no work: no LISTEN
 needed), and settles the jobs that ended without opening their transaction together with that
 claim (jobs.complete_and_claim: one statement and one commit for all of them). Nothing waits
-for a batch. A database error is waited out with backoff: a worker never ends on one."""
+for a batch. With prefetch, it also holds up to that many claimed jobs beyond its slots,
+claimed ahead once half of them are taken; a freed slot starts the next at once, and the next
+settle marks it started (until then, a lapse gives it back unused). A stop gives back what it
+holds. A database error is waited out with backoff: a worker never ends on one."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import time
+from collections import deque
 from typing import Any
 
 import psycopg
@@ -36,6 +40,41 @@ GATHER = 0.0002
 class Dispatcher:
     def __init__(self, core: WorkerCore, group: Group, attempts: Attempts) -> None:
         self.core, self.group, self.attempts = core, group, attempts
+        #: A look of a prefetching claim found nothing while jobs were still held: no other
+        #: look until a slot frees.
+        self._dry = False
+        group.refill = self._refill
+
+    def _refill(self) -> None:
+        """A slot freed: the next held job starts (its handler in a task or a thread of its own,
+        so one ended job never starts the next inside its own frame)."""
+        self._dry = False
+        self._start_queued()
+
+    def _to_claim(self) -> int:
+        """How many jobs to claim now: the free slots; with prefetch, enough to fill the slots
+        and the prefetch once half of it is taken (else none)."""
+        group = self.group
+        if self.core.stopping:
+            return 0
+        if not group.prefetch:
+            return group.free
+        if self._dry or len(group.queued) >= group.free + group.prefetch / 2:
+            return 0
+        return min(group.free + group.prefetch - len(group.queued), 1000)
+
+    def _start_queued(self) -> None:
+        """Starts held jobs in the free slots; the next settle marks them started."""
+        core, group = self.core, self.group
+        started = False
+        while group.free > 0 and group.queued:
+            job, time_left, _ = group.queued.popleft()
+            core.queued.pop(job.id.int, None)
+            group.starts.append(job)
+            self.attempts.start(group, job, time_left)
+            started = True
+        if started:
+            group.wake.set()
 
     async def run(self) -> None:
         """While slots are free, claims that many jobs (completing the jobs pending in the same
@@ -44,25 +83,38 @@ class Dispatcher:
         core, group, attempts = self.core, self.group, self.attempts
         backoff = Backoff()
         while True:
-            if not group.pending:
+            hand_back = core.stopping and bool(group.queued)
+            if not group.pending and not group.starts and not hand_back:
                 if core.stopping:
                     return
-                if group.free == 0:
+                if self._to_claim() == 0:
                     group.wake.clear()
                     await group.wake.wait()
                     continue
             slot: Slot | None = None
             try:
                 slot = group.slots.pop() if group.slots else await core.pool.acquire()
-                rows = await (self._settle(slot) if group.pending else self._claim(slot))
+                rows: list[Claimed] = []
+                if hand_back:
+                    await self._hand_back(slot)
+                elif group.pending or group.starts:
+                    rows = await self._settle(slot)
+                else:
+                    rows = await self._claim(slot)
                 backoff.reset()
                 if not core.keep(group, slot, False):
                     await core.pool.release(slot)
                 slot = None
                 if core.report_buried and rows:
                     rows = self._announce_buried(rows)
-                for job, time_left, _ in rows:
-                    attempts.start(group, job, time_left)
+                if group.prefetch:
+                    group.queued.extend(rows)
+                    for row in rows:
+                        core.queued[row[0].id.int] = (row, group)
+                    self._start_queued()
+                else:
+                    for job, time_left, _ in rows:
+                        attempts.start(group, job, time_left)
                 if rows and core.metrics:
                     core.metrics.running(len(core.held))
                 if rows and group.pending:
@@ -101,16 +153,28 @@ class Dispatcher:
         core, group = self.core, self.group
         # The ids and claims go as binary arrays made at once (pg_jobs.arrays).
         batch, group.pending = group.pending, []
+        starts, group.starts = group.starts, []
         ids = uuid_array([h.job.id for h, _, _ in batch])
         claims = int8_array([h.job.claim for h, _, _ in batch])
         answers = [r for _, r, _ in batch]
         # No results at all (handlers that answer nothing): none sent, none for the server to read.
         results = None if answers.count("null") == len(answers) else [encoded(r) for r in answers]
-        free = 0 if core.stopping else group.free
+        free = self._to_claim()
         rows: list[Claimed] = []
         landed: set[Any] | None
+        start_ids = uuid_array([j.id for j in starts])
+        start_claims = int8_array([j.claim for j in starts])
         try:
-            if free > 0:
+            if group.prefetch:
+                cur = slot.conn.cursor(row_factory=claimed_row, binary=True)
+                await cur.execute(
+                    q.SETTLE_AHEAD,
+                    (ids, claims, core.worker_id, group.queue_array, free, core.lease, results, core.report_buried,
+                     start_ids, start_claims),
+                    prepare=core.prepared)
+                rows = await cur.fetchall()
+                landed = None  # all of them: else the statement raised lease_lost
+            elif free > 0:
                 cur = slot.conn.cursor(row_factory=claimed_row, binary=True)
                 await cur.execute(
                     q.COMPLETE_AND_CLAIM,
@@ -124,12 +188,15 @@ class Dispatcher:
             if err.sqlstate != CODES["lease_lost"]:
                 if is_transient(err) or err.sqlstate in NOT_KEPT:
                     group.pending[:0] = batch
+                    group.starts[:0] = starts
                     raise
                 # Refused for what it carries: never sent again; its jobs settled one by one.
                 core.log.warning("a settle of %d jobs was refused for what it carries; settling them one by one: %s",
                                  len(batch), first_line(err))
                 await self._settle_each(slot, batch)
                 return []
+            if starts:
+                await slot.conn.execute(q.MARK_STARTED, (start_ids, start_claims))
             landed = await self._complete_many(slot, ids, claims, results)
         for held, _, started in batch:
             core.ended(held, "completed" if landed is None or held.job.id in landed else "lost", started, count=False)
@@ -170,19 +237,40 @@ class Dispatcher:
         cur = await slot.conn.execute(q.COMPLETE_MANY, (ids, claims, results), prepare=self.core.prepared)
         return {job_id for job_id, landed in await cur.fetchall() if landed}
 
+    async def _hand_back(self, slot: Slot) -> None:
+        """At a stop: the held jobs not started go back at once, no attempt used."""
+        core, group = self.core, self.group
+        rows, group.queued = list(group.queued), deque()
+        try:
+            await slot.conn.execute(q.HAND_BACK, ([job.id for job, _, _ in rows], [job.claim for job, _, _ in rows]))
+        except psycopg.Error as err:
+            if is_transient(err):
+                group.queued.extendleft(reversed(rows))
+                raise
+            core.log.warning("could not hand back %d jobs claimed ahead; they are left to their leases (no attempt "
+                             "used): %s", len(rows), first_line(err))
+        for job, _, _ in rows:
+            core.queued.pop(job.id.int, None)
+
     async def _claim(self, slot: Slot) -> list[Claimed]:
         """Claims for the group's free slots: a look first, and only when it finds nothing a
         claim that sleeps in the server for work (while it does, an ending job completes
         itself). Without the look, a claim answered short was followed by a sleeping one, and
-        every job of the batch running then completed with a commit of its own."""
+        every job of the batch running then completed with a commit of its own. With prefetch
+        it claims ahead, and sleeps only when it holds nothing."""
         core, group = self.core, self.group
         lease, buried = core.lease, core.report_buried
+        claim = q.CLAIM_AHEAD if group.prefetch else q.CLAIM
+        want = self._to_claim()
         cur = slot.conn.cursor(row_factory=claimed_row, binary=True)
-        await cur.execute(q.CLAIM, (core.worker_id, group.queue_array, group.free, lease, None, buried),
+        await cur.execute(claim, (core.worker_id, group.queue_array, want, lease, None, buried),
                           prepare=core.prepared)
         found = await cur.fetchall()
         if found or core.stopping:
             return found
+        if group.queued:
+            self._dry = True
+            return []
         while group.slots:  # an idle worker holds one connection
             await core.pool.release(group.slots.pop())
         pid = slot.pid
@@ -191,10 +279,10 @@ class Dispatcher:
         try:
             # A job ended during the look: settled with the next claim. A stop that began
             # while the idle connections went back found no claim of this worker's to cancel.
-            if group.pending or core.stopping:
+            if group.pending or group.starts or core.stopping:
                 return []
-            await cur.execute(q.CLAIM, (core.worker_id, group.queue_array, group.free, lease,
-                                        dt.timedelta(seconds=core.poll), buried),
+            await cur.execute(claim, (core.worker_id, group.queue_array, want, lease,
+                                      dt.timedelta(seconds=core.poll), buried),
                               prepare=core.prepared)
             return await cur.fetchall()
         finally:

@@ -15,6 +15,13 @@ CLAIMED_COLUMNS = (
 CLAIM = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %b, %s, %s, %s, %s)"
 COMPLETE_AND_CLAIM = (f"select {CLAIMED_COLUMNS} from "
                       "jobs.complete_and_claim(%b, %b, %s, %b, %s, %s, %s::jsonb[], %s)")
+# A prefetching worker's: claims ahead of its free slots, its settles carry the starts of the
+# jobs it took from its local queue since the last one, and it gives back what it will not run.
+CLAIM_AHEAD = f"select {CLAIMED_COLUMNS} from jobs.claim(%s, %b, %s, %s, %s, %s, true)"
+SETTLE_AHEAD = (f"select {CLAIMED_COLUMNS} from "
+                "jobs.complete_and_claim(%b, %b, %s, %b, %s, %s, %s::jsonb[], %s, true, %b, %b)")
+MARK_STARTED = "select jobs.mark_started(%b, %b)"
+HAND_BACK = "select jobs.hand_back(%s::uuid[], %s::bigint[])"
 COMPLETE_MANY = "select id, landed from jobs.complete_many(%b, %b, %s::jsonb[])"
 COMPLETE = "select jobs.complete(%s, %s, %s)"
 #: A failure: the engine decides the retry (backoff, or retry_at) or the burial, and whether

@@ -37,7 +37,8 @@ RECANCEL = 1.0
 
 class Worker:
     """Runs ``jobs`` from ``queues``, ``concurrency`` at a time (a number, or a number per
-    queue), with at most ``concurrency + 2`` connections to ``dsn``."""
+    queue), with at most ``concurrency + 2`` connections to ``dsn`` (one more per set of queues
+    with ``prefetch``)."""
 
     def __init__(self, dsn: str, *, jobs: Iterable[JobDefinition[Any]], queues: Iterable[str] = ("default",),
                  concurrency: int | Mapping[str, int] = 10, lease: float = 30.0, shutdown_grace: float = 10.0,
@@ -46,17 +47,24 @@ class Worker:
                  unknown_snooze: float = 60.0,
                  resolve: Callable[[str], JobDefinition[Any] | None] | None = None,
                  prepared_statements: bool = True, trust_owner: bool | None = None,
-                 on_settled: OnSettled | None = None, on_exhausted: OnExhausted | None = None) -> None:
+                 on_settled: OnSettled | None = None, on_exhausted: OnExhausted | None = None,
+                 prefetch: int = 0) -> None:
         self.dsn = dsn
         #: Work as a superuser even where a role that is not one owns schema jobs or its
         #: functions (that role could run code as the worker); refused unless True (default:
         #: whether PGJOBS_TRUST_OWNER is 1).
         self.trust_owner = os.environ.get("PGJOBS_TRUST_OWNER") == "1" if trust_owner is None else trust_owner
         self.queues = list(queues) or ["default"]
+        #: Jobs claimed ahead and held beyond the running ones, per set of queues (0 to 1000):
+        #: claimed many at once and settled together, a freed slot starting the next without
+        #: waiting for the database. A held job not started uses no attempt if this worker
+        #: dies, and a stop gives it back at once; it is not available to other workers.
+        if not isinstance(prefetch, int) or not 0 <= prefetch <= 1000:
+            raise ValueError("pg_jobs.Worker: prefetch must be a whole number from 0 to 1000")
         if isinstance(concurrency, int):
-            self._groups = [Group(self.queues, concurrency)]
+            self._groups = [Group(self.queues, concurrency, prefetch=prefetch)]
         else:
-            self._groups = [Group([queue], n) for queue, n in concurrency.items() if n > 0]
+            self._groups = [Group([queue], n, prefetch=prefetch) for queue, n in concurrency.items() if n > 0]
         self.concurrency = sum(g.free for g in self._groups)
         if self.concurrency < 1:
             raise ValueError("pg_jobs.Worker: concurrency must be at least 1")
@@ -65,7 +73,9 @@ class Worker:
         log = logger or default_logger
         worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         # Each connection says what it is, and whose, in pg_stat_activity.application_name.
-        self._pool = Pool(dsn, self.concurrency, application_name("worker", worker_id), prepared_statements)
+        # (with prefetch, one more per dispatcher: its settles go on while every slot runs)
+        self._pool = Pool(dsn, self.concurrency + (len(self._groups) if prefetch else 0),
+                          application_name("worker", worker_id), prepared_statements)
         self._control = OwnConnection(dsn, application_name("heartbeat", worker_id))
         self._listener = OwnConnection(dsn, application_name("listener", worker_id), listen="pg_jobs_cancel")
         #: Whether the claims and settles are prepared statements, kept by the server for each
@@ -210,24 +220,33 @@ class Worker:
         """Every lease/3 until the worker has stopped: through a shutdown's grace too."""
         while True:
             await asyncio.sleep(max(self.lease / 3, 0.1))
-            await self._beat(list(self._core.held), "lost")
+            await self._beat(self._held_ids(), "lost")
+
+    def _held_ids(self) -> list[int]:
+        """The jobs this worker holds: running, and claimed ahead."""
+        return [*self._core.held, *self._core.queued]
 
     async def _beat(self, ids: list[int], reason: str) -> None:
-        held_now = self._core.held
-        helds = [held_now[i] for i in ids if i in held_now]
-        if not helds:
+        held_now, queued = self._core.held, self._core.queued
+        jobs = [held_now[i].job if i in held_now else queued[i][0][0] for i in ids if i in held_now or i in queued]
+        if not jobs:
             return
         try:
-            rows = await self._control.query(
-                q.HEARTBEATS,
-                ([h.job.id for h in helds], [h.job.claim for h in helds]))
+            rows = await self._control.query(q.HEARTBEATS, ([j.id for j in jobs], [j.claim for j in jobs]))
         except Exception as err:  # noqa: BLE001 (tried again at the next beat)
             self.log.warning("heartbeat failed; trying again: %s", first_line(err))
             return
         for job_id, until in rows:
+            if until is not None:
+                continue
             held = held_now.get(job_id.int)
-            if until is None and held is not None:
+            if held is not None:
                 self._attempts.abort(held, reason)
+            ahead = queued.pop(job_id.int, None)
+            if ahead is not None:  # not started: dropped
+                row, group = ahead
+                if row in group.queued:
+                    group.queued.remove(row)
 
     async def _listen(self) -> None:
         backoff = Backoff()
@@ -235,9 +254,9 @@ class Worker:
             try:
                 conn = await self._listener.connect()
                 backoff.reset()
-                await self._beat(list(self._core.held), "cancelled")  # cancels missed while away
+                await self._beat(self._held_ids(), "cancelled")  # cancels missed while away
                 async for note in conn.notifies():
-                    ids = list(self._core.held) if note.payload in ("", "*") else self._held_of(note.payload)
+                    ids = self._held_ids() if note.payload in ("", "*") else self._held_of(note.payload)
                     if ids:
                         await self._beat(ids, "cancelled")
             except Exception:  # noqa: BLE001 (made again)
@@ -250,7 +269,7 @@ class Worker:
             key = uuid.UUID(job_id).int
         except ValueError:
             return []
-        return [key] if key in self._core.held else []
+        return [key] if key in self._core.held or key in self._core.queued else []
 
     async def _wait_running(self, seconds: float) -> None:
         """Until what runs has ended, ``seconds`` at most: a plain handler's end may start a
