@@ -1256,14 +1256,6 @@ begin atomic
                 'given back, no attempt used', coalesce(p_worker, 'a worker'));
 end;
 
-create function jobs._prefetched_deadline(p_name text, p_timeout interval, p_run_deadline timestamptz,
-                                          p_now timestamptz)
-returns timestamptz
-language sql stable
-begin atomic
-  select least(p_now + coalesce(p_timeout, (select p.timeout from jobs._policy(p_name) as p)), p_run_deadline);
-end;
-
 create function jobs._timed_out(p_lease_expires_at timestamptz, p_deadline timestamptz)
 returns boolean
 language sql immutable parallel safe
@@ -2473,10 +2465,15 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error,
-         case when claim.prefetch then jobs._prefetched_deadline(m.name, m.timeout, m.run_deadline, v_now)
+         -- prefetched: the deadline a start now would get (each name's policy read once)
+         case when claim.prefetch then least(v_now + coalesce(m.timeout, t.timeout), m.run_deadline)
               else m.deadline end,
          m.parent_id, m.tags, m.meta, false
   from moved as m
+  left join (select d.name, p.timeout
+             from (select distinct n.name from moved as n) as d
+             cross join lateral jobs._policy(d.name) as p
+             where claim.prefetch) as t on t.name = m.name
   order by m.priority desc, m.run_at;
   if found then
     return;
@@ -2702,20 +2699,23 @@ begin
     -- one: an INSERT set up in every claim opened jobs.attempts and its indexes each time.
     -- A prefetched job that never started is given back instead: its attempt is not used
     -- (jobs._lapse_gives_back), and the claim below counts the same attempt again.
-    select array_agg(j.id) into v_free
-    from jobs_data.jobs as j
-    where j.id = any(v_ids[1:max_jobs]) and j.state = 'running' and jobs._lapse_gives_back(j.started_at, j.id);
+    -- (The statement's snapshot does not see the rows it inserts: each job's given-back rows
+    -- are counted as they were before it.)
     with lapsed as (
       insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
       select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now,
-             case when j.id = any(v_free) then 'not_started' else 'lease_lapsed' end,
-             case when j.id = any(v_free) then jobs._not_started_error(j.claimed_by)
+             case when j.free then 'not_started' else 'lease_lapsed' end,
+             case when j.free then jobs._not_started_error(j.claimed_by)
                   else jobs._lapse_error(j.attempt, j.max_attempts) end
-      from jobs_data.jobs as j
-      where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
-      returning jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
+      from (select j.id, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
+                   jobs._lapse_gives_back(j.started_at, j.id) as free
+            from jobs_data.jobs as j
+            where j.id = any(v_ids[1:max_jobs]) and j.state = 'running') as j
+      returning job_id, outcome,
+                jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
     )
-    select count(*) into v_ended from lapsed;
+    select count(*), array_agg(l.job_id) filter (where l.outcome = 'not_started') into v_ended, v_free
+    from lapsed as l;
   end if;
 
   return query
@@ -2752,7 +2752,9 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error,
-         case when claim.prefetch then jobs._prefetched_deadline(m.name, m.timeout, m.run_deadline, v_now)
+         case when claim.prefetch
+              then least(v_now + coalesce(m.timeout, v_timeouts[array_position(v_policy_names, m.name)]),
+                         m.run_deadline)
               else m.deadline end,
          m.parent_id, m.tags, m.meta, false
   from moved as m
@@ -3091,11 +3093,26 @@ returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
 declare
-  v_started int := case when start_ids is not null or start_claims is not null
-                        then jobs.mark_started(start_ids, start_claims) end;
-  v_landed uuid[] := jobs._complete_landed(ids, claims, results);
-  v_lost bigint := 0;
+  v_start_ids    uuid[] := start_ids;
+  v_start_claims bigint[] := start_claims;
+  v_started      int;
+  v_landed       uuid[];
+  v_lost         bigint := 0;
 begin
+  -- A job started and completed in one call needs no mark (it ends here, or the call fails
+  -- whole): in a steady drain every start is, so a batch writes each row once, not twice.
+  if cardinality(start_ids) > 0 and cardinality(ids) > 0 and cardinality(start_ids) = cardinality(start_claims) then
+    select coalesce(array_agg(s.id order by s.o), '{}'), coalesce(array_agg(s.claim order by s.o), '{}')
+      into v_start_ids, v_start_claims
+    from unnest(start_ids, start_claims) with ordinality as s(id, claim, o)
+    where s.id not in (select i.id from unnest(ids) as i(id) where i.id is not null);
+  end if;
+  if v_start_ids is not null or v_start_claims is not null then
+    if cardinality(v_start_ids) > 0 or cardinality(v_start_claims) > 0 or v_start_ids is null or v_start_claims is null then
+      v_started := jobs.mark_started(v_start_ids, v_start_claims);
+    end if;
+  end if;
+  v_landed := jobs._complete_landed(ids, claims, results);
   if cardinality(v_landed) < cardinality(ids) then  -- a lost claim, or an id given twice
     select count(*) into v_lost from unnest(ids) as u(id) where u.id <> all(v_landed);
   end if;
@@ -3105,7 +3122,7 @@ begin
       'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
       'jobs.complete_many, then claim');
   end if;
-  if max_jobs = 0 then
+  if max_jobs = 0 and prefetch then  -- (a prefetching worker's settle and starts only)
     return;
   end if;
   return query select * from jobs.claim(worker_id, queues, max_jobs, lease, null, report_buried, prefetch);

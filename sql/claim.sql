@@ -476,10 +476,15 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error,
-         case when claim.prefetch then jobs._prefetched_deadline(m.name, m.timeout, m.run_deadline, v_now)
+         -- prefetched: the deadline a start now would get (each name's policy read once)
+         case when claim.prefetch then least(v_now + coalesce(m.timeout, t.timeout), m.run_deadline)
               else m.deadline end,
          m.parent_id, m.tags, m.meta, false
   from moved as m
+  left join (select d.name, p.timeout
+             from (select distinct n.name from moved as n) as d
+             cross join lateral jobs._policy(d.name) as p
+             where claim.prefetch) as t on t.name = m.name
   order by m.priority desc, m.run_at;
   if found then
     return;
@@ -705,20 +710,23 @@ begin
     -- one: an INSERT set up in every claim opened jobs.attempts and its indexes each time.
     -- A prefetched job that never started is given back instead: its attempt is not used
     -- (jobs._lapse_gives_back), and the claim below counts the same attempt again.
-    select array_agg(j.id) into v_free
-    from jobs_data.jobs as j
-    where j.id = any(v_ids[1:max_jobs]) and j.state = 'running' and jobs._lapse_gives_back(j.started_at, j.id);
+    -- (The statement's snapshot does not see the rows it inserts: each job's given-back rows
+    -- are counted as they were before it.)
     with lapsed as (
       insert into jobs_data.attempts (job_id, attempt, worker, claimed_at, finished_at, outcome, error)
       select j.id, j.attempt, j.claimed_by, j.claimed_at, v_now,
-             case when j.id = any(v_free) then 'not_started' else 'lease_lapsed' end,
-             case when j.id = any(v_free) then jobs._not_started_error(j.claimed_by)
+             case when j.free then 'not_started' else 'lease_lapsed' end,
+             case when j.free then jobs._not_started_error(j.claimed_by)
                   else jobs._lapse_error(j.attempt, j.max_attempts) end
-      from jobs_data.jobs as j
-      where j.id = any(v_ids[1:max_jobs]) and j.state = 'running'
-      returning jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
+      from (select j.id, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
+                   jobs._lapse_gives_back(j.started_at, j.id) as free
+            from jobs_data.jobs as j
+            where j.id = any(v_ids[1:max_jobs]) and j.state = 'running') as j
+      returning job_id, outcome,
+                jobs._outcome((select q.queue from jobs_data.jobs as q where q.id = job_id), 'lease_lapsed')
     )
-    select count(*) into v_ended from lapsed;
+    select count(*), array_agg(l.job_id) filter (where l.outcome = 'not_started') into v_ended, v_free
+    from lapsed as l;
   end if;
 
   return query
@@ -755,7 +763,9 @@ begin
   )
   select m.id, m.run_id, m.name, m.queue, m.payload, m.attempt, m.max_attempts, m.claim,
          m.lease_expires_at, m.tenant_id, m.priority, m.enqueued_at, m.last_error,
-         case when claim.prefetch then jobs._prefetched_deadline(m.name, m.timeout, m.run_deadline, v_now)
+         case when claim.prefetch
+              then least(v_now + coalesce(m.timeout, v_timeouts[array_position(v_policy_names, m.name)]),
+                         m.run_deadline)
               else m.deadline end,
          m.parent_id, m.tags, m.meta, false
   from moved as m

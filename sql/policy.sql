@@ -87,16 +87,6 @@ begin atomic
                 'given back, no attempt used', coalesce(p_worker, 'a worker'));
 end;
 
--- The deadline a prefetched job answers at its claim: the one a start at the claim would get
--- (jobs.mark_started sets it from the start). The worker times its handler by it from its start.
-create function jobs._prefetched_deadline(p_name text, p_timeout interval, p_run_deadline timestamptz,
-                                          p_now timestamptz)
-returns timestamptz
-language sql stable
-begin atomic
-  select least(p_now + coalesce(p_timeout, (select p.timeout from jobs._policy(p_name) as p)), p_run_deadline);
-end;
-
 -- Whether a running job's lease ran out at its deadline (jobs.job_types.timeout): its attempt
 -- timed out, a failed attempt, not a lapse. Claim and heartbeat never extend a lease past the
 -- deadline, so a lease that reached it is one the timeout ended.

@@ -354,7 +354,7 @@ comment on function jobs.complete_many(uuid[], bigint[], jsonb[]) is
 -- must not sleep holding its locks; when this answers nothing, claim with wait.
 -- A prefetching worker passes prefetch, the jobs it started since its last call (start_ids,
 -- start_claims: jobs.mark_started's, in the same transaction, before the settle), and may pass
--- max_jobs 0 to settle and start without claiming.
+-- max_jobs 0 with prefetch to settle and start without claiming.
 create function jobs.complete_and_claim(ids uuid[], claims bigint[], worker_id text,
                                         queues text[] default array['default'],
                                         max_jobs int default 1, lease interval default null,
@@ -366,11 +366,26 @@ returns setof jobs.claimed_job
 language plpgsql volatile
 as $$
 declare
-  v_started int := case when start_ids is not null or start_claims is not null
-                        then jobs.mark_started(start_ids, start_claims) end;
-  v_landed uuid[] := jobs._complete_landed(ids, claims, results);
-  v_lost bigint := 0;
+  v_start_ids    uuid[] := start_ids;
+  v_start_claims bigint[] := start_claims;
+  v_started      int;
+  v_landed       uuid[];
+  v_lost         bigint := 0;
 begin
+  -- A job started and completed in one call needs no mark (it ends here, or the call fails
+  -- whole): in a steady drain every start is, so a batch writes each row once, not twice.
+  if cardinality(start_ids) > 0 and cardinality(ids) > 0 and cardinality(start_ids) = cardinality(start_claims) then
+    select coalesce(array_agg(s.id order by s.o), '{}'), coalesce(array_agg(s.claim order by s.o), '{}')
+      into v_start_ids, v_start_claims
+    from unnest(start_ids, start_claims) with ordinality as s(id, claim, o)
+    where s.id not in (select i.id from unnest(ids) as i(id) where i.id is not null);
+  end if;
+  if v_start_ids is not null or v_start_claims is not null then
+    if cardinality(v_start_ids) > 0 or cardinality(v_start_claims) > 0 or v_start_ids is null or v_start_claims is null then
+      v_started := jobs.mark_started(v_start_ids, v_start_claims);
+    end if;
+  end if;
+  v_landed := jobs._complete_landed(ids, claims, results);
   if cardinality(v_landed) < cardinality(ids) then  -- a lost claim, or an id given twice
     select count(*) into v_lost from unnest(ids) as u(id) where u.id <> all(v_landed);
   end if;
@@ -380,7 +395,7 @@ begin
       'nothing was completed nor claimed: roll back the jobs'' writes; complete the rest with '
       'jobs.complete_many, then claim');
   end if;
-  if max_jobs = 0 then
+  if max_jobs = 0 and prefetch then  -- (a prefetching worker's settle and starts only)
     return;
   end if;
   return query select * from jobs.claim(worker_id, queues, max_jobs, lease, null, report_buried, prefetch);

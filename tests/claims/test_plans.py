@@ -178,9 +178,9 @@ def test_a_sweep_of_5000_lapsed_leases_reads_each_once(dsn, statistics):
         conn.execute(
             """insert into jobs_data.jobs (id, run_id, name, queue, state, attempt, max_attempts, claim,
                                            lease_expires_at, lease_scan_at, deadline, payload,
-                                           enqueued_at, created_at, updated_at)
+                                           enqueued_at, created_at, updated_at, started_at)
                select u, u, 'lapsed', 'default', 'running', 1 + (g %% 2) * 4, 5, 1, t, t,
-                      case when g %% 3 = 0 then t end, '{}', now(), now(), now()
+                      case when g %% 3 = 0 then t end, '{}', now(), now(), now(), now()
                from (select g, gen_random_uuid() as u, now() + %s * interval '1 hour' as t
                      from generate_series(1, %s) as g) as n""",
             (1 if future else -1, lapsed * 4 if future else lapsed),
