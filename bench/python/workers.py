@@ -84,7 +84,7 @@ async def enqueue_procrastinate(n):
             await bench.batch_defer_async(*[{"n": i} for i in range(n)])
 
 
-async def library(handlers):
+async def library(handlers, prefetch=0):
     import pg_jobs
 
     if handlers == "async":
@@ -104,7 +104,7 @@ async def library(handlers):
             pass
 
     worker = pg_jobs.Worker(args.dsn, jobs=[bench], queues=["bench"], concurrency=args.concurrency,
-                            metrics=Counting())
+                            metrics=Counting(), prefetch=prefetch)
     await worker.start()
     return worker.stop
 
@@ -113,7 +113,7 @@ def noop():
     return None
 
 
-async def bare(threads=None):
+async def bare(threads=None, ahead=0):
     running = asyncio.get_running_loop()
     conn = await psycopg.AsyncConnection.connect(args.dsn, autocommit=True)
     me = f"bare-{id(conn)}"
@@ -124,16 +124,19 @@ async def bare(threads=None):
         while not stopping.is_set():
             if not rows:
                 cur = await conn.execute("select id, claim, payload from jobs.claim(%s, array['bench'], %s, null, "
-                                         "'1 second')", (me, args.concurrency))
+                                         "'1 second', false, %s)", (me, args.concurrency + ahead, ahead > 0))
                 rows = await cur.fetchall()
                 continue
             began()
             n = len(rows)
             if threads is not None:
                 await asyncio.gather(*(running.run_in_executor(threads, noop) for _ in rows))
+            ids, claims = [r[0] for r in rows], [r[1] for r in rows]
+            # Ahead: every job claimed ends before the next settle, so none needs a start mark (the
+            # library sends none for those either).
             cur = await conn.execute("select id, claim, payload from jobs.complete_and_claim(%s, %s, %s, "
-                                     "array['bench'], %s)", ([r[0] for r in rows], [r[1] for r in rows], me,
-                                                             args.concurrency))
+                                     "array['bench'], %s, prefetch => %s)",
+                                     (ids, claims, me, args.concurrency + ahead, ahead > 0))
             rows = await cur.fetchall()
             ended(n)
 
@@ -168,7 +171,9 @@ async def main():
         else:
             enqueue_pg_jobs(args.enqueue)
         return
+    # library-prefetch and bare-prefetch: claiming 500 ahead (async def handlers).
     start = {"library-async": lambda: library("async"), "library-sync": lambda: library("sync"), "bare": bare,
+             "library-prefetch": lambda: library("async", 500), "bare-prefetch": lambda: bare(ahead=500),
              "bare-threads": lambda: bare(ThreadPoolExecutor(args.concurrency)),
              "procrastinate": procrastinate_worker}[args.system]
     stop = await start()

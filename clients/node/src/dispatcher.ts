@@ -126,8 +126,14 @@ export class Dispatcher {
   private async settle(client: pg.PoolClient): Promise<ClaimedRow[]> {
     const { core, group } = this;
     const batch = group.pending.splice(0);
-    const starts = group.starts.splice(0);
+    let starts = group.starts.splice(0);
     const ids = batch.map((p) => p.held.job.id);
+    if (starts.length > 0 && ids.length > 0) {
+      // A job that started and ended since the last settle needs no mark (the engine would
+      // skip it): not sent.
+      const ended = new Set(ids);
+      starts = starts.filter((r) => !ended.has(r.id));
+    }
     const claims = batch.map((p) => p.held.job.claim);
     // No results at all (handlers that answer nothing): none sent, none for the server to read.
     const results = batch.every((p) => p.result === 'null') ? null : batch.map((p) => p.result);

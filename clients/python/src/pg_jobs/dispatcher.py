@@ -154,6 +154,11 @@ class Dispatcher:
         # The ids and claims go as binary arrays made at once (pg_jobs.arrays).
         batch, group.pending = group.pending, []
         starts, group.starts = group.starts, []
+        if starts and batch:
+            # A job that started and ended since the last settle needs no mark (the engine
+            # would skip it): not sent.
+            ended = {h.job.id.int for h, _, _ in batch}
+            starts = [j for j in starts if j.id.int not in ended]
         ids = uuid_array([h.job.id for h, _, _ in batch])
         claims = int8_array([h.job.claim for h, _, _ in batch])
         answers = [r for _, r, _ in batch]
