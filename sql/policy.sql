@@ -70,6 +70,8 @@ end;
 -- prefetched (jobs.claim's prefetch) and never started (jobs.mark_started), so no handler ran
 -- it. A job is given back so at most 3 times (its rows in jobs.attempts): a handler that kills
 -- its worker before the start is recorded would else come back for ever, never charged.
+-- (A call is a statement of its own: callers test started_at IS NULL first, so that a lapse of
+-- a started job, the usual one, costs none.)
 create function jobs._lapse_gives_back(p_started_at timestamptz, p_id uuid)
 returns boolean
 language sql stable

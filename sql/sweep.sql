@@ -185,16 +185,17 @@ begin
   -- is asked of a hashed set instead.
   with ended as (
     select l.ctid, l.id, jobs._timed_out(l.lease_expires_at, l.deadline) as timed_out,
-           jobs._lapse_gives_back(l.started_at, l.id) as given_back
+           l.started_at is null and jobs._lapse_gives_back(l.started_at, l.id) as given_back
     from jobs_data.jobs as l
     where l.state = 'running' and l.lease_scan_at <= v_now and l.lease_expires_at <= v_now
     order by l.lease_scan_at limit max_rows for update skip locked
   ),
+  given as (select e.id from ended as e where e.given_back),  -- (read once: usually none)
   settled as (
   update jobs_data.jobs as j set
     state = case when jobs._run_over(j.run_deadline, v_now)
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
-                 when j.id in (select e.id from ended as e where e.given_back)
+                 when j.id in (select g.id from given as g)
                  then 'ready'
                  when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                  then 'delayed'
@@ -202,7 +203,7 @@ begin
                  then jobs._final_state((select p.dead_letter from jobs._policy(j.name) as p))
                  else 'ready' end,
     -- a prefetched job never started: its attempt is given back (jobs._lapse_gives_back)
-    attempt = j.attempt - case when j.id in (select e.id from ended as e where e.given_back)
+    attempt = j.attempt - case when j.id in (select g.id from given as g)
                                     and not jobs._run_over(j.run_deadline, v_now) then 1 else 0 end,
     run_at = case when jobs._timed_out(j.lease_expires_at, j.deadline) and j.attempt < j.max_attempts
                        and not jobs._run_over(j.run_deadline, v_now)
@@ -212,7 +213,7 @@ begin
     lease_expires_at = null,
     last_error = case when jobs._run_over(j.run_deadline, v_now)
                       then jobs._run_timeout_error(j.run_timeout, j.attempt, j.max_attempts)
-                      when j.id in (select e.id from ended as e where e.given_back)
+                      when j.id in (select g.id from given as g)
                       then jobs._not_started_error(j.claimed_by)
                       when jobs._timed_out(j.lease_expires_at, j.deadline)
                       then jobs._timeout_error(
@@ -221,13 +222,13 @@ begin
                       else jobs._lapse_error(j.attempt, j.max_attempts) end,
     finished_at = case when jobs._run_over(j.run_deadline, v_now)
                             or jobs._lapse_buries(j.attempt, j.max_attempts)
-                               and j.id not in (select e.id from ended as e where e.given_back) then v_now end,
+                               and j.id not in (select g.id from given as g) then v_now end,
     updated_at = v_now
   where j.ctid = any(array(select e.ctid from ended as e))
     and j.state = 'running'
   returning j.id, j.state, j.last_error, j.attempt, j.max_attempts, j.claimed_by, j.claimed_at,
             j.id in (select e.id from ended as e where e.timed_out) as timed_out,
-            j.id in (select e.id from ended as e where e.given_back) and j.state = 'ready' as given_back,
+            j.id in (select g.id from given as g) and j.state = 'ready' as given_back,
             jobs._outcome_ended(j.queue, j.id, j.state, j.id in (select e.id from ended as e where e.timed_out)),
             jobs._slot_freed(j.name, j.concurrency_key)
   ),
