@@ -3173,10 +3173,7 @@ declare
   v_tenants text[] := jobs._tenants();
   v_n int;
 begin
-  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) or cardinality(ids) > 10000
-     or array_position(ids, null) is not null or array_position(claims, null) is not null then
-    perform jobs._check_pairs('jobs.mark_started', ids, claims);
-  end if;
+  perform jobs._check_pairs('jobs.mark_started', ids, claims);  -- (once a batch)
   update jobs_data.jobs as j set
     started_at = v_now,
     deadline = least(v_now + coalesce(j.timeout, (select p.timeout from jobs._policy(j.name) as p)), j.run_deadline),
@@ -3207,10 +3204,7 @@ declare
   v_tenants text[] := jobs._tenants();
   v_queues text[];
 begin
-  if ids is null or claims is null or cardinality(ids) <> cardinality(claims) or cardinality(ids) > 10000
-     or array_position(ids, null) is not null or array_position(claims, null) is not null then
-    perform jobs._check_pairs('jobs.hand_back', ids, claims);
-  end if;
+  perform jobs._check_pairs('jobs.hand_back', ids, claims);  -- (once a batch)
   with given as (
     update jobs_data.jobs as j set
       state = 'ready', attempt = j.attempt - 1, lease_expires_at = null, started_at = null,
