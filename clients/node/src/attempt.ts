@@ -10,92 +10,191 @@ import { type ClaimedRow, type Job, makeContext, Parked, toJob } from './context
 import { describe, errorNames, fromDriver, isConnectionError, NonRetryableError, RetryAfterError, StepTimeoutError } from './errors.js';
 import { firstLine, type Group, type WorkerCore } from './core.js';
 import { Abandoned, Held } from './held.js';
+import type { JobDefinition } from './jobs.js';
 import type { Outcome } from './log.js';
 import { encodeResult, isTransient, longTimeout } from './results.js';
-import { defaultTracer, startAttemptSpan } from './tracing.js';
+import { defaultTracer, type SpanLike, startAttemptSpan } from './tracing.js';
 import * as q from './queries.js';
 
 export class Attempts {
-  /** The attempts under way, which a stop waits for. */
-  readonly running = new Set<Promise<void>>();
+  /** The attempts whose end is still to come (a handler's promise, a settle on its own
+   * connection), which a stop waits for; an attempt that ends at once is never among them. */
+  private pending = 0;
+  private idle: (() => void)[] = [];
   private readonly warnedNames = new Set<string>();
 
   constructor(private readonly core: WorkerCore) {}
 
-  /** Takes a slot and runs the job in it. (run reports its own errors; what is left, a
-   * logger or metrics of the application's that threw, is logged here.) */
-  start(group: Group, row: ClaimedRow): void {
-    group.free -= 1;
-    const running = this.run(group, row);
-    this.running.add(running);
-    running.then(() => this.running.delete(running), (err: unknown) => {
-      this.running.delete(running);
-      this.core.logger.warn('the worker could not report a job', { error: firstLine(err) });
-    });
+  /** Resolves once no attempt is under way. */
+  drained(): Promise<void> {
+    if (this.pending === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idle.push(resolve));
   }
 
-  /** Runs one job on a connection of the pool: its handler, then its settle. */
-  private async run(group: Group, row: ClaimedRow): Promise<void> {
+  /** Takes a slot and runs the job in it: its handler at once, and, when the handler returns
+   * a value (not a promise) and the job may be completed with the group's next claim, nothing
+   * else: no promise is made for it. */
+  start(group: Group, row: ClaimedRow): void {
+    group.free -= 1;
     const core = this.core;
     const job = toJob(row);
     const def = core.jobs.get(job.name);
-    if (!def) return this.unknownName(group, job);
-    const started = Date.now();
+    if (!def) {
+      this.follow(this.unknownName(group, job));
+      return;
+    }
     const held = new Held(job, def.transactional);
     if (row.time_left_ms !== null) held.timer = longTimeout(() => held.abort('deadline'), row.time_left_ms);
     core.held.set(job.id, held);
-    core.metrics?.running(core.held.size);
-    const tracer = core.tracer ?? defaultTracer();
-    const span = tracer ? startAttemptSpan(tracer, job) : undefined;
-    let outcome: Outcome | null = 'lost';
+    let span: SpanLike | undefined;
+    try {
+      core.metrics?.running(core.held.size);
+      const tracer = core.tracer ?? defaultTracer();
+      if (tracer) span = startAttemptSpan(tracer, job);
+    } catch (err) {
+      this.unreported(err); // the job runs all the same
+    }
+    held.span = span;
+    const client = group.clients.pop();
+    if (client === undefined) {
+      this.follow(this.connectAndRun(group, held, def));
+      return;
+    }
+    held.client = client;
+    this.run(group, held, def);
+  }
+
+  /** Runs the handler on the attempt's connection; its end, now or when its promise settles. */
+  private run(group: Group, held: Held, def: JobDefinition): void {
+    let work: unknown;
+    try {
+      work = def.handler(held.job.payload, makeContext(held.job, held, this.core.controlQuery));
+    } catch (err) {
+      this.ended(group, held, undefined, err, true);
+      return;
+    }
+    if (!(work instanceof Promise)) {
+      this.ended(group, held, work, undefined, false);
+      return;
+    }
+    this.pending += 1;
+    held.follow(work as Promise<unknown>, (failed, value) => {
+      try {
+        this.ended(group, held, failed ? undefined : value, failed ? value : undefined, failed);
+      } catch (err) {
+        this.unreported(err);
+      } finally {
+        this.done();
+      }
+    });
+  }
+
+  /** An attempt that found no connection kept by its group: one from the pool, then its handler. */
+  private async connectAndRun(group: Group, held: Held, def: JobDefinition): Promise<void> {
+    try {
+      held.client = await this.core.connect();
+    } catch (err) {
+      this.lost(group, held, err);
+      return;
+    }
+    this.run(group, held, def);
+  }
+
+  /** The handler ended (`failed` says whether it threw, `thrown` what): a completed job the
+   * dispatcher may complete with the group's next claim is left to it, and its slot frees now;
+   * any other end is settled here, on the attempt's connection. */
+  private ended(group: Group, held: Held, result: unknown, thrown: unknown, failed: boolean): void {
+    const { core } = this;
+    if (failed && thrown instanceof Abandoned) {
+      // Its connection is closed (the handler may still use it); its job is reported as what
+      // stopped it, and handed back (on the control connection) if that was a shutdown.
+      core.logger.warn('the handler did not stop within a second of being told to; its connection is closed',
+        { id: held.job.id, name: held.job.name, reason: held.reason });
+      this.follow(this.stopped(group, held));
+      return;
+    }
+    let encoded = 'null';
+    if (!failed) {
+      try {
+        encoded = encodeResult(result, core.maxResultBytes);
+      } catch (err) {
+        thrown = new NonRetryableError(describe(err));
+        failed = true;
+      }
+    }
+    if (!failed && held.reason === undefined && !held.inTx && !core.stopping && !group.waiting) {
+      // Completed by the dispatcher with the group's next claim; the slot frees now.
+      held.result = encoded;
+      group.pending.push(held);
+      core.giveBack(group, held.client as pg.PoolClient, false);
+      freeSlot(group);
+      return;
+    }
+    this.follow(this.settleHere(group, held, encoded, failed, thrown));
+  }
+
+  /** Settles an attempt on its own connection, then frees its slot and reports it. */
+  private async settleHere(group: Group, held: Held, encoded: string, failed: boolean, thrown: unknown): Promise<void> {
+    let outcome: Outcome = 'lost';
     let error: string | undefined;
     let broken = false;
     try {
-      held.client = group.clients.pop() ?? await core.connect();
-      let result: unknown;
-      let thrown: unknown;
-      let failed = false;
-      try {
-        const work = def.handler(job.payload, makeContext(job, held, core.controlQuery));
-        result = work instanceof Promise ? await held.untilAborted(work) : work;
-      } catch (err) {
-        if (err instanceof Abandoned) {
-          // Its connection is closed (the handler may still use it); its job is reported as what
-          // stopped it, and handed back (on the control connection) if that was a shutdown.
-          broken = true;
-          core.logger.warn('the handler did not stop within a second of being told to; its connection is closed',
-            { id: job.id, name: job.name, reason: held.reason });
-          outcome = await this.stoppedOutcome(held);
-          return;
-        }
-        thrown = err;
-        failed = true;
-      }
-      let encoded = 'null';
-      if (!failed) {
-        try {
-          encoded = encodeResult(result, core.maxResultBytes);
-        } catch (err) {
-          thrown = new NonRetryableError(describe(err));
-          failed = true;
-        }
-      }
-      if (!failed && held.reason === undefined && !held.inTx && !core.stopping && !group.waiting) {
-        // Completed by the dispatcher with the group's next claim; the slot frees now.
-        group.pending.push({ held, result: encoded, started, span });
-        outcome = null;
-        return;
-      }
       [outcome, error] = await this.settle(held, encoded, failed, thrown);
     } catch (err) {
       broken = true;
-      core.logger.warn('database error; the job is left to its lease',
+      this.core.logger.warn('database error; the job is left to its lease',
         { error: firstLine(isConnectionError(err) ? err : fromDriver(err)) });
-    } finally {
-      if (held.client) core.giveBack(group, held.client, broken);
-      if (outcome !== null) core.ended(held, outcome, started, span, error);
-      freeSlot(group);
     }
+    this.release(group, held, broken, outcome, error);
+  }
+
+  /** An attempt whose handler was abandoned: its connection closed, its job reported as what
+   * stopped it. */
+  private async stopped(group: Group, held: Held): Promise<void> {
+    let outcome: Outcome = 'lost';
+    try {
+      outcome = await this.stoppedOutcome(held);
+    } catch (err) {
+      this.core.logger.warn('database error; the job is left to its lease', { error: firstLine(err) });
+    }
+    this.release(group, held, true, outcome);
+  }
+
+  /** An attempt that could not get a connection: its job is left to its lease. */
+  private lost(group: Group, held: Held, err: unknown): void {
+    this.core.logger.warn('database error; the job is left to its lease',
+      { error: firstLine(isConnectionError(err) ? err : fromDriver(err)) });
+    this.release(group, held, false, 'lost');
+  }
+
+  private release(group: Group, held: Held, broken: boolean, outcome: Outcome, error?: string): void {
+    if (held.client) this.core.giveBack(group, held.client, broken);
+    this.core.ended(held, outcome, error);
+    freeSlot(group);
+  }
+
+  /** Counts a promise among the attempts a stop waits for. (Each reports its own errors; what
+   * is left, a logger or metrics of the application's that threw, is logged here.) */
+  private follow(work: Promise<void>): void {
+    this.pending += 1;
+    work.then(() => this.done(), (err: unknown) => {
+      this.done();
+      this.unreported(err);
+    });
+  }
+
+  /** What an attempt's report threw (a logger or metrics of the application's). */
+  private unreported(err: unknown): void {
+    try {
+      this.core.logger.warn('the worker could not report a job', { error: firstLine(err) });
+    } catch {
+      // the logger itself: nothing left to tell
+    }
+  }
+
+  private done(): void {
+    this.pending -= 1;
+    if (this.pending === 0) for (const resolve of this.idle.splice(0)) resolve();
   }
 
   /** The settle of an attempt on its own connection: told to stop, parked, failed, or

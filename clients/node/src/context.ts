@@ -332,6 +332,32 @@ export interface ClaimedRow {
   buried: boolean | null;
 }
 
+/** A claimed row from its values in CLAIMED_COLUMNS's order: the claims ask for their rows as
+ * arrays, which the driver fills by position (by name, each field's store goes through a
+ * lookup shared with every other query's rows: four times the parse). */
+export function claimedRow(v: unknown[]): ClaimedRow {
+  return {
+    id: v[0] as string,
+    run_id: v[1] as string,
+    name: v[2] as string,
+    queue: v[3] as string,
+    payload: v[4],
+    attempt: v[5] as number,
+    max_attempts: v[6] as number,
+    claim: v[7] as string,
+    deadline_ms: v[8] as number | null,
+    tenant_id: v[9] as string | null,
+    parent_id: v[10] as string | null,
+    priority: v[11] as number,
+    enqueued_ms: v[12] as number,
+    last_error: v[13] as string | null,
+    tags: v[14] as string[] | null,
+    meta: v[15] as Record<string, unknown> | null,
+    time_left_ms: v[16] as number | null,
+    buried: v[17] as boolean | null,
+  };
+}
+
 export function toJob<P>(row: ClaimedRow): Job<P> {
   return {
     id: row.id,

@@ -10,9 +10,9 @@ import { describe } from './errors.js';
 import type { Held } from './held.js';
 import { Hooks, type OnExhausted, type OnSettled } from './hooks.js';
 import type { JobDefinition } from './jobs.js';
-import { jsonLogger, type Logger, type Metrics, type Outcome } from './log.js';
+import { jsonLogger, type Logger, type Metrics, type Outcome, silentLogger } from './log.js';
 import type { OwnConnection } from './connection.js';
-import { endAttemptSpan, type SpanLike, type TracerLike } from './tracing.js';
+import { endAttemptSpan, type TracerLike } from './tracing.js';
 
 /** The slots working one set of queues: how many are free, and the jobs that ended without
  * opening their transaction, to be completed with the group's next claim. */
@@ -21,7 +21,7 @@ export interface Group {
   /** Its slots, and how many of them are free. */
   size: number;
   free: number;
-  pending: Pending[];
+  pending: Held[];
   /** True while the dispatcher's claim sleeps in the server: an ending job completes itself. */
   waiting: boolean;
   wake: (() => void) | undefined;
@@ -38,9 +38,6 @@ export interface Group {
   /** Called when a slot frees: the dispatcher starts the next held job. */
   refill: (() => void) | undefined;
 }
-
-/** A job whose handler returned, to be completed with its group's next claim. */
-export interface Pending { held: Held; result: string; started: number; span: SpanLike | undefined }
 
 export function makeGroup(queues: string[], size: number, prefetch = 0): Group {
   return {
@@ -76,8 +73,6 @@ export class WorkerCore {
   readonly jobs = new Map<string, JobDefinition>();
   /** The attempts running now, by job id. */
   readonly held = new Map<string, Held>();
-  /** The jobs claimed ahead and not started yet (prefetch), by job id, with their group. */
-  readonly queued = new Map<string, { row: ClaimedRow; group: Group }>();
   /** The backends of the claims sleeping in the server, cancelled at a stop. */
   readonly claiming = new Set<number>();
   readonly logger: Logger;
@@ -170,17 +165,18 @@ export class WorkerCore {
   }
 
   /** An attempt ended (or was completed by its dispatcher): no longer held, and reported. */
-  ended(held: Held, outcome: Outcome, started: number, span: SpanLike | undefined, error?: string): void {
+  ended(held: Held, outcome: Outcome, error?: string): void {
     held.timer?.clear();
     if (this.held.get(held.job.id) === held) this.held.delete(held.job.id);
     this.metrics?.running(this.held.size);
-    this.report(held.job, outcome, Date.now() - started, error);
-    if (span) endAttemptSpan(span, outcome, error);
+    this.report(held.job, outcome, Date.now() - held.started, error);
+    if (held.span) endAttemptSpan(held.span, outcome, error);
     this.hooks?.ended(held.job, outcome);
   }
 
   report(job: Job, outcome: Outcome, durationMs: number, error?: string): void {
     this.metrics?.attemptEnded(job.queue, job.name, outcome, durationMs);
+    if (this.logger === silentLogger) return;
     const fields = { id: job.id, name: job.name, queue: job.queue, attempt: job.attempt, durationMs, outcome, error };
     if (outcome === 'completed' || outcome === 'parked' || outcome === 'handed_back') this.logger.info(`job ${outcome}`, fields);
     else this.logger.warn(`job ${outcome}`, fields);

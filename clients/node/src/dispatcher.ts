@@ -11,8 +11,9 @@
 import type pg from 'pg';
 import { type Attempts, failForGood } from './attempt.js';
 import { Backoff } from './connection.js';
-import { type ClaimedRow, toJob } from './context.js';
-import { firstLine, type Group, type Pending, statement, type WorkerCore } from './core.js';
+import { type ClaimedRow, claimedRow, toJob } from './context.js';
+import { firstLine, type Group, type Statement, statement, type WorkerCore } from './core.js';
+import type { Held } from './held.js';
 import { codes } from './errors.js';
 import type { Outcome } from './log.js';
 import { isTransient } from './results.js';
@@ -91,10 +92,8 @@ export class Dispatcher {
         const buried = [];
         for (const row of rows) {
           if (row.buried === true) buried.push(toJob(row));
-          else if (group.prefetch > 0) {
-            group.queued.push(row);
-            core.queued.set(row.id, { row, group });
-          } else this.attempts.start(group, row);
+          else if (group.prefetch > 0) group.queued.push(row);
+          else this.attempts.start(group, row);
         }
         if (group.prefetch > 0) this.startQueued();
         if (buried.length > 0) core.hooks?.buried(buried);
@@ -127,34 +126,29 @@ export class Dispatcher {
     const { core, group } = this;
     const batch = group.pending.splice(0);
     let starts = group.starts.splice(0);
-    const ids = batch.map((p) => p.held.job.id);
+    const ids = batch.map((h) => h.job.id);
     if (starts.length > 0 && ids.length > 0) {
       // A job that started and ended since the last settle needs no mark (the engine would
       // skip it): not sent.
       const ended = new Set(ids);
       starts = starts.filter((r) => !ended.has(r.id));
     }
-    const claims = batch.map((p) => p.held.job.claim);
+    const claims = batch.map((h) => h.job.claim);
     // No results at all (handlers that answer nothing): none sent, none for the server to read.
-    const results = batch.every((p) => p.result === 'null') ? null : batch.map((p) => p.result);
+    const results = batch.every((h) => h.result === 'null') ? null : batch.map((h) => h.result);
     const free = this.toClaim();
-    let landed: Set<string>;
+    /** The jobs that landed; null for all of them. */
+    let landed: Set<string> | null = null;
     let rows: ClaimedRow[] = [];
     try {
       if (group.prefetch > 0) {
-        ({ rows } = await client.query<ClaimedRow>({
-          ...core.statement(SETTLE_AHEAD),
-          values: [ids, claims, core.workerId, group.queues, free, `${core.leaseMs} milliseconds`, results,
-            core.reportBuried, starts.map((r) => r.id), starts.map((r) => r.claim)],
-        }));
-        landed = new Set(ids);
+        rows = await this.claimRows(client, SETTLE_AHEAD,
+          [ids, claims, core.workerId, group.queues, free, `${core.leaseMs} milliseconds`, results,
+            core.reportBuried, starts.map((r) => r.id), starts.map((r) => r.claim)]);
       } else if (free > 0) {
-        ({ rows } = await client.query<ClaimedRow>({
-          ...core.statement(COMPLETE_AND_CLAIM),
-          values: [ids, claims, core.workerId, group.queues, free, `${core.leaseMs} milliseconds`, results,
-            core.reportBuried],
-        }));
-        landed = new Set(ids);
+        rows = await this.claimRows(client, COMPLETE_AND_CLAIM,
+          [ids, claims, core.workerId, group.queues, free, `${core.leaseMs} milliseconds`, results,
+            core.reportBuried]);
       } else {
         landed = await this.completeMany(client, ids, claims, results);
       }
@@ -176,20 +170,20 @@ export class Dispatcher {
         return [];
       }
     }
-    for (const p of batch) core.ended(p.held, landed.has(p.held.job.id) ? 'completed' : 'lost', p.started, p.span);
+    for (const h of batch) core.ended(h, landed === null || landed.has(h.job.id) ? 'completed' : 'lost');
     return rows;
   }
 
   /** Completes each job on its own: one the server refuses for its result fails for good with
    * the server's message; one it cannot reach now goes back to be settled later. */
-  private async settleEach(client: pg.PoolClient, batch: Pending[]): Promise<void> {
-    for (const [i, p] of batch.entries()) {
-      const { job } = p.held;
+  private async settleEach(client: pg.PoolClient, batch: Held[]): Promise<void> {
+    for (const [i, held] of batch.entries()) {
+      const { job } = held;
       let outcome: Outcome;
       let error: string | undefined;
       try {
         const { rows } = await client.query<{ landed: boolean }>(
-          q.COMPLETE, [job.id, job.claim, p.result]);
+          q.COMPLETE, [job.id, job.claim, held.result]);
         outcome = rows[0]?.landed === true ? 'completed' : 'lost';
       } catch (err) {
         if (isTransient(err)) {
@@ -199,7 +193,7 @@ export class Dispatcher {
         error = `the result was refused: ${firstLine(err)}`;
         outcome = await failForGood(this.core, client, job, error);
       }
-      this.core.ended(p.held, outcome, p.started, p.span, error);
+      this.core.ended(held, outcome, error);
     }
   }
 
@@ -211,7 +205,7 @@ export class Dispatcher {
       this.core.logger.warn('stopping: could not settle completed jobs within the grace; they are left to their leases',
         { jobs: batch.length, error: firstLine(err) });
     }
-    for (const p of batch) this.core.ended(p.held, 'lost', p.started, p.span);
+    for (const held of batch) this.core.ended(held, 'lost');
   }
 
   private async completeMany(client: pg.PoolClient, ids: string[], claims: string[], results: string[] | null): Promise<Set<string>> {
@@ -220,13 +214,18 @@ export class Dispatcher {
     return new Set(rows.filter((r) => r.landed).map((r) => r.id));
   }
 
+  /** Runs a claim (or a settle that claims): its jobs. */
+  private async claimRows(client: pg.PoolClient, statement: Statement, values: unknown[]): Promise<ClaimedRow[]> {
+    const { rows } = await client.query<unknown[]>({ ...this.core.statement(statement), values, rowMode: 'array' });
+    return rows.map(claimedRow);
+  }
+
   /** Starts held jobs in the free slots; the next settle marks them started. */
   private startQueued(): void {
-    const { core, group } = this;
+    const { group } = this;
     let started = false;
     while (group.free > 0 && group.queued.length > 0) {
       const row = group.queued.shift() as ClaimedRow;
-      core.queued.delete(row.id);
       group.starts.push(row);
       this.attempts.start(group, row);
       started = true;
@@ -248,7 +247,6 @@ export class Dispatcher {
       core.logger.warn('could not hand back the jobs claimed ahead; they are left to their leases (no attempt used)',
         { jobs: rows.length, error: firstLine(err) });
     }
-    for (const row of rows) core.queued.delete(row.id);
   }
 
   /** Claims for the group's free slots: a look first, and only when it finds nothing a claim
@@ -256,13 +254,11 @@ export class Dispatcher {
    * prefetch it claims ahead, and sleeps only when it holds nothing. */
   private async claim(client: pg.PoolClient): Promise<ClaimedRow[]> {
     const { core, group } = this;
-    const claim = core.statement(group.prefetch > 0 ? CLAIM_AHEAD : CLAIM);
+    const claim = group.prefetch > 0 ? CLAIM_AHEAD : CLAIM;
     const lease = `${core.leaseMs} milliseconds`;
     const want = this.toClaim();
-    const found = await client.query<ClaimedRow>({
-      ...claim, values: [core.workerId, group.queues, want, lease, null, core.reportBuried],
-    });
-    if (found.rows.length > 0 || core.stopping) return found.rows;
+    const found = await this.claimRows(client, claim, [core.workerId, group.queues, want, lease, null, core.reportBuried]);
+    if (found.length > 0 || core.stopping) return found;
     if (group.queued.length > 0) {
       this.dry = true;
       return [];
@@ -275,11 +271,8 @@ export class Dispatcher {
     group.waiting = true;
     try {
       if (group.pending.length > 0 || group.starts.length > 0) return [];
-      const { rows } = await client.query<ClaimedRow>({
-        ...claim,
-        values: [core.workerId, group.queues, want, lease, `${core.pollMs} milliseconds`, core.reportBuried],
-      });
-      return rows;
+      return await this.claimRows(client, claim,
+        [core.workerId, group.queues, want, lease, `${core.pollMs} milliseconds`, core.reportBuried]);
     } finally {
       group.waiting = false;
       core.claiming.delete(pid);

@@ -4,6 +4,7 @@
 
 import type pg from 'pg';
 import type { AttemptHandle, Job } from './context.js';
+import type { SpanLike } from './tracing.js';
 
 /** Why an attempt must stop: its claim is gone, it was cancelled, it reached its deadline, or
  * the worker is stopping. */
@@ -26,6 +27,10 @@ export class Held implements AttemptHandle {
   /** The connection the handler's ctx.tx gives, and whether its transaction is open. */
   client: pg.PoolClient | undefined = undefined;
   inTx = false;
+  /** When the attempt began, its trace span, and its result as JSON once its handler returned. */
+  readonly started = Date.now();
+  span: SpanLike | undefined = undefined;
+  result = 'null';
 
   constructor(readonly job: Job, private readonly transactional: boolean) {}
 
@@ -57,25 +62,23 @@ export class Held implements AttemptHandle {
     this.onAbort?.();
   }
 
-  /** The handler's result; once told to stop, the handler gets ABANDON_MS more to return,
-   * after which it is abandoned (Abandoned). */
-  untilAborted<T>(work: Promise<T>): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
-      this.onAbort = (): void => {
-        timer ??= setTimeout(() => reject(new Abandoned('the handler did not stop')), ABANDON_MS);
-      };
-      if (this.reason !== undefined) this.onAbort();
-      work.then((value) => {
-        clearTimeout(timer);
-        this.onAbort = undefined;
-        resolve(value);
-      }, (err: unknown) => {
-        clearTimeout(timer);
-        this.onAbort = undefined;
-        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the handler's own reason, as it is
-        reject(err);
-      });
-    });
+  /** Calls `done` once with the handler's end: its value (`failed` false) or what it threw;
+   * once told to stop, the handler gets ABANDON_MS more to end, after which `done` gets an
+   * Abandoned. */
+  follow(work: Promise<unknown>, done: (failed: boolean, value: unknown) => void): void {
+    let over = false;
+    let timer: NodeJS.Timeout | undefined;
+    const end = (failed: boolean, value: unknown): void => {
+      if (over) return;
+      over = true;
+      clearTimeout(timer);
+      this.onAbort = undefined;
+      done(failed, value);
+    };
+    this.onAbort = (): void => {
+      timer ??= setTimeout(() => end(true, new Abandoned('the handler did not stop')), ABANDON_MS);
+    };
+    if (this.reason !== undefined) this.onAbort();
+    work.then((value) => end(false, value), (err: unknown) => end(true, err));
   }
 }

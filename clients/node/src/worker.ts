@@ -11,6 +11,7 @@ import { Attempts } from './attempt.js';
 import { applicationName, Backoff, OwnConnection, within } from './connection.js';
 import { firstLine, makeGroup, type Group, WorkerCore } from './core.js';
 import { Dispatcher } from './dispatcher.js';
+import type { ClaimedRow } from './context.js';
 import { INSTALL_HINT, isConnectionError } from './errors.js';
 import { ABANDON_MS, type Reason } from './held.js';
 import type { OnExhausted, OnSettled } from './hooks.js';
@@ -229,7 +230,7 @@ export class Worker {
     const loops = Promise.all(this.loops);
     do await this.cancelWaitingClaims();
     while (!await within(loops, RECANCEL_MS));
-    const all = Promise.all(this.attempts.running);
+    const all = this.attempts.drained();
     await within(all, graceMs);
     if (core.held.size > 0) {
       for (const held of core.held.values()) held.abort('shutdown');
@@ -267,19 +268,26 @@ export class Worker {
 
   /** The jobs this worker holds: running, and claimed ahead. */
   private heldIds(): string[] {
-    return [...this.core.held.keys(), ...this.core.queued.keys()];
+    return [...this.core.held.keys(), ...this.groups.flatMap((g) => g.queued.map((r) => r.id))];
+  }
+
+  /** The jobs claimed ahead and not started, by id, with their group. */
+  private claimedAhead(): Map<string, { row: ClaimedRow; group: Group }> {
+    return new Map(this.groups.flatMap((group) => group.queued.map((row) => [row.id, { row, group }] as const)));
   }
 
   private onCancel(payload: string): void {
-    const { held, queued } = this.core;
-    const ids = payload === '*' ? this.heldIds() : held.has(payload) || queued.has(payload) ? [payload] : [];
+    const { held } = this.core;
+    const ids = payload === '*' ? this.heldIds()
+      : held.has(payload) || this.groups.some((g) => g.queued.some((r) => r.id === payload)) ? [payload] : [];
     if (ids.length > 0) this.beat(ids, 'cancelled');
   }
 
   /** Heartbeats these held jobs; a job whose claim is gone is told to stop, or dropped if it
    * was not started. */
   private beat(ids: string[], reason: Reason = 'lost'): void {
-    const { held, queued } = this.core;
+    const { held } = this.core;
+    const queued = this.claimedAhead();
     const jobs = ids.flatMap((id) => {
       const job = held.get(id)?.job ?? queued.get(id)?.row;
       return job ? [{ id: job.id, claim: job.claim }] : [];
@@ -294,7 +302,6 @@ export class Worker {
         held.get(row.id)?.abort(reason);
         const ahead = queued.get(row.id);
         if (ahead) {
-          queued.delete(row.id);
           const i = ahead.group.queued.indexOf(ahead.row);
           if (i >= 0) ahead.group.queued.splice(i, 1);
         }
