@@ -77,9 +77,6 @@ class WorkerCore:
         self.prepared = prepared
         #: The jobs held, by their id's number (``UUID.int``: a UUID's hash is Python code).
         self.held: dict[int, Held] = {}
-        #: The jobs claimed ahead and not started yet (prefetch), by their id's number, with
-        #: their group.
-        self.queued: dict[int, tuple[Claimed, Group]] = {}
         #: The backends of the claims sleeping in the server, cancelled at a stop.
         self.claiming: set[int] = set()
         #: The jobs' tasks, and plain handlers' threads (their futures).

@@ -65,11 +65,10 @@ class Dispatcher:
 
     def _start_queued(self) -> None:
         """Starts held jobs in the free slots; the next settle marks them started."""
-        core, group = self.core, self.group
+        group = self.group
         started = False
         while group.free > 0 and group.queued:
             job, time_left, _ = group.queued.popleft()
-            core.queued.pop(job.id.int, None)
             group.starts.append(job)
             self.attempts.start(group, job, time_left)
             started = True
@@ -109,8 +108,6 @@ class Dispatcher:
                     rows = self._announce_buried(rows)
                 if group.prefetch:
                     group.queued.extend(rows)
-                    for row in rows:
-                        core.queued[row[0].id.int] = (row, group)
                     self._start_queued()
                 else:
                     for job, time_left, _ in rows:
@@ -254,8 +251,6 @@ class Dispatcher:
                 raise
             core.log.warning("could not hand back %d jobs claimed ahead; they are left to their leases (no attempt "
                              "used): %s", len(rows), first_line(err))
-        for job, _, _ in rows:
-            core.queued.pop(job.id.int, None)
 
     async def _claim(self, slot: Slot) -> list[Claimed]:
         """Claims for the group's free slots: a look first, and only when it finds nothing a

@@ -21,6 +21,7 @@ from typing import Any
 from . import queries as q
 from .attempt import ABANDON, Attempts
 from .connection import Backoff, OwnConnection, Pool, application_name
+from .context import Claimed
 from .core import Group, WorkerCore
 from .deadlines import Deadlines
 from .dispatcher import Dispatcher
@@ -224,10 +225,14 @@ class Worker:
 
     def _held_ids(self) -> list[int]:
         """The jobs this worker holds: running, and claimed ahead."""
-        return [*self._core.held, *self._core.queued]
+        return [*self._core.held, *(row[0].id.int for g in self._groups for row in g.queued)]
+
+    def _claimed_ahead(self) -> dict[int, tuple[Claimed, Group]]:
+        """The jobs claimed ahead and not started, by id, with their group."""
+        return {row[0].id.int: (row, g) for g in self._groups for row in g.queued}
 
     async def _beat(self, ids: list[int], reason: str) -> None:
-        held_now, queued = self._core.held, self._core.queued
+        held_now, queued = self._core.held, self._claimed_ahead()
         jobs = [held_now[i].job if i in held_now else queued[i][0][0] for i in ids if i in held_now or i in queued]
         if not jobs:
             return
@@ -269,7 +274,7 @@ class Worker:
             key = uuid.UUID(job_id).int
         except ValueError:
             return []
-        return [key] if key in self._core.held or key in self._core.queued else []
+        return [key] if key in self._core.held or key in self._claimed_ahead() else []
 
     async def _wait_running(self, seconds: float) -> None:
         """Until what runs has ended, ``seconds`` at most: a plain handler's end may start a
