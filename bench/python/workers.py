@@ -2,7 +2,8 @@
 no-op handlers, `--concurrency` jobs at a time, until SIGTERM (SIGUSR1 zeroes its counts, and
 it answers `reset`); then prints one JSON line {completed, first_ms, last_ms}.
 
-    python workers.py --system library-async|library-sync|bare|bare-threads|procrastinate --dsn DSN --concurrency 8
+    python workers.py --system library-async|library-sync|library-prefetch|bare|bare-prefetch|bare-threads|procrastinate \
+        --dsn DSN --concurrency 8
     python workers.py --system ... --dsn DSN --enqueue 10000   (empties the queue, enqueues in one
                                                                 statement and commit, and exits)
 
@@ -12,6 +13,8 @@ Each system at its fastest documented setting for a worker of that concurrency:
 - bare: the library's loop as bare psycopg calls, for no-op handlers: claim up to `concurrency`
   jobs, then complete them all and claim as many again in one statement, on one connection
   (psycopg prepares both after their fifth run, as the library prepares its own);
+- bare-prefetch: that loop claiming 500 ahead, its claims answering the library's columns (the
+  fields of ctx.job) in binary, as the library's do;
 - bare-threads: the same loop running each claimed job's plain no-op handler in a thread, as
   asyncio offers (`loop.run_in_executor`, a ThreadPoolExecutor of `concurrency` threads), the
   batch's together, before its settle: what a plain handler's hand-over to a thread and back
@@ -113,7 +116,14 @@ def noop():
     return None
 
 
-async def bare(threads=None, ahead=0):
+async def bare(threads=None, ahead=0, library_columns=False):
+    # library_columns: the claims answer what the library's do (ctx.job's fields), in binary as
+    # the library reads them.
+    columns, binary, at_claim = "id, claim, payload", False, 1
+    if library_columns:
+        from pg_jobs.queries import CLAIMED_COLUMNS
+        columns, binary = CLAIMED_COLUMNS, True
+        at_claim = [c.strip() for c in CLAIMED_COLUMNS.split(",")].index("claim")
     running = asyncio.get_running_loop()
     conn = await psycopg.AsyncConnection.connect(args.dsn, autocommit=True)
     me = f"bare-{id(conn)}"
@@ -123,20 +133,21 @@ async def bare(threads=None, ahead=0):
         rows = []
         while not stopping.is_set():
             if not rows:
-                cur = await conn.execute("select id, claim, payload from jobs.claim(%s, array['bench'], %s, null, "
-                                         "'1 second', false, %s)", (me, args.concurrency + ahead, ahead > 0))
+                cur = await conn.execute(f"select {columns} from jobs.claim(%s, array['bench'], %s::int, null, "
+                                         "'1 second', false, %s)", (me, args.concurrency + ahead, ahead > 0),
+                                         binary=binary)
                 rows = await cur.fetchall()
                 continue
             began()
             n = len(rows)
             if threads is not None:
                 await asyncio.gather(*(running.run_in_executor(threads, noop) for _ in rows))
-            ids, claims = [r[0] for r in rows], [r[1] for r in rows]
+            ids, claims = [r[0] for r in rows], [r[at_claim] for r in rows]
             # Ahead: every job claimed ends before the next settle, so none needs a start mark (the
             # library sends none for those either).
-            cur = await conn.execute("select id, claim, payload from jobs.complete_and_claim(%s, %s, %s, "
-                                     "array['bench'], %s, prefetch => %s)",
-                                     (ids, claims, me, args.concurrency + ahead, ahead > 0))
+            cur = await conn.execute(f"select {columns} from jobs.complete_and_claim(%s::uuid[], "
+                                     "%s::bigint[], %s, array['bench'], %s::int, prefetch => %s)",
+                                     (ids, claims, me, args.concurrency + ahead, ahead > 0), binary=binary)
             rows = await cur.fetchall()
             ended(n)
 
@@ -173,7 +184,8 @@ async def main():
         return
     # library-prefetch and bare-prefetch: claiming 500 ahead (async def handlers).
     start = {"library-async": lambda: library("async"), "library-sync": lambda: library("sync"), "bare": bare,
-             "library-prefetch": lambda: library("async", 500), "bare-prefetch": lambda: bare(ahead=500),
+             "library-prefetch": lambda: library("async", 500),
+             "bare-prefetch": lambda: bare(ahead=500, library_columns=True),
              "bare-threads": lambda: bare(ThreadPoolExecutor(args.concurrency)),
              "procrastinate": procrastinate_worker}[args.system]
     stop = await start()
