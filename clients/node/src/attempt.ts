@@ -19,7 +19,7 @@ import * as q from './queries.js';
 export class Attempts {
   /** The attempts whose end is still to come (a handler's promise, a settle on its own
    * connection), which a stop waits for; an attempt that ends at once is never among them. */
-  private pending = 0;
+  private underWay = 0;
   private idle: (() => void)[] = [];
   private readonly warnedNames = new Set<string>();
 
@@ -27,7 +27,7 @@ export class Attempts {
 
   /** Resolves once no attempt is under way. */
   drained(): Promise<void> {
-    if (this.pending === 0) return Promise.resolve();
+    if (this.underWay === 0) return Promise.resolve();
     return new Promise((resolve) => this.idle.push(resolve));
   }
 
@@ -77,7 +77,7 @@ export class Attempts {
       this.ended(group, held, work, undefined, false);
       return;
     }
-    this.pending += 1;
+    this.underWay += 1;
     held.follow(work as Promise<unknown>, (failed, value) => {
       try {
         this.ended(group, held, failed ? undefined : value, failed ? value : undefined, failed);
@@ -176,7 +176,7 @@ export class Attempts {
   /** Counts a promise among the attempts a stop waits for. (Each reports its own errors; what
    * is left, a logger or metrics of the application's that threw, is logged here.) */
   private follow(work: Promise<void>): void {
-    this.pending += 1;
+    this.underWay += 1;
     work.then(() => this.done(), (err: unknown) => {
       this.done();
       this.unreported(err);
@@ -193,8 +193,8 @@ export class Attempts {
   }
 
   private done(): void {
-    this.pending -= 1;
-    if (this.pending === 0) for (const resolve of this.idle.splice(0)) resolve();
+    this.underWay -= 1;
+    if (this.underWay === 0) for (const resolve of this.idle.splice(0)) resolve();
   }
 
   /** The settle of an attempt on its own connection: told to stop, parked, failed, or

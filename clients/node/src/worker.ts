@@ -268,7 +268,7 @@ export class Worker {
 
   /** The jobs this worker holds: running, and claimed ahead. */
   private heldIds(): string[] {
-    return [...this.core.held.keys(), ...this.groups.flatMap((g) => g.queued.map((r) => r.id))];
+    return [...this.core.held.keys(), ...this.claimedAhead().keys()];
   }
 
   /** The jobs claimed ahead and not started, by id, with their group. */
@@ -278,8 +278,7 @@ export class Worker {
 
   private onCancel(payload: string): void {
     const { held } = this.core;
-    const ids = payload === '*' ? this.heldIds()
-      : held.has(payload) || this.groups.some((g) => g.queued.some((r) => r.id === payload)) ? [payload] : [];
+    const ids = payload === '*' ? this.heldIds() : held.has(payload) || this.claimedAhead().has(payload) ? [payload] : [];
     if (ids.length > 0) this.beat(ids, 'cancelled');
   }
 

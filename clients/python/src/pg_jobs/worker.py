@@ -225,7 +225,7 @@ class Worker:
 
     def _held_ids(self) -> list[int]:
         """The jobs this worker holds: running, and claimed ahead."""
-        return [*self._core.held, *(row[0].id.int for g in self._groups for row in g.queued)]
+        return [*self._core.held, *self._claimed_ahead()]
 
     def _claimed_ahead(self) -> dict[int, tuple[Claimed, Group]]:
         """The jobs claimed ahead and not started, by id, with their group."""
