@@ -296,16 +296,17 @@ revoke all on schema jobs_config from public;
 
 create table jobs_config.settings (
   name  text primary key check (name in ('clock_offset', 'completed_retention', 'dead_retention',
-                                         'max_payload_size')),
+                                         'max_payload_size', 'shard')),
   value int not null,
   check (case name when 'clock_offset' then value > -2147483647
                    when 'max_payload_size' then value between 1 and 1048576
+                   when 'shard' then value between 0 and 255
                    else value >= 0 end)
 );
 
 comment on table jobs_config.settings is
   'pg_jobs''s settings in the SQL-only edition (the extension''s pg_jobs.clock_offset, '
-  'completed_retention, dead_retention in seconds, max_payload_size in kB); no row: the default';
+  'completed_retention, dead_retention in seconds, max_payload_size in kB, shard); no row: the default';
 
 create table jobs_config.last_sweep (at timestamptz);
 
@@ -599,6 +600,15 @@ returns bigint
 language sql stable strict parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$ select jobs_config.setting('max_payload_size') * 1024 $$;
+
+-- `jobs._shard()`: this database's shard number, or NULL where it is not a shard. The
+-- extension's pg_jobs.shard is server-wide; this edition's is the table's row alone (read for
+-- every id made, so no configuration file is read): set it before the database's first job.
+create function jobs._shard()
+returns int
+language sql stable parallel safe security definer
+set search_path = pg_catalog, pg_temp
+as $$ select s.value from jobs_config.settings as s where s.name = 'shard' $$;
 
 -- `jobs._size(value)`: a value's size uncompressed, as every limit measures it. A value stored
 -- uncompressed is measured as it is (pg_column_size); one that came compressed from a table is
@@ -904,9 +914,11 @@ begin
     v_count := ('x' || left(v_random, 3))::bit(12)::int >> 1;
   end if;
   perform set_config('pg_jobs_ids.last', v_ms || ':' || v_count, false);
-  -- 48 bits of time, 4 of version (7), 12 of counter, 2 of variant (10), 62 random.
+  -- 48 bits of time, 4 of version (7), 12 of counter, 2 of variant (10), 62 random, of which
+  -- the last 8 are the shard's number on a shard (jobs._shard()).
   return (lpad(to_hex(v_ms), 12, '0') || '7' || lpad(to_hex(v_count), 3, '0')
-          || to_hex(8 | (('x' || substr(v_random, 17, 1))::bit(4)::int & 3)) || substr(v_random, 18, 15))::uuid;
+          || to_hex(8 | (('x' || substr(v_random, 17, 1))::bit(4)::int & 3)) || substr(v_random, 18, 13)
+          || coalesce(lpad(to_hex(jobs._shard()), 2, '0'), substr(v_random, 31, 2)))::uuid;
 end
 $$;
 
@@ -1710,6 +1722,20 @@ begin
         perform jobs._raise('22023', jobs._spec_ref(p_caller, v_i)
           || 'id: a version 8 UUID is the id of a child that jobs.spawn makes',
           'pass an id of another version (jobs use UUIDv7: gen_random_uuid() gives a v4)');
+      end if;
+      -- On a shard, an id names its shard in its last byte (src/functions/ids.rs): an id that
+      -- names another would send every later call for the job to that shard.
+      if jobs._shard() is not null then
+        select s.ordinality into v_i from unnest(p_specs) with ordinality as s
+        where s.id is not null and get_byte(uuid_send(s.id), 15) <> jobs._shard()
+        order by s.ordinality limit 1;
+        if v_i is not null then
+          perform jobs._raise('22023', jobs._spec_ref(p_caller, v_i)
+            || format('id %s names shard %s, and this server is shard %s (pg_jobs.shard)',
+                      p_specs[v_i].id, get_byte(uuid_send(p_specs[v_i].id), 15), jobs._shard()),
+            'make the id with jobs.new_id() on this shard, or end it with the byte of this shard '
+            '(the last two hex digits: ' || lpad(to_hex(jobs._shard()), 2, '0') || ')');
+        end if;
       end if;
     end if;
     v_i := jobs._run_problem(p_specs);
@@ -4321,10 +4347,11 @@ create function jobs._child_id(p_parent uuid, p_key text, p_at uuid)
 returns uuid
 language sql immutable parallel safe
 begin atomic
-  select overlay(overlay(overlay(md5(p_parent::text || '/' || p_key)
-                                 placing substr(replace(p_at::text, '-', ''), 1, 12) from 1 for 12)
-                         placing '8' from 13 for 1)
-                 placing '8' from 17 for 1)::uuid;
+  select overlay(overlay(overlay(overlay(md5(p_parent::text || '/' || p_key)
+                                         placing substr(replace(p_at::text, '-', ''), 1, 12) from 1 for 12)
+                                 placing '8' from 13 for 1)
+                         placing '8' from 17 for 1)
+                 placing right(p_parent::text, 2) from 31 for 2)::uuid;
 end;
 
 create function jobs.spawn(id uuid, claim bigint, spec jsonb)
@@ -5586,6 +5613,25 @@ begin
 end
 $$;
 
+create function jobs.add_queue(queue text)
+returns boolean
+language plpgsql volatile
+as $$
+begin
+  if add_queue.queue is null then
+    perform jobs._raise('22004', 'jobs.add_queue: queue must not be NULL', 'name the queue, e.g. ''default''');
+  elsif length(add_queue.queue) not between 1 and 128 then
+    perform jobs._raise('22023', 'jobs.add_queue: queue must be 1 to 128 characters, got ' || length(add_queue.queue),
+      'use a short name such as ''emails''');
+  end if;
+  insert into jobs_data.queues (queue) values (add_queue.queue) on conflict do nothing;
+  return found;
+end
+$$;
+
+comment on function jobs.add_queue(text) is
+  'Make a queue known before its first job (to pause it, or set its fairness): true if it was new';
+
 create function jobs.pause_queue(queue text)
 returns void
 language sql volatile
@@ -5718,12 +5764,20 @@ as $$ select jobs._max_payload_size() $$;
 comment on function jobs.max_payload_size() is
   'The largest payload, result, step output or event payload the server takes, in bytes (pg_jobs.max_payload_size)';
 
+create function jobs.new_id()
+returns uuid
+language sql volatile
+as $$ select jobs._uuid_v7() $$;
+
+comment on function jobs.new_id() is
+  'A new job id (UUIDv7) for enqueue''s id: on a shard it names the shard (pg_jobs.shard)';
+
 create function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
-                               'max_payload_size'],
+                               'max_payload_size', 'new_id'],
                          false);
       select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
 
@@ -5734,7 +5788,7 @@ returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
-                               'max_payload_size', 'claim',
+                               'max_payload_size', 'new_id', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze', 'mark_started', 'hand_back',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
@@ -5991,7 +6045,7 @@ begin
                         'start_step', 'fail_step', 'get_steps',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
-                        '_queue_fairness_set', 'max_payload_size')
+                        '_queue_fairness_set', 'max_payload_size', 'new_id')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '

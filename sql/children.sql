@@ -189,16 +189,19 @@ $$;
 -- A child's id: a version 8 UUID (RFC 9562's for ids of an application's own making), which
 -- only jobs.spawn may enqueue (jobs._enqueue). Its first 48 bits are those of p_at, a UUIDv7
 -- made at the spawn (the time in milliseconds), so that children's ids sort in enqueue order
--- among the others; the rest is the digest of its parent's id and its key, which
--- jobs._child_digest reads back.
+-- among the others; its last byte is its parent's, which on a shard names the shard
+-- (src/functions/ids.rs), so a child lives where its parent does and a router finds it by its
+-- id; the rest is the digest of its parent's id and its key, which jobs._child_digest reads
+-- back.
 create function jobs._child_id(p_parent uuid, p_key text, p_at uuid)
 returns uuid
 language sql immutable parallel safe
 begin atomic
-  select overlay(overlay(overlay(md5(p_parent::text || '/' || p_key)
-                                 placing substr(replace(p_at::text, '-', ''), 1, 12) from 1 for 12)
-                         placing '8' from 13 for 1)
-                 placing '8' from 17 for 1)::uuid;
+  select overlay(overlay(overlay(overlay(md5(p_parent::text || '/' || p_key)
+                                         placing substr(replace(p_at::text, '-', ''), 1, 12) from 1 for 12)
+                                 placing '8' from 13 for 1)
+                         placing '8' from 17 for 1)
+                 placing right(p_parent::text, 2) from 31 for 2)::uuid;
 end;
 
 create function jobs.spawn(id uuid, claim bigint, spec jsonb)

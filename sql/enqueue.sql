@@ -440,6 +440,20 @@ begin
           || 'id: a version 8 UUID is the id of a child that jobs.spawn makes',
           'pass an id of another version (jobs use UUIDv7: gen_random_uuid() gives a v4)');
       end if;
+      -- On a shard, an id names its shard in its last byte (src/functions/ids.rs): an id that
+      -- names another would send every later call for the job to that shard.
+      if jobs._shard() is not null then
+        select s.ordinality into v_i from unnest(p_specs) with ordinality as s
+        where s.id is not null and get_byte(uuid_send(s.id), 15) <> jobs._shard()
+        order by s.ordinality limit 1;
+        if v_i is not null then
+          perform jobs._raise('22023', jobs._spec_ref(p_caller, v_i)
+            || format('id %s names shard %s, and this server is shard %s (pg_jobs.shard)',
+                      p_specs[v_i].id, get_byte(uuid_send(p_specs[v_i].id), 15), jobs._shard()),
+            'make the id with jobs.new_id() on this shard, or end it with the byte of this shard '
+            '(the last two hex digits: ' || lpad(to_hex(jobs._shard()), 2, '0') || ')');
+        end if;
+      end if;
     end if;
     v_i := jobs._run_problem(p_specs);
     if v_i is not null then

@@ -69,13 +69,23 @@ as $$ select jobs._max_payload_size() $$;
 comment on function jobs.max_payload_size() is
   'The largest payload, result, step output or event payload the server takes, in bytes (pg_jobs.max_payload_size)';
 
+-- A new job id, for a producer that chooses its jobs' ids (to know one before it enqueues, or
+-- to enqueue one job twice as the same job): a UUIDv7, which on a shard (pg_jobs.shard) ends
+-- with the shard's number, as every id the shard makes does (src/functions/ids.rs).
+create function jobs.new_id()
+returns uuid
+language sql volatile
+as $$ select jobs._uuid_v7() $$;
+comment on function jobs.new_id() is
+  'A new job id (UUIDv7) for enqueue''s id: on a shard it names the shard (pg_jobs.shard)';
+
 -- Each grant answers what the role may now do, so psql shows more than an empty row.
 create function jobs.grant_producer(role name)
 returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_producer', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
-                               'max_payload_size'],
+                               'max_payload_size', 'new_id'],
                          false);
       select format('%I may enqueue jobs, read their state and publish events (producer)', $1) $$;
 comment on function jobs.grant_producer(name) is 'Let a role enqueue, read its jobs'' state and publish';
@@ -85,7 +95,7 @@ returns text
 language sql volatile
 as $$ select jobs._grant('jobs.grant_worker', $1,
                          array['enqueue', 'enqueue_batch', 'publish', 'error_codes', 'get_job', 'get_jobs', 'wait_for_job',
-                               'max_payload_size', 'claim',
+                               'max_payload_size', 'new_id', 'claim',
                                'heartbeat', 'complete', 'complete_many', 'complete_and_claim',
                                'fail', 'snooze', 'mark_started', 'hand_back',
                                'assert_claim', 'save_step', 'get_step', 'await_event', 'spawn',
@@ -381,7 +391,7 @@ begin
                         'start_step', 'fail_step', 'get_steps',
                         'pause_queue', 'resume_queue', 'sweep', 'grant_producer', 'grant_worker',
                         'grant_admin', 'grant_monitor', '_oldest_ready', 'queue_stats', 'outcome_stats',
-                        '_queue_fairness_set', 'max_payload_size')
+                        '_queue_fairness_set', 'max_payload_size', 'new_id')
   loop
     execute format('alter function %s security definer set search_path = pg_catalog, pg_temp '
                    'set plan_cache_mode = force_generic_plan set jit = off '

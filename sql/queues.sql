@@ -146,6 +146,27 @@ begin
 end
 $$;
 
+-- Makes a queue known before its first job, as enqueuing to it would, so that it can be
+-- paused or given a fairness first: true when it was not known. (A router makes a queue that
+-- one shard knows known to every shard before it pauses it: router/pg_jobs_router.sql.)
+create function jobs.add_queue(queue text)
+returns boolean
+language plpgsql volatile
+as $$
+begin
+  if add_queue.queue is null then
+    perform jobs._raise('22004', 'jobs.add_queue: queue must not be NULL', 'name the queue, e.g. ''default''');
+  elsif length(add_queue.queue) not between 1 and 128 then
+    perform jobs._raise('22023', 'jobs.add_queue: queue must be 1 to 128 characters, got ' || length(add_queue.queue),
+      'use a short name such as ''emails''');
+  end if;
+  insert into jobs_data.queues (queue) values (add_queue.queue) on conflict do nothing;
+  return found;
+end
+$$;
+comment on function jobs.add_queue(text) is
+  'Make a queue known before its first job (to pause it, or set its fairness): true if it was new';
+
 create function jobs.pause_queue(queue text)
 returns void
 language sql volatile

@@ -26,6 +26,8 @@ pub static CLOCK_OFFSET_S: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static MAX_PAYLOAD_KB: GucSetting<i32> = GucSetting::<i32>::new(1024);
 pub static TENANTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static ASYNC_CLAIMS: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// -1 by default: the server is no shard, and its ids name none (src/functions/ids.rs).
+pub static SHARD: GucSetting<i32> = GucSetting::<i32>::new(-1);
 
 /// Defines the settings. The launcher's (`database_name`, `max_databases`) exist only when the
 /// library is preloaded, as the launcher does; the others are defined whenever it is loaded.
@@ -135,6 +137,18 @@ pub fn init(preloaded: bool) {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"pg_jobs.shard",
+        c"This server's shard number, which every job id it makes carries; -1: not a shard.",
+        c"Reloadable (SIGHUP), server-wide. 0 to 255: ids end with this byte, and a caller's id \
+          that names another shard is refused. Set it before the server's first job; a shard's \
+          number never changes (docs/SCALING.md).",
+        &SHARD,
+        -1,
+        255,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_jobs".as_ptr()) };
 }
 
@@ -165,6 +179,11 @@ pub fn vacuum_interval() -> Option<Duration> {
         0 => None,
         ms => Some(Duration::from_millis(ms as u64)),
     }
+}
+
+/// pg_jobs.shard, if the server is a shard.
+pub fn shard() -> Option<u8> {
+    u8::try_from(SHARD.get()).ok()
 }
 
 /// `jobs._max_payload_size()`: pg_jobs.max_payload_size in bytes.

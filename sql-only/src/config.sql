@@ -17,15 +17,16 @@ revoke all on schema jobs_config from public;
 -- of the pg_tle form restores the rows an owner wrote into a table the restore made empty.
 create table jobs_config.settings (
   name  text primary key check (name in ('clock_offset', 'completed_retention', 'dead_retention',
-                                         'max_payload_size')),
+                                         'max_payload_size', 'shard')),
   value int not null,
   check (case name when 'clock_offset' then value > -2147483647
                    when 'max_payload_size' then value between 1 and 1048576
+                   when 'shard' then value between 0 and 255
                    else value >= 0 end)
 );
 comment on table jobs_config.settings is
   'pg_jobs''s settings in the SQL-only edition (the extension''s pg_jobs.clock_offset, '
-  'completed_retention, dead_retention in seconds, max_payload_size in kB); no row: the default';
+  'completed_retention, dead_retention in seconds, max_payload_size in kB, shard); no row: the default';
 
 -- When jobs.sweep() last ran (jobs._retention notes it): a claim warns, once per connection,
 -- when nothing has swept the database for ten minutes (jobs._async_if_alone).
@@ -172,6 +173,15 @@ returns bigint
 language sql stable strict parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$ select jobs_config.setting('max_payload_size') * 1024 $$;
+
+-- `jobs._shard()`: this database's shard number, or NULL where it is not a shard. The
+-- extension's pg_jobs.shard is server-wide; this edition's is the table's row alone (read for
+-- every id made, so no configuration file is read): set it before the database's first job.
+create function jobs._shard()
+returns int
+language sql stable parallel safe security definer
+set search_path = pg_catalog, pg_temp
+as $$ select s.value from jobs_config.settings as s where s.name = 'shard' $$;
 
 -- `jobs._size(value)`: a value's size uncompressed, as every limit measures it. A value stored
 -- uncompressed is measured as it is (pg_column_size); one that came compressed from a table is

@@ -52,8 +52,10 @@ begin
     v_count := ('x' || left(v_random, 3))::bit(12)::int >> 1;
   end if;
   perform set_config('pg_jobs_ids.last', v_ms || ':' || v_count, false);
-  -- 48 bits of time, 4 of version (7), 12 of counter, 2 of variant (10), 62 random.
+  -- 48 bits of time, 4 of version (7), 12 of counter, 2 of variant (10), 62 random, of which
+  -- the last 8 are the shard's number on a shard (jobs._shard()).
   return (lpad(to_hex(v_ms), 12, '0') || '7' || lpad(to_hex(v_count), 3, '0')
-          || to_hex(8 | (('x' || substr(v_random, 17, 1))::bit(4)::int & 3)) || substr(v_random, 18, 15))::uuid;
+          || to_hex(8 | (('x' || substr(v_random, 17, 1))::bit(4)::int & 3)) || substr(v_random, 18, 13)
+          || coalesce(lpad(to_hex(jobs._shard()), 2, '0'), substr(v_random, 31, 2)))::uuid;
 end
 $$;

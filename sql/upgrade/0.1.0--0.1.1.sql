@@ -75,6 +75,10 @@
 --     attempt started (jobs.jobs.started_at); jobs.mark_started and jobs.hand_back; a held job
 --     whose lease lapses before it started is given back without using an attempt
 --     (jobs.attempts outcome 'not_started').
+-- 35. Shards: on a server with pg_jobs.shard set, every id it makes ends with its number
+--     (jobs._shard, jobs._uuid_v7), a child's id with its parent's (jobs._child_id), and a
+--     caller's id of another shard is refused; jobs.new_id() makes an id; jobs.add_queue makes
+--     a queue known before its first job.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;
@@ -95,6 +99,10 @@ CREATE  FUNCTION jobs."_uuid_v7"() RETURNS uuid
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'uuid_v7_wrapper';
+CREATE  FUNCTION jobs."_shard"() RETURNS INT
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'shard_wrapper';
 CREATE OR REPLACE FUNCTION jobs."clock"() RETURNS timestamp with time zone
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c

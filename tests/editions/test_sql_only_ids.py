@@ -3,7 +3,8 @@ guarantees of the extension's (src/functions/tokens.rs, src/functions/ids.rs), b
 database: a token follows the clock's milliseconds and is greater than the token before it
 (one ahead of the clock, one of 0.1.0, one from the future of its high bits), with 23 random
 low bits; ids are UUIDv7 with the time of their making, strictly increasing on a connection
-(10,000 in one statement, and across statements), each with random bits of its own. How the
+(10,000 in one statement, and across statements), each with random bits of its own, and on a
+shard ending with its number. How the
 test was checked: it failed with the token's `+ 1` dropped, and with the id's counter not
 carried from one call to the next."""
 
@@ -25,6 +26,10 @@ LOW = 1 << 23
 def conn(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("create schema sqlonly")
+        # (the edition's shard number, jobs_config's row in sql-only/src/config.sql: none here)
+        conn.execute("create table sqlonly.shard (value int)")
+        conn.execute("create function sqlonly._shard() returns int language sql stable "
+                     "as 'select value from sqlonly.shard'")
         conn.execute(SOURCE.read_text().replace("jobs.", "sqlonly."))
         yield conn
 
@@ -77,3 +82,11 @@ def test_ids_are_uuidv7_increasing_on_a_connection(conn):
     assert len({i.int & ((1 << 62) - 1) for i in ids}) == len(ids)  # random bits of their own
     theirs = one(conn, "select jobs._uuid_v7()")
     assert abs((theirs.int >> 80) - (ids[-1].int >> 80)) < 60_000
+
+
+def test_on_a_shard_an_id_ends_with_its_number_as_the_extensions_do(conn):
+    conn.execute("insert into sqlonly.shard values (9)")
+    ids = [r[0] for r in conn.execute("select sqlonly._uuid_v7() from generate_series(1, 1000)")]
+    assert {i.bytes[15] for i in ids} == {9}
+    assert all(a < b for a, b in zip(ids, ids[1:], strict=False)), "not strictly increasing"
+    assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
