@@ -25,8 +25,10 @@ How a block is marked, in its info string (GitHub shows the first word as the la
     ```python program asyncpg  a whole program of docs/LANGUAGES.md, run by
                                tests/shipping/test_languages.py (as are its other languages' blocks)
 
-The libraries' READMEs are checked for marks here; their quick starts (`python run`, and the
-Node.js one's `js` blocks) are run by the libraries' own tests.
+docs/SCALING.md's blocks start clusters of their own and run from the repository's root:
+tests/shards/test_scaling_doc.py runs them. The libraries' READMEs are checked for marks here;
+their quick starts (`python run`, and the Node.js one's `js` blocks) are run by the libraries'
+own tests.
 
 Every sql, python, sh and bash block is marked one of these ways, so a new block cannot
 go untested by being forgotten. Each document starts on a cluster of its own. A failure names

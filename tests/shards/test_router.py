@@ -1,0 +1,170 @@
+"""pg_jobs through its router (router/pg_jobs_router.sql, PL/Proxy) over three shards: jobs
+enqueued by tenant are each completed exactly once by workers claiming across the shards while
+one shard is stopped and started again; 200 concurrent enqueues of one key make one job;
+children are spawned, claimed and completed through the router; a batch that would span shards
+is refused with nothing enqueued; pausing a queue pauses it on every shard."""
+
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+
+import psycopg
+import pytest
+
+BIN = os.environ.get("PG_JOBS_PG_BIN", "/usr/lib/postgresql/15/bin")  # the release under test
+
+
+def connect(dsn):
+    return psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+
+
+def rows(dsn, sql, *args):
+    with connect(dsn) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def jobs_everywhere(shards, where, *args):
+    return sum(rows(dsn, f"select count(*) from jobs.jobs where {where}", *args)[0][0] for dsn in shards["shards"])
+
+
+def pg_ctl(shards, number, *args):
+    subprocess.run(["runuser", "-u", "postgres", "--", f"{BIN}/pg_ctl", "-D", f"{shards['dir']}/shard{number}",
+                    "-w", *args], check=True, capture_output=True)
+
+
+def test_jobs_are_completed_exactly_once_with_a_shard_stopped_mid_drain(shards):
+    queue, total = "drain-" + uuid.uuid4().hex[:8], 1200
+    with connect(shards["router"]) as conn:
+        ids = {conn.execute("select id from jobs.enqueue('work', queue => %s, tenant_id => %s)",
+                            (queue, f"tenant-{i % 30}")).fetchone()[0] for i in range(total)}
+    assert {u.bytes[15] for u in ids} == {0, 1, 2}
+    completed, unanswered, lock, stop = [], set(), threading.Lock(), threading.Event()
+    done_while_down = []
+
+    def worker(name):
+        conn, settling = None, set()
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                conn = conn or connect(shards["router"])
+                claimed = conn.execute("select id, claim from jobs.claim(%s, array[%s], 10, '2 seconds')",
+                                       (name, queue)).fetchall()
+                if not claimed:
+                    time.sleep(0.05)
+                for job_id, claim in claimed:
+                    settling.add(job_id)
+                    if conn.execute("select jobs.complete(%s, %s)", (job_id, claim)).fetchone()[0]:
+                        with lock:
+                            completed.append(job_id)
+                            if down.is_set():
+                                done_while_down.append(job_id)
+                    settling.discard(job_id)
+            except psycopg.Error:
+                unanswered.update(settling)  # (a complete whose answer was lost: done or not)
+                conn = None  # (the router's connection to the stopped shard failed: start again)
+                time.sleep(0.1)
+
+    down = threading.Event()
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    while len(completed) < total // 4:
+        time.sleep(0.01)
+    pg_ctl(shards, 2, "-m", "immediate", "stop")
+    down.set()
+    time.sleep(2)
+    down.clear()
+    pg_ctl(shards, 2, "-l", f"{shards['dir']}/shard2/log", "start")
+    deadline = time.monotonic() + 90
+    while jobs_everywhere(shards, "queue = %s and state = 'completed'", queue) < total and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert jobs_everywhere(shards, "queue = %s and state = 'completed'", queue) == total
+    assert len(completed) == len(set(completed))  # no job completed twice
+    # every job's completion was answered, but those whose answer the stop took
+    assert ids - set(completed) <= unanswered
+    assert len(ids - set(completed)) <= 4 * 10
+    assert done_while_down  # the other shards were drained while one was down
+
+
+@pytest.mark.parametrize("tenant", [None, "tenant-key"])
+def test_one_key_makes_one_job_under_200_concurrent_enqueues(shards, tenant):
+    key, barrier, answers = uuid.uuid4().hex, threading.Barrier(50), []
+
+    def producer():
+        with connect(shards["router"]) as conn:
+            barrier.wait()
+            for _ in range(4):
+                answers.append(conn.execute("select id from jobs.enqueue('once', idempotency_key => %s, "
+                                            "tenant_id => %s)", (key, tenant)).fetchone()[0])
+
+    threads = [threading.Thread(target=producer) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == 200 and len(set(answers)) == 1
+    assert jobs_everywhere(shards, "idempotency_key = %s", key) == 1
+
+
+def test_children_are_spawned_and_completed_through_the_router(shards):
+    router, queue = shards["router"], "family-" + uuid.uuid4().hex[:8]
+    with connect(router) as conn:
+        parent = conn.execute("select id from jobs.enqueue('parent', queue => %s, tenant_id => 'fam')",
+                              (queue,)).fetchone()[0]
+        job_id, claim = conn.execute("select id, claim from jobs.claim('w', array[%s])", (queue,)).fetchone()
+        assert job_id == parent
+        children = [conn.execute("select id from jobs.spawn(%s, %s, %s)",
+                                 (parent, claim, json.dumps({"name": "child", "child_key": f"c{i}", "queue": queue}))
+                                 ).fetchone()[0] for i in range(3)]
+        assert {c.bytes[15] for c in children} == {parent.bytes[15]}
+        assert conn.execute("select status from jobs.await_children(%s, %s)", (parent, claim)).fetchone()[0] == "waiting"
+        for child_id, child_claim in conn.execute("select id, claim from jobs.claim('w', array[%s], 10)",
+                                                  (queue,)).fetchall():
+            assert conn.execute("select jobs.complete(%s, %s)", (child_id, child_claim)).fetchone()[0]
+        job_id, claim = conn.execute("select id, claim from jobs.claim('w', array[%s])", (queue,)).fetchone()
+        assert job_id == parent
+        assert conn.execute("select status from jobs.await_children(%s, %s)", (parent, claim)).fetchone()[0] == "done"
+        assert conn.execute("select jobs.complete(%s, %s)", (parent, claim)).fetchone()[0]
+        states = conn.execute("select state from jobs.get_jobs(%s)", (children + [parent],)).fetchall()
+    assert [s for (s,) in states] == ["completed"] * 4
+
+
+def test_a_batch_across_shards_is_refused_and_nothing_is_enqueued(shards):
+    queue = "batch-" + uuid.uuid4().hex[:8]
+    tenants = {}
+    for i in range(100):  # two tenants of different shards
+        shard = rows(shards["router"], "select jobs_router.hash_shard(%s)", f"t{i}")[0][0]
+        tenants.setdefault(shard, f"t{i}")
+    specs = [{"name": "b", "queue": queue, "tenant_id": t} for t in list(tenants.values())[:2]]
+    with pytest.raises(psycopg.Error) as refused:
+        rows(shards["router"], "select * from jobs.enqueue_batch(%s)", json.dumps(specs))
+    assert refused.value.sqlstate == "22023"
+    assert "one batch per tenant" in refused.value.diag.message_hint
+    assert jobs_everywhere(shards, "queue = %s", queue) == 0
+    one_tenant = [dict(specs[0], payload={"n": n}) for n in range(3)]
+    assert len(rows(shards["router"], "select * from jobs.enqueue_batch(%s)", json.dumps(one_tenant))) == 3
+    assert jobs_everywhere(shards, "queue = %s", queue) == 3
+
+
+def test_pausing_a_queue_pauses_it_on_every_shard(shards):
+    queue = "pause-" + uuid.uuid4().hex[:8]
+    router = shards["router"]
+    rows(router, "select jobs.enqueue('p', queue => %s, tenant_id => 'one')", queue)
+    rows(router, "select jobs.pause_queue(%s)", queue)
+    assert [rows(dsn, "select paused from jobs.queues where queue = %s", queue)
+            for dsn in shards["shards"]] == [[(True,)]] * 3
+    assert rows(router, "select * from jobs.claim('w', array[%s])", queue) == []
+    assert rows(router, "select paused, ready from jobs.queue_stats() where queue = %s", queue) == [(True, 1)]
+    rows(router, "select jobs.resume_queue(%s)", queue)
+    assert len(rows(router, "select * from jobs.claim('w', array[%s])", queue)) == 1
+    unknown = "never-" + uuid.uuid4().hex[:8]
+    with pytest.raises(psycopg.Error) as refused:
+        rows(router, "select jobs.pause_queue(%s)", unknown)
+    assert refused.value.sqlstate == "22023"
+    assert sum(len(rows(dsn, "select from jobs.queues where queue = %s", unknown)) for dsn in shards["shards"]) == 0
