@@ -177,7 +177,7 @@ insert into routes values
   ('requeue', 'id'), ('save_step', 'id'), ('sleep', 'id'), ('snooze', 'id'), ('spawn', 'id'),
   ('start_step', 'id'), ('wait_for_job', 'id'),
   ('enqueue', 'enqueue'),
-  ('clock', 'first'), ('error_codes', 'first'), ('max_payload_size', 'first');
+  ('clock', 'first'), ('error_codes', 'first'), ('max_payload_size', 'first'), ('config_export', 'first');
 
 do $$
 declare
@@ -207,7 +207,8 @@ begin
            where c.kind = 'function'
              and c.name in ('claim', 'complete_many', 'mark_started', 'hand_back', 'get_jobs',
                             'queue_stats', 'outcome_stats', 'pause_queue', 'resume_queue',
-                            'set_fairness', 'publish', 'enqueue_batch', 'sweep', 'add_queue') loop
+                            'set_fairness', 'publish', 'enqueue_batch', 'sweep', 'add_queue',
+                            'schedule', 'unschedule', 'run_schedules', 'config_apply') loop
     execute format('create function jobs_on.%I(%s) returns %s language plproxy as %L',
                    v.name, concat_ws(', ', 'shard int', v.bare_args), replace(v.result, 'void', 'setof int'),
                    format(E'cluster ''pg_jobs_shards'';\nrun on shard;\nselect %s from jobs.%I(%s);',
@@ -389,6 +390,44 @@ $body$);
 insert into bodies values ('sweep', null, $body$
 begin
   return query select s.* from jobs_router.every_shard() as g, lateral jobs_on.sweep(g.shard, max_rows) as s;
+end
+$body$);
+
+insert into bodies values ('add_queue', null, $body$
+begin
+  return (select coalesce(bool_or(jobs_on.add_queue(g.shard, queue)), false) from jobs_router.every_shard() as g);
+end
+$body$);
+
+-- config_apply: on every shard, in order (a shard that fails stops it; run it again).
+insert into bodies values ('config_apply', null, $body$
+begin
+  return (select format('%s, on each of %s shards', min(jobs_on.config_apply(g.shard, config)), count(*))
+          from jobs_router.every_shard() as g);
+end
+$body$);
+
+-- A schedule lives on one shard, which alone fires it: its job's shard, as an enqueue of the
+-- job would go (jobs_router.enqueue_shard). Made there first, then removed from every other
+-- shard (where an earlier schedule of the name, for another tenant, may be).
+insert into bodies values ('schedule', null, $body$
+declare
+  v_shard int := jobs_router.enqueue_shard(null, null, null, job->>'tenant_id', coalesce(job->>'name', name));
+  v_made  jobs.schedules;
+begin
+  v_made := jobs_on.schedule(v_shard, name, cron, job, timezone, catch_up, enabled);
+  perform jobs_on.unschedule(g.shard, name) from jobs_router.every_shard() as g where g.shard <> v_shard;
+  return v_made;
+end
+$body$);
+insert into bodies values ('unschedule', null, $body$
+begin
+  return (select coalesce(bool_or(jobs_on.unschedule(g.shard, name)), false) from jobs_router.every_shard() as g);
+end
+$body$);
+insert into bodies values ('run_schedules', null, $body$
+begin
+  return query select r.* from jobs_router.every_shard() as g, lateral jobs_on.run_schedules(g.shard, max_schedules) as r;
 end
 $body$);
 

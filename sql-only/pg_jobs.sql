@@ -5647,6 +5647,66 @@ as $$ select jobs._set_paused('jobs.resume_queue', $1, false) $$;
 
 comment on function jobs.resume_queue(text) is 'Resume a paused queue';
 
+create function jobs.config_export()
+returns jsonb
+language sql stable
+as $$
+  select jsonb_build_object(
+    'queues', coalesce((select jsonb_agg(jsonb_build_object('queue', q.queue, 'paused', q.paused,
+                                                            'fairness', q.fairness) order by q.queue)
+                        from jobs_data.queues as q), '[]'),
+    'job_types', coalesce((select jsonb_agg(to_jsonb(t) order by t.name) from jobs_data.job_types as t), '[]'))
+$$;
+
+comment on function jobs.config_export() is
+  'Every queue (paused, fairness) and job type, as JSON for jobs.config_apply on another server';
+
+create function jobs.config_apply(config jsonb)
+returns text
+language plpgsql volatile
+as $$
+declare
+  v_queue   record;
+  v_removed int;
+begin
+  if config is null or jsonb_typeof(config) <> 'object'
+     or jsonb_typeof(coalesce(config->'queues', '[]')) <> 'array'
+     or jsonb_typeof(coalesce(config->'job_types', '[]')) <> 'array' then
+    perform jobs._raise('22023', 'jobs.config_apply: config must be an object with arrays queues and job_types',
+      'pass what jobs.config_export() answers on another server');
+  end if;
+  for v_queue in select * from jsonb_to_recordset(coalesce(config->'queues', '[]'))
+                            as x(queue text, paused boolean, fairness text) loop
+    perform jobs.add_queue(v_queue.queue);
+    perform jobs._set_paused('jobs.config_apply', v_queue.queue, coalesce(v_queue.paused, false));
+    if (select q.fairness from jobs_data.queues as q where q.queue = v_queue.queue)
+       is distinct from coalesce(v_queue.fairness, 'none') then
+      perform jobs.set_fairness(v_queue.queue, coalesce(v_queue.fairness, 'none'));
+    end if;
+  end loop;
+  delete from jobs_data.job_types as t
+  where t.name not in (select x->>'name' from jsonb_array_elements(coalesce(config->'job_types', '[]')) as x
+                       where x->>'name' is not null);
+  get diagnostics v_removed = row_count;
+  insert into jobs_data.job_types as t
+  select * from jsonb_populate_recordset(null::jobs_data.job_types, coalesce(config->'job_types', '[]'))
+  on conflict (name) do update
+    set (max_attempts, backoff, backoff_base, backoff_max, jitter, dead_letter, lease, concurrency, timeout,
+         rate_limit, rate_period, rate_limit_per_key, run_timeout, non_retryable_errors, key_concurrency,
+         when_busy)
+      = (excluded.max_attempts, excluded.backoff, excluded.backoff_base, excluded.backoff_max, excluded.jitter,
+         excluded.dead_letter, excluded.lease, excluded.concurrency, excluded.timeout, excluded.rate_limit,
+         excluded.rate_period, excluded.rate_limit_per_key, excluded.run_timeout, excluded.non_retryable_errors,
+         excluded.key_concurrency, excluded.when_busy);
+  return format('%s queues and %s job types applied, %s job types removed',
+                jsonb_array_length(coalesce(config->'queues', '[]')),
+                jsonb_array_length(coalesce(config->'job_types', '[]')), v_removed);
+end
+$$;
+
+comment on function jobs.config_apply(jsonb) is
+  'Make this server''s queues (pause, fairness) and job types those of a jobs.config_export()';
+
 create view jobs.jobs as select * from jobs_data.jobs;
 
 comment on view jobs.jobs is 'One row per job (the table jobs_data.jobs); see docs/REFERENCE.md for the life of a row';

@@ -78,7 +78,7 @@
 -- 35. Shards: on a server with pg_jobs.shard set, every id it makes ends with its number
 --     (jobs._shard, jobs._uuid_v7), a child's id with its parent's (jobs._child_id), and a
 --     caller's id of another shard is refused; jobs.new_id() makes an id; jobs.add_queue makes
---     a queue known before its first job.
+--     a queue known before its first job; jobs.config_export and jobs.config_apply.
 
 -- 7. The tables move (their indexes, constraints and identity sequence with them).
 drop index jobs.jobs_lease_idx;

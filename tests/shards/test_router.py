@@ -2,7 +2,8 @@
 enqueued by tenant are each completed exactly once by workers claiming across the shards while
 one shard is stopped and started again; 200 concurrent enqueues of one key make one job;
 children are spawned, claimed and completed through the router; a batch that would span shards
-is refused with nothing enqueued; pausing a queue pauses it on every shard."""
+is refused with nothing enqueued; pausing a queue pauses it on every shard; a schedule fires on
+one shard only; a configuration is applied to every shard, and one refused changes none."""
 
 import json
 import os
@@ -168,3 +169,45 @@ def test_pausing_a_queue_pauses_it_on_every_shard(shards):
         rows(router, "select jobs.pause_queue(%s)", unknown)
     assert refused.value.sqlstate == "22023"
     assert sum(len(rows(dsn, "select from jobs.queues where queue = %s", unknown)) for dsn in shards["shards"]) == 0
+
+
+def test_a_schedule_fires_once_across_the_shards(shards):
+    router, job = shards["router"], "report-" + uuid.uuid4().hex[:8]
+    schedule = "nightly-" + uuid.uuid4().hex[:8]
+    first, second = (rows(router, "select jobs_router.hash_shard(%s)", t)[0][0] for t in ("acme", "zeta"))
+    assert first != second
+    for tenant in ("acme", "zeta"):  # made again for another tenant: it moves to that tenant's shard
+        rows(router, "select jobs.schedule(%s, '* * * * *', %s)", schedule,
+             json.dumps({"name": job, "tenant_id": tenant}))
+    assert [len(rows(dsn, "select from jobs.schedules where name = %s", schedule)) for dsn in shards["shards"]] \
+        == [1 if n == second else 0 for n in range(3)]
+    for dsn in shards["shards"]:  # every shard's scheduler, two minutes on
+        with connect(dsn) as conn:
+            conn.execute("set pg_jobs.clock_offset = '120s'")
+            conn.execute("select * from jobs.run_schedules()")
+    assert jobs_everywhere(shards, "name = %s", job) == 1
+    assert rows(router, "select jobs.unschedule(%s)", schedule) == [(True,)]
+    assert sum(len(rows(dsn, "select from jobs.schedules where name = %s", schedule)) for dsn in shards["shards"]) == 0
+
+
+def test_the_configuration_is_applied_to_every_shard(shards):
+    router, queue, job = shards["router"], "cfg-" + uuid.uuid4().hex[:8], "cfg-" + uuid.uuid4().hex[:8]
+    config = rows(shards["shards"][0], "select jobs.config_export()")[0][0]
+    config["queues"].append({"queue": queue, "paused": True, "fairness": "tenant"})
+    config["job_types"].append({"name": job, "max_attempts": 3, "backoff": "fixed", "backoff_base": "00:00:05",
+                                "backoff_max": "01:00:00", "jitter": 0.1, "dead_letter": True,
+                                "rate_limit_per_key": False, "key_concurrency": 1, "when_busy": "queue"})
+    before = [rows(dsn, "select jobs.config_export()")[0][0] for dsn in shards["shards"]]
+    for bad in ({"queues": "emails"}, {"job_types": [{"name": job, "max_attempts": 0}]}):
+        with pytest.raises(psycopg.Error) as refused:
+            rows(router, "select jobs.config_apply(%s)", json.dumps(bad))
+        assert refused.value.sqlstate in ("22023", "23502", "23514")
+        assert [rows(dsn, "select jobs.config_export()")[0][0] for dsn in shards["shards"]] == before
+    rows(router, "select jobs.config_apply(%s)", json.dumps(config))
+    for dsn in shards["shards"]:  # (a queue the configuration does not name is left alone)
+        exported = rows(dsn, "select jobs.config_export()")[0][0]
+        assert [q for q in exported["queues"] if q in config["queues"]] == sorted(config["queues"],
+                                                                                   key=lambda q: q["queue"])
+        assert exported["job_types"] == sorted(exported["job_types"], key=lambda t: t["name"])
+        assert [t["max_attempts"] for t in exported["job_types"] if t["name"] == job] == [3]
+        assert [t["name"] for t in exported["job_types"]] == sorted(t["name"] for t in config["job_types"])
