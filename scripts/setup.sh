@@ -64,6 +64,7 @@ if [ $demo = 0 ]; then
              pgbouncer  # tests/server/test_pgbouncer.py: the blocking claim through transaction pooling
              postgresql-15-cron  # sql-only/tests/test_pg_cron.py: the SQL-only edition swept by pg_cron
              postgresql-15-plproxy  # scripts/shards.sh, tests/shards: the router (router/pg_jobs_router.sql)
+             postgresql-15-auto-failover  # tests/server/test_auto_failover.py: failover by pg_auto_failover
              # tests/shipping/test_languages.py: docs/LANGUAGES.md's Java, Go, Ruby and Perl programs
              default-jdk-headless libpostgresql-jdbc-java golang-github-jackc-pgx-v4-dev ruby-pg libdbd-pg-perl
              chromium chromium-driver  # cli/tests/test_ui.py: the dashboard in a headless browser (Selenium)
