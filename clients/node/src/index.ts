@@ -9,6 +9,8 @@ export { cancel, requeue, promote, deleteJob } from './operate.js';
 export type { JobStatus } from './status.js';
 export { createWorker, Worker } from './worker.js';
 export type { WorkerOptions } from './worker.js';
+export { createShardedWorker, hashShard, ShardedWorker, shardFor, shardOf } from './shards.js';
+export type { ShardedWorkerOptions } from './shards.js';
 export { hookCodes } from './hooks.js';
 export type { OnExhausted, OnSettled, SettledOutcome } from './hooks.js';
 export type { Job, JobContext, ChildJob, ChildResult, StepOptions, BackfillPass, BackfillDone } from './context.js';

@@ -15,6 +15,7 @@ from .jobs import JobDefinition, Policy, job, jobs_in, sync_policies
 from .observe import CountingMetrics, Metrics, Outcome
 from .operate import cancel, delete_job, promote, requeue
 from .status import JobStatus, get_job, get_jobs, wait_for_job
+from .shards import ShardedWorker, hash_shard, shard_for, shard_of
 from .worker import Worker
 
 __all__ = [
@@ -24,6 +25,6 @@ __all__ = [
     "NotRequeueable", "PgJobsError", "RetryAfter", "TenantNotAllowed", "WaitNeedsReadCommitted", "JobDefinition",
     "Policy", "job", "jobs_in", "sync_policies", "CountingMetrics", "Metrics", "Outcome", "Worker", "JobStatus",
     "get_job", "get_jobs", "wait_for_job", "cancel", "requeue", "promote", "delete_job", "SettledOutcome",
-    "StepTimeout",
+    "StepTimeout", "ShardedWorker", "hash_shard", "shard_for", "shard_of",
 ]
 __version__ = "0.1.1"
