@@ -46,6 +46,7 @@ create or replace function jobs_router.set_shards(p_dsns text[])
 returns text
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
+set client_min_messages = warning
 as $$
 declare
   v_count int := coalesce(cardinality(p_dsns), 0);
@@ -97,12 +98,30 @@ return (('x' || left(md5(p_key), 8))::bit(32)::bigint % jobs_router.shard_count(
 -- Where an enqueue goes: the shard of the id, the run or the parent given, else its tenant's,
 -- else its job name's. One key of one tenant (or of one job name, untenanted) always goes to
 -- one shard, so an idempotency key makes one job across the shards.
+-- A key placed on a shard (a tenant, or the job name of untenanted jobs) goes there whatever
+-- its hash says: jobs_router.add_shard places every key the shards hold before the number of
+-- shards changes, and jobs_router.move_tenant moves a tenant's placement.
+create table if not exists jobs_router.placements (
+  key   text primary key,
+  shard int not null check (shard between 0 and 255)
+);
+comment on table jobs_router.placements is
+  'Tenants (and job names of untenanted jobs) placed on a shard, whatever their hash says';
+revoke all on table jobs_router.placements from public;
+
+-- A key's shard: its placement, else its hash.
+create or replace function jobs_router.key_shard(p_key text)
+returns int
+language sql stable strict parallel safe
+return coalesce((select p.shard from jobs_router.placements as p where p.key = p_key),
+                jobs_router.hash_shard(p_key));
+
 create or replace function jobs_router.enqueue_shard(p_id uuid, p_run_id uuid, p_parent_id uuid,
                                                      p_tenant_id text, p_name text)
 returns int
 language sql stable parallel safe
 return coalesce(jobs_router.shard_of(coalesce(p_id, p_run_id, p_parent_id)),
-                jobs_router.hash_shard(p_tenant_id), jobs_router.hash_shard(p_name), 0);
+                jobs_router.key_shard(coalesce(p_tenant_id, p_name)), 0);
 
 -- The shards in an order that starts at a random one, so that claims across shards spread.
 create or replace function jobs_router.shards_from_random()
@@ -205,7 +224,7 @@ begin
   -- jobs_on.<name>(shard, arguments).
   for v in select c.* from jobs_router.shard_catalog() as c
            where c.kind = 'function'
-             and c.name in ('claim', 'complete_many', 'mark_started', 'hand_back', 'get_jobs',
+             and c.name in ('claim', 'complete_many', 'mark_started', 'hand_back', 'get_jobs', 'config_export',
                             'queue_stats', 'outcome_stats', 'pause_queue', 'resume_queue',
                             'set_fairness', 'publish', 'enqueue_batch', 'sweep', 'add_queue',
                             'schedule', 'unschedule', 'run_schedules', 'config_apply') loop
@@ -218,6 +237,26 @@ begin
 end
 $$;
 drop table routes;
+
+-- A tenant's schedules and live jobs on a shard, for jobs_router.move_tenant.
+create function jobs_on.schedules_of(shard int, p_tenant text)
+returns setof jobs.schedules
+language plproxy
+as $$
+  cluster 'pg_jobs_shards';
+  run on shard;
+  select * from jobs.schedules as s where s.job->>'tenant_id' = p_tenant;
+$$;
+
+create function jobs_on.live_jobs_of(shard int, p_tenant text)
+returns bigint
+language plproxy
+as $$
+  cluster 'pg_jobs_shards';
+  run on shard;
+  select count(*) from jobs.jobs as j
+  where j.tenant_id = p_tenant and j.state not in ('completed', 'failed', 'dead', 'cancelled');
+$$;
 
 -- The functions that run on several shards, in PL/pgSQL, with pg_jobs's arguments and results
 -- (claim takes one more, shard).
@@ -436,7 +475,7 @@ $body$);
 insert into bodies values ('publish', null, $body$
 begin
   if tenant_id is not null then
-    return jobs_on.publish(jobs_router.hash_shard(tenant_id), name, payload, key, ttl, tenant_id);
+    return jobs_on.publish(jobs_router.key_shard(tenant_id), name, payload, key, ttl, tenant_id);
   end if;
   return (select (array_agg(jobs_on.publish(g.shard, name, payload, key, ttl, null) order by g.shard))[1]
           from jobs_router.every_shard() as g);
@@ -527,6 +566,90 @@ as $$
   run on shard;
   select 1;
 $$;
+
+-- The keys a shard holds jobs or schedules of: its tenants, and the job names of its
+-- untenanted jobs.
+create or replace function jobs_router.keys_on(shard int)
+returns setof text
+language plproxy
+as $$
+  cluster 'pg_jobs_shards';
+  run on shard;
+  select distinct coalesce(j.tenant_id, j.name) from jobs.jobs as j
+  union select coalesce(s.job->>'tenant_id', s.job->>'name', s.name) from jobs.schedules as s;
+$$;
+
+create or replace function jobs_router.shard_number(shard int)
+returns int
+language plproxy
+as $$
+  cluster 'pg_jobs_shards';
+  run on shard;
+  select jobs._shard();
+$$;
+
+-- A new shard, the last: every key the shards hold is placed first where it is, so only keys
+-- not seen yet hash over the new number of shards (some of them to the new shard); the new
+-- shard is given shard 0's configuration (jobs.config_export). Its server must have
+-- pg_jobs.shard set to the new shard's number. Run it with no producer writing through the
+-- router (a key first enqueued while it runs could be placed on one shard and enqueued on
+-- another).
+create or replace function jobs_router.add_shard(p_dsn text)
+returns text
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_count  int := jobs_router.shard_count();
+  v_placed int;
+  v_number int;
+begin
+  insert into jobs_router.placements (key, shard)
+  select k.key, g.shard from jobs_router.every_shard() as g, lateral jobs_router.keys_on(g.shard) as k(key)
+  where k.key is not null
+  on conflict (key) do nothing;
+  get diagnostics v_placed = row_count;
+  perform jobs_router.set_shards(array(select s.dsn from jobs_router.shards as s order by s.shard) || p_dsn);
+  v_number := jobs_router.shard_number(v_count);
+  if v_number is distinct from v_count then
+    raise exception 'jobs_router.add_shard: the new server''s pg_jobs.shard is %, not %', coalesce(v_number::text, 'unset'), v_count
+      using errcode = '22023', hint = format('set pg_jobs.shard = %s in its postgresql.conf, reload, and add it again', v_count);
+  end if;
+  perform jobs_on.config_apply(v_count, jobs_on.config_export(0));
+  return format('shard %s added; %s keys placed where they were', v_count, v_placed);
+end
+$$;
+revoke all on function jobs_router.add_shard(text) from public;
+
+-- Moves a tenant: its new jobs go to the shard given; its jobs already enqueued finish where
+-- they are (each call naming one goes by its id), and its schedules are made again there.
+-- While the old shard still has live jobs of the tenant, an idempotency key, an ordering key
+-- or a limit of the tenant's is each shard's.
+create or replace function jobs_router.move_tenant(p_tenant text, p_shard int)
+returns text
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_from      int := jobs_router.key_shard(p_tenant);
+  v_schedule  record;
+  v_live      bigint;
+begin
+  if p_tenant is null or p_shard is null or not exists (select from jobs_router.shards as s where s.shard = p_shard) then
+    raise exception 'jobs_router.move_tenant: no shard %', p_shard
+      using errcode = '22023', hint = 'pass a tenant and the number of one of jobs_router.shards';
+  end if;
+  insert into jobs_router.placements (key, shard) values (p_tenant, p_shard)
+  on conflict (key) do update set shard = excluded.shard;
+  for v_schedule in select * from jobs_on.schedules_of(v_from, p_tenant) loop
+    perform jobs.schedule(v_schedule.name, v_schedule.cron, v_schedule.job, v_schedule.timezone,
+                          v_schedule.catch_up, v_schedule.enabled);
+  end loop;
+  v_live := jobs_on.live_jobs_of(v_from, p_tenant);
+  return format('tenant %s: new jobs go to shard %s; %s live jobs finish on shard %s', p_tenant, p_shard, v_live, v_from);
+end
+$$;
+revoke all on function jobs_router.move_tenant(text, int) from public;
 
 do $$
 declare

@@ -22,14 +22,18 @@ export function hashShard(key: string, shards: number): number {
 }
 
 /** The shard an enqueue goes to, as the router sends it: the one its id, runId or parentId
- * names, else its tenant's, else its job name's. */
+ * names, else its tenant's, else its job name's. A tenant's (or name's) shard is its
+ * placement, where the router has one (`placements`: `select key, shard from
+ * jobs_router.placements` on the router, once a shard was added or a tenant moved), else its
+ * hash. */
 export function shardFor(shards: number, name: string,
                          options: { tenantId?: string | null; id?: string | null; runId?: string | null;
-                                    parentId?: string | null } = {}): number {
+                                    parentId?: string | null; placements?: ReadonlyMap<string, number> } = {}): number {
   if (!Number.isInteger(shards) || shards < 1) throw new TypeError('shardFor: shards must be a whole number, at least 1');
   const given = options.id ?? options.runId ?? options.parentId;
   if (given != null) return shardOf(given);
-  return hashShard(options.tenantId ?? name, shards);
+  const key = options.tenantId ?? name;
+  return options.placements?.get(key) ?? hashShard(key, shards);
 }
 
 export interface ShardedWorkerOptions extends Omit<WorkerOptions, 'connectionString' | 'pool'> {

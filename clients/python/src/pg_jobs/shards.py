@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .worker import Worker
@@ -33,15 +33,21 @@ def hash_shard(key: str, shards: int) -> int:
 
 
 def shard_for(shards: int, name: str, *, tenant_id: str | None = None, id: uuid.UUID | str | None = None,
-              run_id: uuid.UUID | str | None = None, parent_id: uuid.UUID | str | None = None) -> int:
+              run_id: uuid.UUID | str | None = None, parent_id: uuid.UUID | str | None = None,
+              placements: Mapping[str, int] | None = None) -> int:
     """The shard an enqueue goes to, as the router sends it: the one its ``id``, ``run_id`` or
-    ``parent_id`` names, else its tenant's, else its job name's."""
+    ``parent_id`` names, else its tenant's, else its job name's. A tenant's (or name's) shard is
+    its placement, where the router has one (``placements``: ``select key, shard from
+    jobs_router.placements`` on the router, once a shard was added or a tenant moved), else
+    its hash."""
     if shards < 1:
         raise ValueError("shard_for: shards must be at least 1")
     given = id or run_id or parent_id
     if given is not None:
         return shard_of(given)
-    return hash_shard(tenant_id if tenant_id is not None else name, shards)
+    key = tenant_id if tenant_id is not None else name
+    placed = placements.get(key) if placements else None
+    return placed if placed is not None else hash_shard(key, shards)
 
 
 class ShardedWorker:
