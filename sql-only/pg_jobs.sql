@@ -4726,17 +4726,26 @@ begin
 end
 $$;
 
+create function jobs._check_queue_name(p_fn text, p_queue text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_queue is null then
+    perform jobs._raise('22004', p_fn || ': queue must not be NULL', 'name the queue, e.g. ''default''');
+  elsif length(p_queue) not between 1 and 128 then
+    perform jobs._raise('22023', p_fn || ': queue must be 1 to 128 characters, got ' || length(p_queue),
+      'name the queue, e.g. ''default''');
+  end if;
+end
+$$;
+
 create function jobs.set_fairness(queue text, fairness text)
 returns text
 language plpgsql volatile
 as $$
 begin
-  if set_fairness.queue is null then
-    perform jobs._raise('22004', 'jobs.set_fairness: queue must not be NULL', 'name the queue, e.g. ''default''');
-  elsif length(set_fairness.queue) not between 1 and 128 then
-    perform jobs._raise('22023', 'jobs.set_fairness: queue must be 1 to 128 characters, got '
-      || length(set_fairness.queue), 'name the queue, e.g. ''default''');
-  end if;
+  perform jobs._check_queue_name('jobs.set_fairness', set_fairness.queue);
   -- (the trigger checks fairness and regroups the queue's live jobs)
   insert into jobs_data.queues as q (queue, fairness) values (set_fairness.queue, set_fairness.fairness)
   on conflict on constraint queues_pkey do update set fairness = excluded.fairness;
@@ -5618,12 +5627,7 @@ returns boolean
 language plpgsql volatile
 as $$
 begin
-  if add_queue.queue is null then
-    perform jobs._raise('22004', 'jobs.add_queue: queue must not be NULL', 'name the queue, e.g. ''default''');
-  elsif length(add_queue.queue) not between 1 and 128 then
-    perform jobs._raise('22023', 'jobs.add_queue: queue must be 1 to 128 characters, got ' || length(add_queue.queue),
-      'use a short name such as ''emails''');
-  end if;
+  perform jobs._check_queue_name('jobs.add_queue', add_queue.queue);
   insert into jobs_data.queues (queue) values (add_queue.queue) on conflict do nothing;
   return found;
 end

@@ -76,17 +76,27 @@ begin
 end
 $$;
 
+-- The refusals of a queue's name given to a function that may make the queue known.
+create function jobs._check_queue_name(p_fn text, p_queue text)
+returns void
+language plpgsql immutable
+as $$
+begin
+  if p_queue is null then
+    perform jobs._raise('22004', p_fn || ': queue must not be NULL', 'name the queue, e.g. ''default''');
+  elsif length(p_queue) not between 1 and 128 then
+    perform jobs._raise('22023', p_fn || ': queue must be 1 to 128 characters, got ' || length(p_queue),
+      'name the queue, e.g. ''default''');
+  end if;
+end
+$$;
+
 create function jobs.set_fairness(queue text, fairness text)
 returns text
 language plpgsql volatile
 as $$
 begin
-  if set_fairness.queue is null then
-    perform jobs._raise('22004', 'jobs.set_fairness: queue must not be NULL', 'name the queue, e.g. ''default''');
-  elsif length(set_fairness.queue) not between 1 and 128 then
-    perform jobs._raise('22023', 'jobs.set_fairness: queue must be 1 to 128 characters, got '
-      || length(set_fairness.queue), 'name the queue, e.g. ''default''');
-  end if;
+  perform jobs._check_queue_name('jobs.set_fairness', set_fairness.queue);
   -- (the trigger checks fairness and regroups the queue's live jobs)
   insert into jobs_data.queues as q (queue, fairness) values (set_fairness.queue, set_fairness.fairness)
   on conflict on constraint queues_pkey do update set fairness = excluded.fairness;

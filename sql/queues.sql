@@ -154,12 +154,7 @@ returns boolean
 language plpgsql volatile
 as $$
 begin
-  if add_queue.queue is null then
-    perform jobs._raise('22004', 'jobs.add_queue: queue must not be NULL', 'name the queue, e.g. ''default''');
-  elsif length(add_queue.queue) not between 1 and 128 then
-    perform jobs._raise('22023', 'jobs.add_queue: queue must be 1 to 128 characters, got ' || length(add_queue.queue),
-      'use a short name such as ''emails''');
-  end if;
+  perform jobs._check_queue_name('jobs.add_queue', add_queue.queue);
   insert into jobs_data.queues (queue) values (add_queue.queue) on conflict do nothing;
   return found;
 end
