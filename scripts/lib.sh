@@ -54,9 +54,11 @@ regress_or_show() {
 
 # Whether a TCP socket on this machine has port $1 as its local port (ss, from iproute2). ss
 # filters by itself: `ss | grep -q` under `set -o pipefail` fails when grep stops reading
-# before ss has written everything (SIGPIPE), which took a busy port for a free one.
+# before ss has written everything (SIGPIPE), which took a busy port for a free one. A socket
+# in TIME-WAIT does not count: a server stopped a moment ago leaves its side of each closed
+# connection so for a minute, and binds its port again past them (SO_REUSEADDR).
 port_in_use() {
-  [ -n "$(ss -Htan "( sport = :$1 )" 2>/dev/null)" ]
+  [ -n "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]
 }
 
 # The first TCP port from $1 upward that no socket on this machine uses.
