@@ -30,9 +30,6 @@ comment on table jobs_router.shards is
   'The shards, by their pg_jobs.shard: jobs_router.set_shards() writes it';
 revoke all on table jobs_router.shards from public;
 
--- The shards, in shard order; PL/Proxy's cluster pg_jobs_shards with a partition per shard,
--- as many as the next power of 2 (PL/Proxy's rule): the ones beyond the last shard are the
--- first shard's again, and no call is routed to them by its shard number.
 -- The number of shards (jobs_router.set_shards makes it again with theirs).
 do $$
 begin
@@ -42,6 +39,9 @@ begin
 end
 $$;
 
+-- The shards, in shard order; PL/Proxy's cluster pg_jobs_shards with a partition per shard,
+-- as many as the next power of 2 (PL/Proxy's rule): the ones beyond the last shard are the
+-- first shard's again, and no call is routed to them by its shard number.
 create or replace function jobs_router.set_shards(p_dsns text[])
 returns text
 language plpgsql volatile
@@ -112,7 +112,8 @@ revoke all on table jobs_router.placements from public;
 -- A key's shard: its placement, else its hash.
 create or replace function jobs_router.key_shard(p_key text)
 returns int
-language sql stable strict parallel safe
+language sql stable strict parallel safe security definer
+set search_path = pg_catalog, pg_temp
 return coalesce((select p.shard from jobs_router.placements as p where p.key = p_key),
                 jobs_router.hash_shard(p_key));
 
@@ -126,7 +127,7 @@ return coalesce(jobs_router.shard_of(coalesce(p_id, p_run_id, p_parent_id)),
 -- The shards in an order that starts at a random one, so that claims across shards spread.
 create or replace function jobs_router.shards_from_random()
 returns setof int
-language sql volatile
+language sql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
   select s.shard from jobs_router.shards as s,
@@ -510,7 +511,7 @@ $$;
 -- Every shard, in order.
 create or replace function jobs_router.every_shard()
 returns table (shard int)
-language sql stable
+language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$ select s.shard from jobs_router.shards as s order by s.shard $$;
 
@@ -524,7 +525,7 @@ as $$
 declare
   v_shard int;
 begin
-  for v_shard in select s.shard from jobs_router.shards as s order by s.shard loop
+  for v_shard in select e.shard from jobs_router.every_shard() as e loop
     begin
       perform jobs_router.ping(v_shard);
       shard := v_shard;
@@ -663,3 +664,11 @@ begin
 end
 $$;
 drop table bodies;
+
+-- Who may call what: every role may use the router's functions (each shard decides, by the
+-- role's own grants there, what it may do); only the installing superuser may read the shards'
+-- connection strings and the placements, or change them.
+grant usage on schema jobs, jobs_on, jobs_router to public;
+revoke all on all tables in schema jobs_router from public;
+revoke all on function jobs_router.set_shards(text[]), jobs_router.add_shard(text),
+  jobs_router.move_tenant(text, int) from public;

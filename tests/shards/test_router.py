@@ -211,3 +211,33 @@ def test_the_configuration_is_applied_to_every_shard(shards):
         assert exported["job_types"] == sorted(exported["job_types"], key=lambda t: t["name"])
         assert [t["max_attempts"] for t in exported["job_types"] if t["name"] == job] == [3]
         assert [t["name"] for t in exported["job_types"]] == sorted(t["name"] for t in config["job_types"])
+
+
+def test_a_role_calls_the_router_with_its_own_grants(shards):
+    """A role that is no superuser works through the router as it would on one server: what
+    its grants on each shard allow, and nothing of the router's own."""
+    role = "router_worker_" + uuid.uuid4().hex[:6]
+    for dsn in shards["shards"]:
+        with connect(dsn) as conn:
+            conn.execute(f"create role {role} login")
+            conn.execute("select jobs.grant_worker(%s)", (role,))
+    with connect(shards["router"]) as conn:
+        conn.execute(f"create role {role} login")
+    worker = shards["router"].replace("user=postgres", f"user={role}")
+    queue = "grants-" + uuid.uuid4().hex[:8]
+    job_id = rows(worker, "select id from jobs.enqueue('g', queue => %s, tenant_id => 'acme')", queue)[0][0]
+    claimed = rows(worker, "select id, claim from jobs.claim('w', array[%s])", queue)
+    assert [c[0] for c in claimed] == [job_id]
+    assert rows(worker, "select jobs.complete(%s, %s)", *claimed[0]) == [(True,)]
+    for refused_sql, state in [
+        ("select * from jobs.queue_stats()", "42501"),  # a worker's grants on the shards do not include it
+        ("select * from jobs_router.shards", "42501"),  # the shards' connection strings
+        ("select * from jobs_router.placements", "42501"),
+        ("select jobs_router.set_shards(array['host=elsewhere'])", "42501"),
+        ("select jobs_router.add_shard('host=elsewhere')", "42501"),
+        ("select jobs_router.move_tenant('acme', 0)", "42501"),
+    ]:
+        with pytest.raises(psycopg.Error) as refused:
+            rows(worker, refused_sql)
+        assert refused.value.sqlstate == state, refused_sql
+    assert rows(shards["router"], "select count(*) from jobs_router.shards") == [(3,)]
