@@ -2,7 +2,8 @@
 # Builds every artifact of a release into dist/, with a SHA256SUMS file:
 #   pg_jobs-<v>-pg<N>-<arch>.tar.gz and postgresql-<N>-pg-jobs_<v>-1_<arch>.deb for each
 #   PostgreSQL release (scripts/package.sh), pg_jobs-<v>.sql and pg_jobs-<v>.pg_tle.sql (the
-#   SQL-only edition), pgjobs-<v>-<arch>-linux (the operators' command, a release build),
+#   SQL-only edition), pg_jobs_router-<v>.sql (the router over shards: router/),
+#   pgjobs-<v>-<arch>-linux (the operators' command, a release build),
 #   pg-jobs-<v>.tgz (the Node.js package, npm pack) and the Python sdist and wheel.
 # It needs what scripts/setup.sh installs (cargo-pgrx, Node.js, the venv). The version is
 # Cargo.toml's; every other manifest must say the same (--set-version writes it
@@ -73,6 +74,9 @@ python3 scripts/sql-only.py --from "$install"
 cp sql-only/pg_jobs.sql "dist/pg_jobs-$version.sql"
 cp sql-only/pg_jobs.pg_tle.sql "dist/pg_jobs-$version.pg_tle.sql"
 
+say "the router over shards (router/pg_jobs_router.sql, as committed)"
+cp router/pg_jobs_router.sql "dist/pg_jobs_router-$version.sql"
+
 say "pgjobs (cargo build --release -p pgjobs)"
 cargo build --quiet --release --locked -p pgjobs
 cp target/release/pgjobs "dist/pgjobs-$version-$arch-linux"
@@ -99,7 +103,7 @@ say "dist/ holds pg_jobs $version:"
 
 if [ $check = 1 ]; then
   (cd dist && sha256sum --quiet -c SHA256SUMS)
-  expected=("pg_jobs-$version.sql" "pg_jobs-$version.pg_tle.sql" "pgjobs-$version-$arch-linux"
+  expected=("pg_jobs-$version.sql" "pg_jobs-$version.pg_tle.sql" "pg_jobs_router-$version.sql" "pgjobs-$version-$arch-linux"
             "pg-jobs-$version.tgz" "pg_jobs-$version.tar.gz" "pg_jobs-$version-py3-none-any.whl")
   for n in $releases; do expected+=("pg_jobs-$version-pg$n-$arch.tar.gz"); done
   for f in "${expected[@]}"; do [ -s "dist/$f" ] || { echo "release: dist/$f is missing" >&2; exit 1; }; done
