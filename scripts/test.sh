@@ -111,15 +111,15 @@ if ! (cd clients/node && PG_JOBS_DSN="postgres://postgres@127.0.0.1:${PG_JOBS_E2
   exit 1
 fi
 .venv/bin/python -m pytest -q -rA clients/python/tests
-conformance() {  # conformance NAME RESTART_PORT PGBOUNCER_PORT METRICS_PORT WORKER...
-  local name=$1 restart=$2 bouncer=$3 metrics=$4; shift 4
+conformance() {  # conformance NAME RESTART_PORT PGBOUNCER_PORT METRICS_PORT SHARD_PORT WORKER...
+  local name=$1 restart=$2 bouncer=$3 metrics=$4 shard=$5; shift 5
   PG_JOBS_CONFORMANCE_RESTART_PORT=$restart PG_JOBS_CONFORMANCE_PGBOUNCER_PORT=$bouncer \
-    PG_JOBS_CONFORMANCE_METRICS_PORT=$metrics PG_JOBS_CONFORMANCE_WORKER="$*" \
+    PG_JOBS_CONFORMANCE_METRICS_PORT=$metrics PG_JOBS_CONFORMANCE_SHARD_PORT=$shard PG_JOBS_CONFORMANCE_WORKER="$*" \
     .venv/bin/python -m pytest -q -rA -p no:cacheprovider clients/conformance >"$dir/conformance-$name.log" 2>&1
 }
-conformance node 54431 54432 54479 node clients/node/conformance/worker.mjs & node_run=$!
-conformance python-async 54436 54437 54481 .venv/bin/python clients/python/conformance/worker.py --handlers async & async_run=$!
-conformance python-sync 54438 54439 54482 .venv/bin/python clients/python/conformance/worker.py --handlers sync & sync_run=$!
+conformance node 54431 54432 54479 54490 node clients/node/conformance/worker.mjs & node_run=$!
+conformance python-async 54436 54437 54481 54492 .venv/bin/python clients/python/conformance/worker.py --handlers async & async_run=$!
+conformance python-sync 54438 54439 54482 54494 .venv/bin/python clients/python/conformance/worker.py --handlers sync & sync_run=$!
 failed=0
 for run in node:$node_run python-async:$async_run python-sync:$sync_run; do
   if ! wait "${run#*:}"; then failed=1; fi

@@ -18,6 +18,7 @@ from clusters import cluster, database, own_cluster, pgbouncer  # noqa: E402 (th
 
 RESTART_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_RESTART_PORT", "54431"))
 BOUNCER_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_PGBOUNCER_PORT", "54432"))
+SHARD_PORT = int(os.environ.get("PG_JOBS_CONFORMANCE_SHARD_PORT", "54490"))  # and the next one
 DEFAULT_WORKER = f"node {ROOT}/clients/node/conformance/worker.mjs"
 TABLES = """
 create table conformance_rows (job_id uuid not null, n int);
@@ -59,6 +60,24 @@ def restartable():
                 cluster("stop", server["dir"])
                 cluster("start", server["dir"], str(RESTART_PORT))
             yield database, restart
+
+
+@pytest.fixture
+def shards():
+    """Two shards: a database on each of two servers of their own, with `pg_jobs.shard` 0 and
+    1, in shard order; and a function that stops or starts a shard's server (a fast stop: every
+    connection cut, open transactions rolled back)."""
+    with own_cluster("pg_jobs-conformance-shard0.", SHARD_PORT, "pg_jobs.shard = 0\n") as one, \
+            own_cluster("pg_jobs-conformance-shard1.", SHARD_PORT + 1, "pg_jobs.shard = 1\n") as two:
+        servers = [one, two]
+        for first in make_db(one["dsn"]):
+            for second in make_db(two["dsn"]):
+                def server(shard, action):
+                    if action == "stop":
+                        cluster("stop", servers[shard]["dir"])
+                    else:
+                        cluster("start", servers[shard]["dir"], str(SHARD_PORT + shard))
+                yield [first, second], server
 
 
 @pytest.fixture
@@ -120,9 +139,11 @@ class Worker:
     """A conformance worker process."""
 
     def __init__(self, db, queues=("default",), concurrency=8, lease=30, grace=10, metrics_port=None, poll=None,
-                 prepared=True, hooks=False, prefetch=0):
+                 prepared=True, hooks=False, prefetch=0, shards=()):
         args = ["--dsn", db.url, "--concurrency", str(concurrency), "--lease", str(lease),
                 "--shutdown-grace", str(grace), "--prefetch", str(prefetch)]
+        for shard in shards:
+            args += ["--shard", shard.url]
         if poll is not None:
             args += ["--poll", str(poll)]
         if not prepared:

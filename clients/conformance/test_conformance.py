@@ -621,3 +621,32 @@ def test_a_drain_fetched_ahead_with_a_worker_killed_completes_every_job_once(db,
     workers[0].kill()
     db.eventually("select count(*) from jobs.jobs where state = 'completed'", 5000, timeout=240)
     assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (5000, 5000)
+
+
+def test_a_sharded_worker_works_each_shard_and_outlives_one_stopped(shards, start_worker):
+    """30. The library's sharded worker (--shard, once per shard, in shard order) over two shards,
+    2,000 `write` jobs on each, concurrency 4 per shard: shard 1's server stopped once a quarter
+    of its jobs are done, started again once shard 0 went on completing jobs without it; the
+    worker does not exit, connects to shard 1 again and finishes. Every job completes on its
+    own shard and its row is written there exactly once (the attempts the stop cut rolled back,
+    and ran again once their 3 s leases lapsed); SIGTERM then ends the worker, exit 0.
+    Checked to fail with the worker given shard 0 alone: shard 1's jobs were never worked."""
+    dbs, server = shards
+    for db in dbs:
+        db.execute("select count(*) from jobs.enqueue_batch((select jsonb_agg(jsonb_build_object("
+                   "'name', 'write', 'payload', jsonb_build_object('n', g))) from generate_series(1, 2000) as g))")
+    worker = start_worker(dbs[0], concurrency=4, lease=3, shards=dbs)
+    done = "select count(*) from jobs.jobs where state = 'completed'"
+    dbs[1].eventually("select count(*) >= 500 from jobs.jobs where state = 'completed'", True)
+    server(1, "stop")
+    stopped_at = dbs[0].one(done)[0]
+    dbs[0].eventually(f"select count(*) > {stopped_at} or count(*) = 2000 from jobs.jobs "
+                      "where state = 'completed'", True)
+    assert worker.process.poll() is None, worker.output()
+    server(1, "start")
+    for db in dbs:
+        db.eventually(done, 2000, timeout=180)
+        assert db.one("select count(*), count(distinct job_id) from conformance_rows") == (2000, 2000)
+        assert db.one("select count(*) from jobs.jobs where state <> 'completed'")[0] == 0
+    worker.terminate()
+    assert worker.wait(60) == 0, worker.output()

@@ -4,13 +4,14 @@
 //   node conformance/worker.mjs --dsn DSN [--queue Q] [--concurrency N] [--lease S]
 //                               [--shutdown-grace S] [--metrics-port P] [--poll S]
 //                               [--no-prepared-statements] [--hooks] [--prefetch N]
+//                               [--shard DSN ...]
 import http from 'node:http';
 import pg from 'pg';
-import { createWorker, defineJob, enqueue, prometheusMetrics } from '../dist/esm/index.js';
+import { createShardedWorker, createWorker, defineJob, enqueue, prometheusMetrics } from '../dist/esm/index.js';
 
 const args = {
   dsn: process.env.PG_JOBS_DSN, queues: [], concurrency: 8, lease: 30, grace: 10, metricsPort: null, poll: 1, prepared: true,
-  hooks: false, prefetch: 0,
+  hooks: false, prefetch: 0, shards: [],
 };
 for (let i = 2; i < process.argv.length; i++) {
   const flag = process.argv[i];
@@ -25,6 +26,7 @@ for (let i = 2; i < process.argv.length; i++) {
   else if (flag === '--metrics-port') args.metricsPort = Number(value);
   else if (flag === '--poll') args.poll = Number(value);
   else if (flag === '--prefetch') args.prefetch = Number(value);
+  else if (flag === '--shard') args.shards.push(value);
   else throw new Error(`unknown argument ${flag}`);
 }
 
@@ -193,9 +195,8 @@ if (args.metricsPort !== null) {
   }).listen(args.metricsPort, '127.0.0.1');
 }
 
-const worker = createWorker({
+const options = {
   metrics,
-  connectionString: args.dsn,
   queues: args.queues,
   concurrency: args.concurrency,
   prefetch: args.prefetch,
@@ -205,7 +206,11 @@ const worker = createWorker({
   pollMs: args.poll * 1000,
   preparedStatements: args.prepared,
   ...hooks,
-});
+};
+// With --shard: the library's sharded worker over those shards (--dsn then serves the side pool).
+const worker = args.shards.length > 0
+  ? createShardedWorker({ ...options, shards: args.shards })
+  : createWorker({ ...options, connectionString: args.dsn });
 const stop = () => worker.stop().then(() => side.end()).then(() => server?.close()).then(() => process.exit(0));
 process.once('SIGTERM', stop);
 process.once('SIGINT', stop);

@@ -4,7 +4,7 @@ them as plain functions (run in threads), ``--handlers async`` (the default) as 
 
     python clients/python/conformance/worker.py --dsn DSN [--queue Q] [--concurrency N]
         [--lease S] [--shutdown-grace S] [--metrics-port P] [--poll S] [--handlers sync|async]
-        [--no-prepared-statements] [--hooks] [--prefetch N]
+        [--no-prepared-statements] [--hooks] [--prefetch N] [--shard DSN ...]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ p.add_argument("--handlers", choices=["sync", "async"], default="async")
 p.add_argument("--no-prepared-statements", action="store_false", dest="prepared")
 p.add_argument("--hooks", action="store_true")
 p.add_argument("--prefetch", type=int, default=0)
+p.add_argument("--shard", action="append", dest="shards", default=[])
 args = p.parse_args()
 
 
@@ -328,7 +329,12 @@ async def on_exhausted(jobs: Sequence[pg_jobs.Job]) -> None:
 
 hooks: dict[str, Any] = {"on_settled": on_settled, "on_exhausted": on_exhausted} if args.hooks else {}
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-pg_jobs.Worker(args.dsn, jobs=sync_jobs() if args.handlers == "sync" else async_jobs(), queues=args.queues or ["default"],
-               concurrency=args.concurrency, lease=args.lease, shutdown_grace=args.shutdown_grace, poll=args.poll,
-               metrics_port=args.metrics_port, prepared_statements=args.prepared, prefetch=args.prefetch,
-               **hooks).run()
+options: dict[str, Any] = dict(
+    jobs=sync_jobs() if args.handlers == "sync" else async_jobs(), queues=args.queues or ["default"],
+    concurrency=args.concurrency, lease=args.lease, shutdown_grace=args.shutdown_grace, poll=args.poll,
+    metrics_port=args.metrics_port, prepared_statements=args.prepared, prefetch=args.prefetch, **hooks)
+# With --shard: the library's sharded worker over those shards (--dsn then serves side()).
+if args.shards:
+    pg_jobs.ShardedWorker(args.shards, **options).run()
+else:
+    pg_jobs.Worker(args.dsn, **options).run()
