@@ -133,14 +133,19 @@ return coalesce(jobs_router.shard_of(coalesce(p_id, p_run_id, p_parent_id)),
                 jobs_router.key_shard(coalesce(p_tenant_id, p_name)), 0);
 
 -- The shards in an order that starts at a random one, so that claims across shards spread.
+-- (In PL/pgSQL, as jobs_router.key_shard is: a SQL function that cannot be inlined is planned
+-- again on every call.)
 create or replace function jobs_router.shards_from_random()
 returns setof int
-language sql volatile security definer
+language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
+begin
+  return query
   select s.shard from jobs_router.shards as s,
          (select floor(random() * count(*))::int as start from jobs_router.shards) as r
-  order by (s.shard - r.start + 256) % 256
+  order by (s.shard - r.start + 256) % 256;
+end
 $$;
 
 -- Whether an error of a call through PL/Proxy is that its shard could not be reached
@@ -519,9 +524,13 @@ $$;
 -- Every shard, in order.
 create or replace function jobs_router.every_shard()
 returns table (shard int)
-language sql stable security definer
+language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
-as $$ select s.shard from jobs_router.shards as s order by s.shard $$;
+as $$
+begin
+  return query select s.shard from jobs_router.shards as s order by s.shard;
+end
+$$;
 
 -- Every shard that can be reached, in order (for the counters): one that cannot is left out
 -- with a warning naming it.
