@@ -8,7 +8,8 @@ use anyhow::Result;
 use std::sync::LazyLock;
 use tokio_postgres::Client;
 
-/// Each worker: the jobs it holds, the queues it works, its last claim, how long its leases
+/// Each worker: the jobs it holds (and of those, the ones fetched ahead that it has not started:
+/// a prefetching worker's local queue), the queues it works, its last claim, how long its leases
 /// run (a heartbeat moves them), how many of its jobs lapsed, the jobs it finished in the last
 /// hour, its connections now (the libraries name each `pg-jobs ROLE WORKER_ID`, cut to 63
 /// bytes) and their backends, and its status: `working` (a lease not lapsed), `gone` (every
@@ -25,18 +26,20 @@ pub static WORKERS: LazyLock<String> = LazyLock::new(|| {
                 when max(s.lease_expires_at) filter (where s.kind = 'held') <= jobs.clock() then 'gone'
                 else 'working' end as status,
            count(*) filter (where s.kind = 'held') as held,
+           count(*) filter (where s.kind = 'held' and s.ahead) as ahead,
            count(*) filter (where s.kind = 'held' and s.lease_expires_at <= jobs.clock()) as lapsed,
            string_agg(distinct s.queue, ', ') as queues,
            date_trunc('second', max(s.claimed_at)) as last_claim,
            date_trunc('second', max(s.lease_expires_at) filter (where s.kind = 'held')) as lease_until,
            count(*) filter (where s.kind = 'finished') as finished_last_hour
     from (
-      select j.claimed_by as worker, j.queue, 'held' as kind, j.claimed_at, j.lease_expires_at
+      select j.claimed_by as worker, j.queue, 'held' as kind, j.claimed_at, j.lease_expires_at,
+             j.started_at is null as ahead
       from jobs.jobs as j where j.state = 'running' and j.lease_scan_at is not null
       union all
       {}
       union all
-      select substr(a.application_name, 19), null, 'connected', null, null
+      select substr(a.application_name, 19), null, 'connected', null, null, false
       from pg_catalog.pg_stat_activity as a
       where a.datname = current_database() and a.application_name like 'pg-jobs heartbeat %'
     ) as s
@@ -51,7 +54,7 @@ pub static WORKERS: LazyLock<String> = LazyLock::new(|| {
                                  left('pg-jobs listener ' || w.worker, 63))) as c on true) as x
 order by x.status = 'gone' desc, x.status = 'idle', x.worker",
         finished::recent(
-            "j.claimed_by, j.queue, 'finished', j.claimed_at, null::timestamptz",
+            "j.claimed_by, j.queue, 'finished', j.claimed_at, null::timestamptz, false",
             "'completed', 'failed', 'dead'",
             "1 hour",
             "",
@@ -100,6 +103,7 @@ pub async fn workers(client: &Client, json: bool, wide: bool) -> Result<()> {
             Text("worker", "worker"),
             Text("status", "status"),
             Text("held", "held"),
+            Text("ahead", "ahead"),
             Text("lapsed", "lapsed"),
             Text("queues", "queues"),
             Time(&["last_claim"], "claimed"),

@@ -347,10 +347,14 @@ def test_workers_lists_each_claimer_and_which_are_gone(jobs_db):
     """Three claimers: one whose leases lapsed (gone), one holding a live lease (working), one
     that only finished a job in the last hour (idle); the gone one first. A worker's connections
     (the libraries name them `pg-jobs ROLE WORKER_ID`) are its own, with their backends; a worker
-    only connected is listed idle. And the connections that say they are workers'."""
+    only connected is listed idle. A prefetching worker's jobs fetched ahead, not yet started,
+    are counted apart; started, they are not. And the connections that say they are workers'."""
     with psycopg.connect(jobs_db, autocommit=True) as conn:
         conn.execute("select jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'w', 'queue', 'crew')) "
-                     "from generate_series(1, 5)))")
+                     "from generate_series(1, 8)))")
+        ahead = conn.execute("select array_agg(id), array_agg(claim) from jobs.claim("
+                             "'host-e:5', array['crew'], 3, lease => '1 hour', prefetch => true)").fetchone()
+        conn.execute("select jobs.mark_started(%s, %s)", ([ahead[0][0]], [ahead[1][0]]))
         conn.execute("select count(*) from jobs.claim('host-a:1', array['crew'], 2, lease => '1 hour')")
         conn.execute("select count(*) from jobs.claim('host-b:2', array['crew'], 2, lease => '1 hour')")
         conn.execute("select jobs.complete(id, claim) from jobs.claim('host-c:3', array['crew'], 1)")
@@ -364,10 +368,11 @@ def test_workers_lists_each_claimer_and_which_are_gone(jobs_db):
     assert [(c["application_name"], c["connections"], c["backends"]) for c in doc["connections"]] \
         == [("pg-jobs heartbeat host-b:2", 1, str(pid)), ("pg-jobs heartbeat host-d:4", 1, str(other))]
     assert code == 0 and "connected:" in out and "pg-jobs heartbeat host-b:2" in out
-    seen = {(w["worker"], w["status"], w["held"], w["lapsed"], w["finished_last_hour"], w["connections"])
+    seen = {(w["worker"], w["status"], w["held"], w["ahead"], w["lapsed"], w["finished_last_hour"], w["connections"])
             for w in rows}
-    assert {("host-a:1", "gone", 2, 2, 0, 0), ("host-b:2", "working", 2, 0, 0, 1), ("host-c:3", "idle", 0, 0, 1, 0),
-            ("host-d:4", "idle", 0, 0, 0, 1)} <= seen
+    assert {("host-a:1", "gone", 2, 0, 2, 0, 0), ("host-b:2", "working", 2, 0, 0, 0, 1),
+            ("host-c:3", "idle", 0, 0, 0, 1, 0), ("host-d:4", "idle", 0, 0, 0, 0, 1),
+            ("host-e:5", "working", 3, 2, 0, 0, 0)} <= seen
     assert next(w["backends"] for w in rows if w["worker"] == "host-b:2") == str(pid)
     assert rows[0]["status"] == "gone"
     assert "host-a:1" in out and "gone" in out

@@ -604,19 +604,24 @@ def test_the_search_box_on_every_page_finds_a_job_by_the_end_of_its_id_or_its_ke
 
 
 def test_the_workers_page_marks_a_gone_claimer_and_the_overview_says_what_to_do(dsn):
-    """A claimer whose leases lapsed is listed first as gone, beside one working; the overview
+    """A claimer whose leases lapsed is listed first as gone, beside one working (its one job
+    fetched ahead, counted as such); the overview
     names its queue, its running jobs and the holder, with the way to the jobs; once a claim
     takes the jobs back the notice is gone."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("select jobs.enqueue_batch((select jsonb_agg(jsonb_build_object('name', 'w', 'queue', 'crew')) "
                      "from generate_series(1, 3)))")
         conn.execute("select count(*) from jobs.claim('gone-host:7', array['crew'], 2, lease => '1 hour')")
-        conn.execute("select count(*) from jobs.claim('live-host:8', array['crew'], 1, lease => '1 hour')")
+        conn.execute("select count(*) from jobs.claim('live-host:8', array['crew'], 1, lease => '1 hour', "
+                     "prefetch => true)")
         lapse(conn, "gone-host:7")
     with ui(dsn) as base:
         status, _, page = request(base, "GET", "/workers")
         assert status == 200
         assert page.index("gone-host:7") < page.index("live-host:8")
+        # live-host:8 holds 1 job, fetched ahead and not started
+        assert re.search(r'live-host:8.*?<td class="num">1</td>\s*<td class="num">1</td>\s*<td class="num">0</td>',
+                         page, re.S), page
         assert re.search(r'gone-host:7.*?state dead[^>]*>gone<', page, re.S)
         with psycopg.connect(dsn, application_name="pg-jobs listener"):
             _, _, connected = request(base, "GET", "/workers")

@@ -17,11 +17,12 @@ pub async fn workers(State(app): State<Arc<App>>) -> Page {
     let body = html! {
         p.note { "Read from the jobs and the connections: a claim names its worker, a heartbeat moves its lease, \
                   and the libraries name each connection after its worker. Gone: every lease it holds lapsed (it \
-                  stopped heartbeating); a claim on the queue, or the sweep, takes its jobs back." }
+                  stopped heartbeating); a claim on the queue, or the sweep, takes its jobs back. Of the jobs it holds, \
+                  those fetched ahead (a worker's prefetch) have not started: their attempts are not spent." }
         @if rows.is_empty() { p.none { "No worker holds a job, finished one in the last hour, or is connected." } }
         @else {
             div.scroll { table #workers {
-                thead { tr { th { "worker" } th { "status" } th { "holds" } th { "lapsed" } th { "queues" }
+                thead { tr { th { "worker" } th { "status" } th { "holds" } th { "fetched ahead" } th { "lapsed" } th { "queues" }
                     th { "last claim" } th { "leases until" } th { "finished, last hour" } th { "connections" } } }
                 tbody {
                     @for w in &rows {
@@ -31,6 +32,7 @@ pub async fn workers(State(app): State<Arc<App>>) -> Page {
                             td { code { (worker) } }
                             td { span class={ "state " (if status == "gone" { "dead" } else if status == "working" { "running" } else { "" }) } { (status) } }
                             td.num { (render::text(w, "held")) }
+                            td.num { (render::text(w, "ahead")) }
                             td.num { (render::text(w, "lapsed")) }
                             td { (render::text(w, "queues")) }
                             td { (render::time(w, "last_claim")) }
