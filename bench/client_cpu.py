@@ -25,8 +25,9 @@ import time
 
 import psycopg
 
+from libraries import PG_JOBS_LEFT
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-LEFT = "select count(*) from jobs_data.jobs where queue = 'bench' and state in ('ready', 'running')"
 
 
 def command(root, language, system):
@@ -56,7 +57,7 @@ def drain(args, system, jobs):
                    check=True, env=environment(args.root))
     deadline = time.monotonic() + 600
     with psycopg.connect(args.dsn, autocommit=True) as conn:
-        while conn.execute(LEFT).fetchone()[0] > 0:
+        while conn.execute(PG_JOBS_LEFT, (jobs,)).fetchone()[0] > 0:
             assert time.monotonic() < deadline, f"{system} did not drain"
             time.sleep(0.1)
         yield conn
