@@ -57,7 +57,7 @@ def drain(args, system, jobs):
                    check=True, env=environment(args.root))
     deadline = time.monotonic() + 600
     with psycopg.connect(args.dsn, autocommit=True) as conn:
-        while conn.execute(PG_JOBS_LEFT, (jobs,)).fetchone()[0] > 0:
+        while conn.execute(PG_JOBS_LEFT).fetchone()[0] > 0:
             assert time.monotonic() < deadline, f"{system} did not drain"
             time.sleep(0.1)
         yield conn
