@@ -138,7 +138,7 @@ def test_queue_stats_live_counts_read_none_of_a_million_finished_rows(dsn):
         live = "select queue, ready, delayed, running, suspended, oldest_ready_age from jobs.queue_stats"
         # Once first, as a monitor polling it does: the pages counted below are then the
         # statement's, not the catalog pages a connection's first call reads (on PostgreSQL 18
-        # those took one run past the bound).
+        # those can push the count past the bound).
         conn.execute(live).fetchall()
         plan = "\n".join(row[0] for row in conn.execute("explain (analyze, buffers, costs off) " + live))
         print("\n-- live columns of queue_stats with 1M completed and 1k ready jobs\n" + plan)
