@@ -220,11 +220,12 @@ export class Dispatcher {
     return rows.map(claimedRow);
   }
 
-  /** Starts held jobs in the free slots; the next settle marks them started. */
+  /** Starts held jobs in the free slots; the next settle marks them started. Once the worker
+   * stops none starts (a handler's stop() included): the run loop hands them back. */
   private startQueued(): void {
-    const { group } = this;
+    const { core, group } = this;
     let started = false;
-    while (group.free > 0 && group.queued.length > 0) {
+    while (!core.stopping && group.free > 0 && group.queued.length > 0) {
       const row = group.queued.shift() as ClaimedRow;
       group.starts.push(row);
       this.attempts.start(group, row);

@@ -294,6 +294,31 @@ test('a handler that ignores a shutdown is abandoned and its job handed back', a
   assert.deepEqual(rows, [{ state: 'suspended', attempt: 0, due: true }]);
 });
 
+test('a stop that comes while held jobs start starts no more of them: they go back unused', async () => {
+  // The first job's handler stops the worker and returns at once; its settle frees the slot
+  // while the four others are still held. Checked: without the stopping test in
+  // Dispatcher.startQueued the second job runs too.
+  const ran = [];
+  let worker;
+  let stopped;
+  const job = defineJob({ name: 'stop_among_held', queue: 'held_stop', handler: (payload) => {
+    ran.push(payload.n);
+    stopped ??= worker.stop({ graceMs: 5000 });
+    return null;
+  } });
+  await enqueueMany(pool, [1, 2, 3, 4, 5].map((n) => ({ job, payload: { n }, priority: 10 - n })));
+  worker = createWorker({ pool, queues: ['held_stop'], concurrency: 1, prefetch: 10, jobs: [job],
+    logger: silentLogger });
+  await worker.start();
+  await until(() => stopped !== undefined, Date.now() + 20_000, 'no job started');
+  await stopped;
+  assert.deepEqual(ran, [1]);
+  const { rows } = await pool.query(
+    "select payload->>'n' as n, state::text, attempt from jobs.jobs where queue = 'held_stop' order by 1");
+  assert.deepEqual(rows, [{ n: '1', state: 'completed', attempt: 1 },
+    ...['2', '3', '4', '5'].map((n) => ({ n, state: 'ready', attempt: 0 }))]);
+});
+
 test('an attempt deadline past 24.8 days does not abort the handler at once', async () => {
   // A Node.js timer longer than 2^31-1 ms fires at once. Checked: with the deadline armed by a
   // plain setTimeout the handler's signal is aborted within its first 300 ms.

@@ -11,10 +11,12 @@ import uuid
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 import pytest
 
 import pg_jobs
 from pg_jobs import queries
+from pg_jobs.dispatcher import Dispatcher
 from pg_jobs.testing import drain
 
 
@@ -275,6 +277,55 @@ def test_a_plain_handler_failing_in_a_shutdowns_grace_has_its_failure_recorded(d
     with psycopg.connect(dsn) as conn:
         row = conn.execute("select attempt, last_error from jobs.jobs").fetchone()
     assert row is not None and row[0] == 1 and "failed in the grace" in (row[1] or ""), row
+
+
+def test_a_stop_that_comes_while_held_jobs_start_starts_no_more_of_them(dsn: str, monkeypatch: Any) -> None:
+    """A worker of concurrency 1 holding five jobs: the first job's handler stops the worker
+    and returns, and its slot frees while the dispatcher is still in a settle (held there
+    until the first job has ended): none of the four held starts; they are ready again, no
+    attempt used. Checked: without the stopping test in Dispatcher._start_queued the second
+    job runs too."""
+    ran: list[int] = []
+    first: list[int] = []
+    stopping: list[asyncio.Future[None]] = []
+    settle = Dispatcher._settle
+
+    async def settle_then_wait_for_the_first_job(self: Dispatcher, slot: Any) -> Any:
+        rows = await settle(self, slot)
+        deadline = time.monotonic() + 10
+        while first and first[0] in self.core.held and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return rows
+
+    monkeypatch.setattr(Dispatcher, "_settle", settle_then_wait_for_the_first_job)
+
+    @pg_jobs.job("stop_among_held", queue="held_stop")
+    async def stop_among_held(payload: Any, ctx: Any) -> None:
+        ran.append(payload["n"])
+        if not stopping:
+            first.append(ctx.job.id.int)
+            stopping.append(asyncio.ensure_future(worker.stop(grace=5)))
+        while not worker._stopping:
+            await asyncio.sleep(0)
+
+    worker = pg_jobs.Worker(dsn, jobs=[stop_among_held], queues=["held_stop"], concurrency=1, prefetch=10)
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            for n in range(1, 6):
+                await conn.execute("select jobs.enqueue('stop_among_held', %s, queue => 'held_stop', "
+                                   "priority => %s)", (Jsonb({"n": n}), 10 - n))
+        await worker.start()
+        while not stopping:
+            await asyncio.sleep(0.02)
+        await stopping[0]
+
+    asyncio.run(run())
+    assert ran == [1]
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("select payload->>'n', state::text, attempt from jobs.jobs "
+                            "where queue = 'held_stop' order by 1").fetchall()
+    assert rows == [("1", "completed", 1)] + [(n, "ready", 0) for n in ("2", "3", "4", "5")]
 
 
 @pytest.mark.parametrize("when", ["while_its_idle_connections_go_back", "before_its_claim_is_under_way"])

@@ -64,10 +64,11 @@ class Dispatcher:
         return min(group.free + group.prefetch - len(group.queued), 1000)
 
     def _start_queued(self) -> None:
-        """Starts held jobs in the free slots; the next settle marks them started."""
+        """Starts held jobs in the free slots; the next settle marks them started. Once the
+        worker stops none starts: the run loop hands them back."""
         group = self.group
         started = False
-        while group.free > 0 and group.queued:
+        while not self.core.stopping and group.free > 0 and group.queued:
             job, time_left, _ = group.queued.popleft()
             group.starts.append(job)
             self.attempts.start(group, job, time_left)
