@@ -10,7 +10,9 @@ starts --processes worker processes of that concurrency (bench/node/workers.js o
 bench/python/workers.py), drains a warm-up of --jobs / 5 (their connections made), then
 empties the system's queue, enqueues --jobs no-op jobs in one commit (`--enqueue`), waits for
 the queue to drain, stops the workers, and takes jobs / (the last handler's end - the first's
-start) over every process. Systems, Node.js: `library` (clients/node, built),
+start) over every process. Before the enqueue it vacuums the database and checkpoints, so that
+no drain pays for the dead rows and dirty pages of the one before (another system's).
+Systems, Node.js: `library` (clients/node, built),
 `library-prefetch` (the same with prefetch 500), `bare` (the library's loop as bare
 node-postgres calls), `bare-prefetch` (that loop claiming 500 ahead), `bare-job` (the same, answering the library's
 columns), `graphile` (graphile-worker 0.18, a local queue of `concurrency` jobs),
@@ -93,6 +95,16 @@ def enqueue_and_drain(dsn, language, system, jobs, timeout):
             time.sleep(0.25)
 
 
+def quiet(dsn):
+    """What the drains before left the server to do in the background, done before the next is
+    timed: their dead rows vacuumed (else autovacuum takes the cores in the middle of another
+    system's drain) and their dirty pages written (else a checkpoint comes at any point of one).
+    Each drain then starts from a checkpoint, and pays the full-page writes that follow one."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("vacuum")
+        conn.execute("checkpoint")
+
+
 def run_once(dsn, language, system, concurrency, processes, jobs, timeout=600):
     """A warm-up of jobs/5 (connections made, code compiled), then the measured drain."""
     workers = [subprocess.Popen(command(language, system) + ["--dsn", dsn, "--concurrency", str(concurrency)],
@@ -104,6 +116,7 @@ def run_once(dsn, language, system, concurrency, processes, jobs, timeout=600):
         for w in workers:
             w.send_signal(signal.SIGUSR1)
             assert w.stdout.readline().strip() == "reset", f"{system} worker did not reset"
+        quiet(dsn)
         enqueue_and_drain(dsn, language, system, jobs, timeout)
         stats = []
         for w in workers:
