@@ -28,6 +28,11 @@ select name, lease_expires_at - now() between interval '25 seconds' and interval
 from jobs.claim('w', max_jobs => 1);
 select name, lease_expires_at - now() between interval '50 minutes' and interval '70 minutes' as one_hour
 from jobs.claim('w', lease => '1 hour');
+-- One claim of several names, in one statement: each job its own name's lease.
+truncate jobs_data.jobs;
+select jobs.enqueue('slow') is not null, jobs.enqueue('fast') is not null;
+select name, floor(extract(epoch from lease_expires_at - now())) as lease_seconds
+from jobs.claim('w', max_jobs => 2) order by name;
 
 -- A lapsed lease with attempts left is claimed again as a new attempt, with a greater token.
 truncate jobs_data.jobs;
