@@ -122,6 +122,23 @@ def test_a_delayed_job_is_claimed_when_it_comes_due(dsn):
     assert not waiter.is_alive() and waiter.rows == [("later",)]
 
 
+def wake_up_state(conn):
+    """What a missed wake-up looked like, for its failure message: the race queue's counter,
+    its ready jobs and whether another transaction holds each, and every other busy backend."""
+    seen = conn.execute("select jobs._work_seen(array['race'])").fetchone()[0]
+    with conn.transaction():
+        free = {r[0] for r in conn.execute("select name from jobs.jobs where queue = 'race' and state = 'ready'"
+                                           " for update skip locked")}
+        ready = [r[0] for r in conn.execute("select name from jobs.jobs where queue = 'race' and state = 'ready'")]
+        raise psycopg.Rollback()
+    busy = conn.execute("select pid, backend_xid, wait_event_type, wait_event, state,"
+                        " round(extract(epoch from now() - state_change)::numeric, 1), left(query, 90)"
+                        " from pg_stat_activity where pid <> pg_backend_pid() and state is distinct from 'idle'"
+                        " and backend_type = 'client backend' or backend_type like 'pg_jobs%'").fetchall()
+    return (f"counter {seen}; ready {[(n, 'free' if n in free else 'held by another transaction') for n in ready]}\n"
+            + "\n".join(str(b) for b in busy))
+
+
 def test_a_commit_between_the_look_and_the_sleep_is_not_missed(dsn):
     """Many claims wait while jobs are enqueued one by one: every job is claimed, none lost
     in the window between a claim's look and its sleep. The claims take an hour's lease: with
@@ -148,7 +165,7 @@ def test_a_commit_between_the_look_and_the_sleep_is_not_missed(dsn):
                 " and exists (select from jobs.jobs where queue = 'race' and state = 'ready')").fetchone()[0]
             missed_since = (missed_since or time.monotonic()) if asleep else None
             assert missed_since is None or time.monotonic() - missed_since < 10, \
-                "a waiter missed its wake-up: asleep while a job of its queue is ready"
+                f"a waiter missed its wake-up: asleep while a job of its queue is ready\n{wake_up_state(conn)}"
             time.sleep(0.2)
     assert all(w.error is None for w in waiters), [w.error for w in waiters]
     assert sorted(r for w in waiters for r in w.rows) == [(f"job{n}", 1) for n in range(8)]
