@@ -26,6 +26,7 @@ import time
 import psycopg
 
 from libraries import PG_JOBS_LEFT
+from libraries import process_cpu as cpu_seconds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -34,12 +35,6 @@ def command(root, language, system):
     if language == "node":
         return ["node", os.path.join(root, "bench", "node", "workers.js"), "--system", system]
     return [sys.executable, os.path.join(root, "bench", "python", "workers.py"), "--system", system]
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def environment(root):

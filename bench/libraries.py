@@ -24,13 +24,16 @@ claiming while the other's jobs run: a worker fetching ahead); Python: `library-
 prefetch 500), `bare` (the library's loop as bare psycopg calls), `bare-prefetch` (that loop
 claiming 500 ahead, answering the library's columns), `bare-threads` (that loop handing each job's plain no-op handler to a thread
 and back) and `procrastinate` (its release from PyPI, in bench/python/.venv).
-Prints a Markdown table of the medians and of each library's ratio to the others, and every
-run as JSON lines on stderr. The database needs pg_jobs; the peers make their schemas. A
-system named `S@DIR` is S from the checkout DIR, its bench/ and (Python) its library: an earlier
+Prints a Markdown table of the medians (and ranges) and of each library's ratio to the others,
+one of the CPU time a job took (median microseconds) in the worker processes and in the
+server's processes (those pg_stat_activity shows that lived through the drain: the server must
+be on this machine), and every run as JSON lines on stderr. The database needs pg_jobs; the
+peers make their schemas. A system named `S@DIR` is S from the checkout DIR, its bench/ and (Python) its library: an earlier
 commit's beside this one's in one run (`git worktree add DIR COMMIT`; Node.js: built there).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -117,8 +120,39 @@ def quiet(dsn, system):
         conn.execute("checkpoint")
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid):
+    """The CPU time (user and system, seconds) a process of this machine has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def cpu_seconds(pids):
+    """process_cpu of each of these processes, by pid; a process gone since is left out."""
+    used = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            used[pid] = process_cpu(pid)
+    return used
+
+
+def server_pids(dsn):
+    """The server's processes that pg_stat_activity shows (backends and background processes)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("select pid from pg_stat_activity where pid <> pg_backend_pid()")]
+
+
+def cpu_per_job(before, after, jobs):
+    """Microseconds of CPU a job, over the processes that lived through the drain."""
+    return round(sum(after[p] - before[p] for p in after if p in before) * 1e6 / jobs, 1)
+
+
 def run_once(dsn, language, system, concurrency, processes, jobs, timeout=600):
-    """A warm-up of jobs/5 (connections made, code compiled), then the measured drain."""
+    """A warm-up of jobs/5 (connections made, code compiled), then the measured drain, with
+    the CPU time the worker processes and the server's processes spent on it."""
     workers = [subprocess.Popen(command(language, system) + ["--dsn", dsn, "--concurrency", str(concurrency)],
                                 stdout=subprocess.PIPE, text=True, env=environment(system)) for _ in range(processes)]
     try:
@@ -129,7 +163,11 @@ def run_once(dsn, language, system, concurrency, processes, jobs, timeout=600):
             w.send_signal(signal.SIGUSR1)
             assert w.stdout.readline().strip() == "reset", f"{system} worker did not reset"
         quiet(dsn, system.partition("@")[0])
+        clients = [w.pid for w in workers]
+        server = server_pids(dsn)
+        client_before, server_before = cpu_seconds(clients), cpu_seconds(server)
         enqueue_and_drain(dsn, language, system, jobs, timeout)
+        client_after, server_after = cpu_seconds(clients), cpu_seconds(server)
         stats = []
         for w in workers:
             w.terminate()
@@ -143,7 +181,9 @@ def run_once(dsn, language, system, concurrency, processes, jobs, timeout=600):
     assert done == jobs, f"{system}: {done} handlers ran for {jobs} jobs"
     span = (max(s["last_ms"] for s in stats if s["last_ms"]) - min(s["first_ms"] for s in stats if s["first_ms"])) / 1000
     return {"system": system, "concurrency": concurrency, "processes": processes, "jobs": jobs,
-            "seconds": round(span, 3), "jobs_per_s": round(jobs / span)}
+            "seconds": round(span, 3), "jobs_per_s": round(jobs / span),
+            "client_cpu_us_per_job": cpu_per_job(client_before, client_after, jobs),
+            "server_cpu_us_per_job": cpu_per_job(server_before, server_after, jobs)}
 
 
 def main():
@@ -172,8 +212,11 @@ def main():
             print(json.dumps(r), file=sys.stderr, flush=True)
             results.append(r)
 
+    def runs(s, c, key="jobs_per_s"):
+        return [r[key] for r in results if r["system"] == s and r["concurrency"] == c]
+
     def med(s, c):
-        return statistics.median(r["jobs_per_s"] for r in results if r["system"] == s and r["concurrency"] == c)
+        return statistics.median(runs(s, c))
 
     ours = [s for s in systems if s.startswith("library")]
     others = [s for s in systems if not s.startswith("library")]
@@ -181,9 +224,18 @@ def main():
     print(f"| concurrency | {' | '.join(systems)} | {' | '.join(f'{a} / {b}' for a, b in pairs)} |")
     print("|---|" + "---|" * (len(systems) + len(pairs)))
     for c in levels:
-        cells = [f"{med(s, c):,.0f}" for s in systems] + [f"{med(a, c) / med(b, c):.2f}x" for a, b in pairs]
+        cells = [f"{med(s, c):,.0f} ({min(runs(s, c)):,}-{max(runs(s, c)):,})" for s in systems]
+        cells += [f"{med(a, c) / med(b, c):.2f}x" for a, b in pairs]
         print(f"| {c} | {' | '.join(cells)} |")
-
+    print()
+    print("CPU a job, µs, medians: the worker processes + the server's processes.")
+    print()
+    print(f"| concurrency | {' | '.join(systems)} |")
+    print("|---|" + "---|" * len(systems))
+    for c in levels:
+        cells = [" + ".join(f"{statistics.median(runs(s, c, k)):.1f}" for k in ("client_cpu_us_per_job", "server_cpu_us_per_job"))
+                 for s in systems]
+        print(f"| {c} | {' | '.join(cells)} |")
 
 if __name__ == "__main__":
     main()
