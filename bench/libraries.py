@@ -28,8 +28,9 @@ Prints a Markdown table of the medians (and ranges) and of each library's ratio 
 one of the CPU time a job took (median microseconds) in the worker processes and in the
 server's processes (those pg_stat_activity shows that lived through the drain: the server must
 be on this machine), and every run as JSON lines on stderr. The database needs pg_jobs; the
-peers make their schemas. A system named `S@DIR` is S from the checkout DIR, its bench/ and (Python) its library: an earlier
-commit's beside this one's in one run (`git worktree add DIR COMMIT`; Node.js: built there).
+peers make their schemas. A system named `S@DIR` is S from the checkout DIR, its bench/ and
+(Python) its library: an earlier commit's beside this one's in one run (`git worktree add DIR
+COMMIT`; Node.js: built there).
 """
 
 import argparse
@@ -145,6 +146,10 @@ def server_pids(dsn):
         return [r[0] for r in conn.execute("select pid from pg_stat_activity where pid <> pg_backend_pid()")]
 
 
+# What run_once reports of a drain's CPU: the worker processes', then the server's, a job.
+CPU_KEYS = ("client_cpu_us_per_job", "server_cpu_us_per_job")
+
+
 def cpu_per_job(before, after, jobs):
     """Microseconds of CPU a job, over the processes that lived through the drain."""
     return round(sum(after[p] - before[p] for p in after if p in before) * 1e6 / jobs, 1)
@@ -233,8 +238,7 @@ def main():
     print(f"| concurrency | {' | '.join(systems)} |")
     print("|---|" + "---|" * len(systems))
     for c in levels:
-        cells = [" + ".join(f"{statistics.median(runs(s, c, k)):.1f}" for k in ("client_cpu_us_per_job", "server_cpu_us_per_job"))
-                 for s in systems]
+        cells = [" + ".join(f"{statistics.median(runs(s, c, k)):.1f}" for k in CPU_KEYS) for s in systems]
         print(f"| {c} | {' | '.join(cells)} |")
 
 if __name__ == "__main__":
