@@ -2233,6 +2233,8 @@ create function jobs._held_back(p_queues text[], p_tenants text[], p_now timesta
 language plpgsql volatile
 as $$
 declare
+  v_limited text[] := array(select t.name from jobs_data.job_types as t
+                            where t.concurrency is not null or t.rate_limit is not null);
   v_names text[];
   v_keys  text[];
 begin
@@ -2245,16 +2247,17 @@ begin
       where j.queue = q.queue and j.state = 'ready'
         and (p_tenants is null or j.tenant_id = any(p_tenants))
       order by j.priority desc, j.run_at
-      limit 100 for update skip locked) as ready
+      limit 1000) as ready
     union all
     select * from (
       select j.name, j.concurrency_key from jobs_data.jobs as j
       where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= p_now
         and (p_tenants is null or j.tenant_id = any(p_tenants))
       order by j.run_at
-      limit 100 for update skip locked) as due
+      limit 1000) as due
   ) as h
-  where (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true;
+  where (h.concurrency_key is not null or h.name = any(v_limited))
+    and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true;
   if v_names is null then
     return;
   end if;

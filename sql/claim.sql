@@ -207,17 +207,22 @@ begin atomic
 end;
 
 -- After a look of a waiting claim that claimed nothing, in the look's subtransaction: what a
--- limit holds back. The candidates a claim holds back stay locked by it, and no other claimer
--- has them, so a second look that skips rows other transactions hold finds exactly them (or
--- jobs made ready since, which the wake-up counters read before the look report anyway).
+-- limit holds back. It reads, in claim order, the first 1,000 ready and due jobs of the queues
+-- and keeps those a limit applies to (a name's concurrency or rate limit, a concurrency key),
+-- the candidates a limit held back among them. It locks nothing: a row locked here, in a look
+-- about to be rolled back, would hide a job from another claim looking at that moment, which
+-- would skip it and sleep beside it (a job made ready after this look's snapshot, which its
+-- wake-up counters, read before the look, report to this claim, not to that one).
 -- Answers the wake-up keys of their names and concurrency keys (src/commit/wakeups.rs, limit_key)
 -- and when a slot of those limits frees by time alone: a holder's lease lapsing, or the oldest
--- start in a rate window leaving it (jobs.clock() time). No rows held back: keys NULL.
+-- start in a rate window leaving it (jobs.clock() time). None held back: keys NULL.
 create function jobs._held_back(p_queues text[], p_tenants text[], p_now timestamptz,
                                 out keys text[], out free_at timestamptz)
 language plpgsql volatile
 as $$
 declare
+  v_limited text[] := array(select t.name from jobs_data.job_types as t
+                            where t.concurrency is not null or t.rate_limit is not null);
   v_names text[];
   v_keys  text[];
 begin
@@ -230,16 +235,17 @@ begin
       where j.queue = q.queue and j.state = 'ready'
         and (p_tenants is null or j.tenant_id = any(p_tenants))
       order by j.priority desc, j.run_at
-      limit 100 for update skip locked) as ready
+      limit 1000) as ready
     union all
     select * from (
       select j.name, j.concurrency_key from jobs_data.jobs as j
       where j.queue = q.queue and j.state in ('delayed', 'suspended') and j.run_at <= p_now
         and (p_tenants is null or j.tenant_id = any(p_tenants))
       order by j.run_at
-      limit 100 for update skip locked) as due
+      limit 1000) as due
   ) as h
-  where (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true;
+  where (h.concurrency_key is not null or h.name = any(v_limited))
+    and (select p.paused from jobs_data.queues as p where p.queue = q.queue) is not true;
   if v_names is null then
     return;
   end if;
