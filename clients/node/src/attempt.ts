@@ -6,7 +6,7 @@
 // failure becomes (retry, backoff, burial): the attempt reports it and obeys.
 
 import type pg from 'pg';
-import { type ClaimedRow, type Job, makeContext, Parked, toJob } from './context.js';
+import { type ClaimedRow, type Job, makeContext, Parked, ROW, toJob } from './context.js';
 import { describe, errorNames, fromDriver, isConnectionError, NonRetryableError, RetryAfterError, StepTimeoutError } from './errors.js';
 import { firstLine, type Group, type WorkerCore } from './core.js';
 import { Abandoned, Held } from './held.js';
@@ -44,7 +44,8 @@ export class Attempts {
       return;
     }
     const held = new Held(job, def.transactional);
-    if (row.time_left_ms !== null) held.timer = longTimeout(() => held.abort('deadline'), row.time_left_ms);
+    const timeLeftMs = row[ROW.timeLeftMs];
+    if (timeLeftMs !== null) held.timer = longTimeout(() => held.abort('deadline'), timeLeftMs);
     core.held.set(job.id, held);
     let span: SpanLike | undefined;
     try {
@@ -125,6 +126,7 @@ export class Attempts {
     if (!failed && held.reason === undefined && !held.inTx && !core.stopping && !group.waiting) {
       // Completed by the dispatcher with the group's next claim; the slot frees now.
       held.result = encoded;
+      held.pending = true;
       group.pending.push(held);
       core.giveBack(group, held.client as pg.PoolClient, false);
       freeSlot(group);

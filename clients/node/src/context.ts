@@ -307,75 +307,44 @@ export function makeContext<P>(job: Job<P>, attempt: AttemptHandle, control: Con
   return new Context(job, attempt, control);
 }
 
-/** A claimed row as the worker reads it: queries.ts's CLAIMED_COLUMNS. The deadline and the
- * enqueue come as milliseconds since 1970, a number the driver parses faster than a timestamp. */
-export interface ClaimedRow {
-  id: string;
-  run_id: string;
-  name: string;
-  queue: string;
-  payload: unknown;
-  attempt: number;
-  max_attempts: number;
-  claim: string;
-  deadline_ms: number | null;
-  tenant_id: string | null;
-  parent_id: string | null;
-  priority: number;
-  enqueued_ms: number;
-  last_error: string | null;
-  tags: string[] | null;
-  meta: Record<string, unknown> | null;
+/** A claimed row as the worker reads it: the driver's array of its values in the order of
+ * queries.ts's CLAIMED_COLUMNS, kept as it came (a job held ahead costs no object of its own
+ * until it starts; by name, each field's store would go through a lookup shared with every
+ * other query's rows: four times the parse). The deadline and the enqueue come as
+ * milliseconds since 1970, a number the driver parses faster than a timestamp. */
+export type ClaimedRow = readonly [
+  id: string, runId: string, name: string, queue: string, payload: unknown, attempt: number,
+  maxAttempts: number, claim: string, deadlineMs: number | null, tenantId: string | null,
+  parentId: string | null, priority: number, enqueuedMs: number, lastError: string | null,
+  tags: string[] | null, meta: Record<string, unknown> | null,
   /** Milliseconds from the claim to the deadline, by the server's clock. */
-  time_left_ms: number | null;
+  timeLeftMs: number | null,
   /** A job the claim buried (asked for with report_buried), not one to run. */
-  buried: boolean | null;
-}
+  buried: boolean | null,
+];
 
-/** A claimed row from its values in CLAIMED_COLUMNS's order: the claims ask for their rows as
- * arrays, which the driver fills by position (by name, each field's store goes through a
- * lookup shared with every other query's rows: four times the parse). */
-export function claimedRow(v: unknown[]): ClaimedRow {
-  return {
-    id: v[0] as string,
-    run_id: v[1] as string,
-    name: v[2] as string,
-    queue: v[3] as string,
-    payload: v[4],
-    attempt: v[5] as number,
-    max_attempts: v[6] as number,
-    claim: v[7] as string,
-    deadline_ms: v[8] as number | null,
-    tenant_id: v[9] as string | null,
-    parent_id: v[10] as string | null,
-    priority: v[11] as number,
-    enqueued_ms: v[12] as number,
-    last_error: v[13] as string | null,
-    tags: v[14] as string[] | null,
-    meta: v[15] as Record<string, unknown> | null,
-    time_left_ms: v[16] as number | null,
-    buried: v[17] as boolean | null,
-  };
-}
+/** The positions of a ClaimedRow's values read before its job is made. */
+export const ROW = { id: 0, claim: 7, timeLeftMs: 16, buried: 17 } as const;
 
 export function toJob<P>(row: ClaimedRow): Job<P> {
+  const deadlineMs = row[8];
   return {
-    id: row.id,
-    runId: row.run_id,
-    name: row.name,
-    queue: row.queue,
-    payload: row.payload as P,
-    attempt: row.attempt,
-    maxAttempts: row.max_attempts,
-    claim: row.claim,
-    deadline: row.deadline_ms === null ? null : new Date(row.deadline_ms),
-    tenantId: row.tenant_id,
-    parentId: row.parent_id,
-    priority: row.priority,
-    enqueuedAt: new Date(row.enqueued_ms),
-    lastError: row.last_error,
-    tags: row.tags,
-    meta: row.meta,
+    id: row[0],
+    runId: row[1],
+    name: row[2],
+    queue: row[3],
+    payload: row[4] as P,
+    attempt: row[5],
+    maxAttempts: row[6],
+    claim: row[7],
+    deadline: deadlineMs === null ? null : new Date(deadlineMs),
+    tenantId: row[9],
+    parentId: row[10],
+    priority: row[11],
+    enqueuedAt: new Date(row[12]),
+    lastError: row[13],
+    tags: row[14],
+    meta: row[15],
   };
 }
 

@@ -54,6 +54,12 @@ export function statement(purpose: string, text: string): Statement {
   return { name: `pg_jobs_${purpose}_${createHash('sha1').update(text).digest('hex').slice(0, 12)}`, text };
 }
 
+/** A Postgres array literal of values that need no quoting (uuids, integers as text), for a
+ * parameter such as `$1::uuid[]`. */
+export function arrayLiteral(values: readonly string[]): string {
+  return `{${values.join(',')}}`;
+}
+
 /** What the core takes from the worker's options. */
 export interface CoreOptions {
   jobs: readonly JobDefinition[];

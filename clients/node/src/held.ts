@@ -31,6 +31,8 @@ export class Held implements AttemptHandle {
   readonly started = Date.now();
   span: SpanLike | undefined = undefined;
   result = 'null';
+  /** Left to the dispatcher, to be completed with its next settle. */
+  pending = false;
 
   constructor(readonly job: Job, private readonly transactional: boolean) {}
 

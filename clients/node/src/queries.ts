@@ -2,7 +2,7 @@
 // and graphile-worker's sql/ hold theirs): the engine decides, these only call it.
 
 /** The columns of a claimed job (jobs.claimed_job), as the worker reads them (by position:
- * context.ts's claimedRow): times in ms. */
+ * context.ts's ClaimedRow): times in ms. */
 export const CLAIMED_COLUMNS =
   'id, run_id, name, queue, payload, attempt, max_attempts, claim::text as claim, '
   + "date_part('epoch', deadline) * 1000 as deadline_ms, tenant_id, parent_id, priority, "

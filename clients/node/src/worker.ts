@@ -11,7 +11,7 @@ import { Attempts } from './attempt.js';
 import { applicationName, Backoff, OwnConnection, within } from './connection.js';
 import { firstLine, makeGroup, type Group, WorkerCore } from './core.js';
 import { Dispatcher } from './dispatcher.js';
-import type { ClaimedRow } from './context.js';
+import { type ClaimedRow, ROW } from './context.js';
 import { INSTALL_HINT, isConnectionError } from './errors.js';
 import { ABANDON_MS, type Reason } from './held.js';
 import type { OnExhausted, OnSettled } from './hooks.js';
@@ -273,7 +273,7 @@ export class Worker {
 
   /** The jobs claimed ahead and not started, by id, with their group. */
   private claimedAhead(): Map<string, { row: ClaimedRow; group: Group }> {
-    return new Map(this.groups.flatMap((group) => group.queued.map((row) => [row.id, { row, group }] as const)));
+    return new Map(this.groups.flatMap((group) => group.queued.map((row) => [row[ROW.id], { row, group }] as const)));
   }
 
   private onCancel(payload: string): void {
@@ -288,8 +288,9 @@ export class Worker {
     const { held } = this.core;
     const queued = this.claimedAhead();
     const jobs = ids.flatMap((id) => {
-      const job = held.get(id)?.job ?? queued.get(id)?.row;
-      return job ? [{ id: job.id, claim: job.claim }] : [];
+      const job = held.get(id)?.job;
+      const row = queued.get(id)?.row;
+      return job ? [{ id: job.id, claim: job.claim }] : row ? [{ id: row[ROW.id], claim: row[ROW.claim] }] : [];
     });
     if (jobs.length === 0) return;
     this.control.query<{ id: string; until: Date | null }>(

@@ -360,3 +360,28 @@ test('a stop gives up a settle the database refuses once its grace is over', asy
   const { rows } = await pool.query('select state::text, attempt, result from jobs.jobs where id = $1', [id]);
   assert.deepEqual(rows, [{ state: 'running', attempt: 1, result: null }]);
 });
+
+test('a handler sees its job as the server has it, field for field, fetched ahead or not', async () => {
+  for (const prefetch of [0, 5]) {
+    const seen = [];
+    const job = defineJob({ name: `fields_${prefetch}`, queue: 'fields', handler: (_payload, ctx) => { seen.push(ctx.job); } });
+    const { id } = await enqueue(pool, job, { n: 1 },
+      { priority: 3, tenantId: 't1', tags: ['a'], meta: { m: 2 }, timeoutMs: 60_000 });
+    await drain({ pool, queues: ['fields'], jobs: [job], prefetch, logger: silentLogger });
+    const { rows: [row] } = await pool.query(
+      'select id, run_id, name, queue, payload, attempt, max_attempts, claim::text, tenant_id, parent_id, priority,'
+      + ' last_error, tags, meta, floor(extract(epoch from enqueued_at) * 1000)::float8 as enqueued_ms,'
+      + ' floor(extract(epoch from deadline) * 1000)::float8 as deadline_ms from jobs.jobs where id = $1', [id]);
+    assert.equal(seen.length, 1);
+    const { deadline, enqueuedAt, ...fields } = seen[0];
+    assert.deepEqual(fields, {
+      id: row.id, runId: row.run_id, name: row.name, queue: row.queue, payload: { n: 1 }, attempt: 1,
+      maxAttempts: row.max_attempts, claim: row.claim, tenantId: 't1', parentId: null, priority: 3,
+      lastError: null, tags: ['a'], meta: { m: 2 },
+    });
+    assert.equal(enqueuedAt.getTime(), row.enqueued_ms);
+    // Fetched ahead, the deadline is the one a start at the claim would get; the start sets its own.
+    assert.ok(deadline instanceof Date);
+    if (prefetch === 0) assert.equal(deadline.getTime(), row.deadline_ms);
+  }
+});
