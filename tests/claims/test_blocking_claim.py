@@ -161,7 +161,8 @@ def test_a_commit_between_the_look_and_the_sleep_is_not_missed(dsn):
         while any(w.is_alive() for w in waiters):
             assert time.monotonic() < deadline, "the claims never ended"
             asleep = conn.execute(
-                f"select exists (select from pg_stat_activity where {ASLEEP} and query like '%jobs.claim(%race%')"
+                f"select exists (select from pg_stat_activity where {ASLEEP} and datname = current_database()"
+                " and query like '%jobs.claim(%race%')"
                 " and exists (select from jobs.jobs where queue = 'race' and state = 'ready')").fetchone()[0]
             missed_since = (missed_since or time.monotonic()) if asleep else None
             assert missed_since is None or time.monotonic() - missed_since < 10, \
