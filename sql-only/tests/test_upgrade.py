@@ -160,7 +160,7 @@ def next_release(tmp_path, new_rust_function=False):
         hand.append("create function jobs._brand_new() returns int language c as 'MODULE_PATHNAME', 'brand_new_wrapper';")
     (root / f"sql/upgrade/{current}--{new}.sql").write_text("\n".join(hand) + "\n")
     # A function of sql/ changed, its comment changed, and one added.
-    edit("sql/claim.sql", "limit 100 for update skip locked) as ready", "limit 101 for update skip locked) as ready")
+    edit("sql/claim.sql", "limit 1000) as ready", "limit 1001) as ready")
     edit("sql/claim.sql", "'Claim up to max_jobs jobs", "'Claims up to max_jobs jobs")
     (root / "sql/operate.sql").write_text((root / "sql/operate.sql").read_text() + (
         "\ncreate function jobs.release_note() returns text language sql immutable\n"
