@@ -328,6 +328,83 @@ def test_a_stop_that_comes_while_held_jobs_start_starts_no_more_of_them(dsn: str
     assert rows == [("1", "completed", 1)] + [(n, "ready", 0) for n in ("2", "3", "4", "5")]
 
 
+def test_held_jobs_whose_handlers_never_wait_are_settled_as_they_end(dsn: str) -> None:
+    """Held jobs of ``async def`` handlers run one after another in one task, but the event
+    loop's other work still runs between them: a worker of concurrency 1 holding 20 jobs whose
+    handlers block for 10 ms and never wait has settled some of them before its last starts.
+    Checked to fail with the task running the next job without a turn of the loop: none had
+    been settled."""
+    seen: list[int] = []
+
+    @pg_jobs.job("never_waits", queue="never_waits")
+    async def never_waits(payload: Any, ctx: Any) -> None:
+        time.sleep(0.01)  # noqa: ASYNC251 (a handler that never gives the loop a turn)
+        if payload["n"] == 20:
+            seen.append(count(dsn, "select count(*) from jobs.jobs where state = 'completed'"))
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            for n in range(1, 21):
+                await conn.execute("select jobs.enqueue('never_waits', %s, queue => 'never_waits', "
+                                   "priority => %s)", (Jsonb({"n": n}), 100 - n))
+        worker = pg_jobs.Worker(dsn, jobs=[never_waits], queues=["never_waits"], concurrency=1, prefetch=20)
+        await worker.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not seen and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            await worker.stop(grace=5)
+
+    asyncio.run(run())
+    assert seen and seen[0] > 0, seen
+
+
+def test_a_cancel_of_a_held_job_stops_it_alone_among_those_run_after_it(dsn: str) -> None:
+    """Held jobs run one after another in one task, each cancelled by cancelling that task: a
+    cancel of the second of three stops the second only; the third runs to its end after it."""
+    ran: list[tuple[int, str]] = []
+    second_started = asyncio.Event()
+
+    @pg_jobs.job("one_of_three", queue="one_of_three")
+    async def one_of_three(payload: Any, ctx: Any) -> None:
+        n = payload["n"]
+        if n == 2:
+            second_started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                ran.append((n, "cancelled"))
+                raise
+        await asyncio.sleep(0.05)
+        ran.append((n, "ran"))
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            ids = []
+            for n in range(1, 4):
+                cur = await conn.execute("select id from jobs.enqueue('one_of_three', %s, queue => 'one_of_three', "
+                                         "priority => %s)", (Jsonb({"n": n}), 10 - n))
+                ids.append((await cur.fetchone() or [None])[0])
+            worker = pg_jobs.Worker(dsn, jobs=[one_of_three], queues=["one_of_three"], concurrency=1, prefetch=5)
+            await worker.start()
+            try:
+                await asyncio.wait_for(second_started.wait(), 20)
+                await conn.execute("select jobs.cancel(%s)", (ids[1],))
+                deadline = time.monotonic() + 20
+                while len(ran) < 3 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+            finally:
+                await worker.stop(grace=5)
+
+    asyncio.run(run())
+    assert ran == [(1, "ran"), (2, "cancelled"), (3, "ran")]
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("select payload->>'n', state::text from jobs.jobs where queue = 'one_of_three' "
+                            "order by 1").fetchall()
+    assert rows == [("1", "completed"), ("2", "cancelled"), ("3", "completed")]
+
+
 @pytest.mark.parametrize("when", ["while_its_idle_connections_go_back", "before_its_claim_is_under_way"])
 def test_a_stop_ends_the_claim_sleeping_in_the_server(dsn: str, when: str) -> None:
     """A worker whose claims sleep 600 s in the server stops at once however its stop meets its

@@ -28,6 +28,10 @@ from .results import ResultRefused, encode_result, encoded, is_transient
 
 #: How much longer than its cancellation a handler is waited for before it is abandoned.
 ABANDON = 1.0
+#: How long, at most, a task runs held jobs one after another (handlers that never wait)
+#: before it lets the event loop's other work run: a turn of the loop a job cost a no-op job
+#: a tenth of the worker's time.
+TURN = 0.001
 
 
 class Attempts:
@@ -144,27 +148,59 @@ class Attempts:
                        ended: tuple[Any, BaseException | None] = (None, None)) -> None:
         """An attempt in a task of its own: its handler runs here (``definition``), or ran in a
         thread and ``ended`` (its result, what it raised) is followed up; then its connection is
-        kept and its slot freed. An outcome of None: left to the dispatcher's next settle."""
-        outcome: Outcome | None = "lost"
-        error: str | None = None
-        broken = False
-        try:
-            if slot is None:
-                slot = held.slot = held.group.slots.pop() if held.group.slots else await self.core.pool.acquire()
-            outcome, error = await (self._attempt(slot, held, definition) if definition is not None
-                                    else self._after(slot, held, *ended))
-        except Exception as err:  # noqa: BLE001 (the job is left to its lease)
-            broken = True
-            error = first_line(err)
-            if not is_connection_error(err) and not held.abandoned:
-                self.core.log.warning("job %s: %s", held.job.id, first_line(from_driver(err)))
-        finally:
-            if not held.abandoned:  # (else let go already: its slot, outcome and connection)
-                if slot is not None and not self.core.keep(held.group, slot, broken):
-                    await self.core.pool.release(slot, broken)
-                if outcome is not None:
-                    self.core.ended(held, outcome, held.started, error)
+        kept and its slot freed, or the next held job with an ``async def`` handler runs in this
+        task, in that slot (``_next_here``). An outcome of None: left to the dispatcher's next
+        settle."""
+        resumed = time.monotonic()
+        while True:
+            outcome: Outcome | None = "lost"
+            error: str | None = None
+            broken = False
+            try:
+                if slot is None:
+                    slot = held.slot = held.group.slots.pop() if held.group.slots else await self.core.pool.acquire()
+                outcome, error = await (self._attempt(slot, held, definition) if definition is not None
+                                        else self._after(slot, held, *ended))
+            except Exception as err:  # noqa: BLE001 (the job is left to its lease)
+                broken = True
+                error = first_line(err)
+                if not is_connection_error(err) and not held.abandoned:
+                    self.core.log.warning("job %s: %s", held.job.id, first_line(from_driver(err)))
+            finally:
+                if not held.abandoned:  # (else let go already: its slot, outcome and connection)
+                    if slot is not None and not self.core.keep(held.group, slot, broken):
+                        await self.core.pool.release(slot, broken)
+                    if outcome is not None:
+                        self.core.ended(held, outcome, held.started, error)
+            if held.abandoned:
+                return
+            following = self._next_here(held.group)
+            if following is None:
                 free_slot(held.group)
+                return
+            held, definition = following
+            slot, ended = None, (None, None)
+            if held.started - resumed > TURN:
+                await asyncio.sleep(0)  # the loop's other work (settles, heartbeats, timers)
+                resumed = time.monotonic()
+
+    def _next_here(self, group: Group) -> tuple[Held, JobDefinition[Any]] | None:
+        """The next held job, started in the slot just freed, when its handler is an ``async
+        def`` one: it runs in the task of the job that ended (a task a job cost a no-op job a
+        fifth of the worker's time). None: the slot is freed instead, and the dispatcher starts
+        what comes next."""
+        core = self.core
+        if not group.queued or core.stopping:
+            return None
+        job, time_left, _ = group.queued[0]
+        definition = core.jobs.get(job.name)
+        if definition is None or not definition.is_async:
+            return None
+        group.queued.popleft()
+        group.starts.append(job)  # marked started by the next settle
+        group.dry = False
+        group.wake.set()
+        return self._hold(group, job, time_left), definition
 
     async def _attempt(self, slot: Slot, held: Held,
                        definition: JobDefinition[Any]) -> tuple[Outcome | None, str | None]:
@@ -180,7 +216,8 @@ class Attempts:
             thrown = asyncio.CancelledError()  # stopped before it began
         else:
             # An async def handler runs in this task (a task of its own per job cost more than
-            # the job), and a cancel reaches it by cancelling this task while it runs; a plain
+            # the job; held jobs run one after another in one: _run_job), and a cancel reaches
+            # it by cancelling this task while it runs (and only then: in_handler); a plain
             # one in a thread, told by ctx.cancelled. Either is let go from outside if it
             # ignores its cancellation (Attempts._abandon).
             # (Not the task start made: an application's eager task factory, Python 3.12's,

@@ -47,6 +47,9 @@ class Group:
     prefetch: int = 0
     queued: deque[Claimed] = field(default_factory=deque)
     starts: list[Job] = field(default_factory=list)
+    #: A look of a prefetching claim found nothing while jobs were still held: no other look
+    #: until one of them starts.
+    dry: bool = False
     #: Called when a slot frees: the dispatcher starts the next held job.
     refill: Callable[[], None] | None = None
 

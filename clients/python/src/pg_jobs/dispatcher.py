@@ -40,15 +40,12 @@ GATHER = 0.0002
 class Dispatcher:
     def __init__(self, core: WorkerCore, group: Group, attempts: Attempts) -> None:
         self.core, self.group, self.attempts = core, group, attempts
-        #: A look of a prefetching claim found nothing while jobs were still held: no other
-        #: look until a slot frees.
-        self._dry = False
         group.refill = self._refill
 
     def _refill(self) -> None:
-        """A slot freed: the next held job starts (its handler in a task or a thread of its own,
-        so one ended job never starts the next inside its own frame)."""
-        self._dry = False
+        """A slot freed: the next held job starts, its handler in a task or a thread of its own
+        (a job ended in a task has run the next one there when it could: Attempts._next_here)."""
+        self.group.dry = False
         self._start_queued()
 
     def _to_claim(self) -> int:
@@ -59,7 +56,7 @@ class Dispatcher:
             return 0
         if not group.prefetch:
             return group.free
-        if self._dry or len(group.queued) >= group.free + group.prefetch / 2:
+        if group.dry or len(group.queued) >= group.free + group.prefetch / 2:
             return 0
         return min(group.free + group.prefetch - len(group.queued), 1000)
 
@@ -270,7 +267,7 @@ class Dispatcher:
         if found or core.stopping:
             return found
         if group.queued:
-            self._dry = True
+            group.dry = True
             return []
         while group.slots:  # an idle worker holds one connection
             await core.pool.release(group.slots.pop())
