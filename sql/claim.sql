@@ -487,8 +487,12 @@ begin
                             j.run_deadline)
     from p
     where p.name = j.name
-      and j.id = any(array(select c.id from c order by c.priority desc, c.run_at limit max_jobs))
-      and not exists (select from c where c.slow)
+      -- The first max_jobs candidates, or none when one of them is slow; when it locked more
+      -- than it moves, the claims that skipped them are woken at its commit (jobs._moving).
+      -- (In a subquery: computed once, and the primary key's scan takes it as a key.)
+      and j.id = any((select jobs._moving(array(select case when c.slow is not true then c.id end
+                                                from c order by c.priority desc, c.run_at),
+                                          max_jobs, queues))::uuid[])
       and not exists (select from p where p.concurrency is not null or p.rate_limit is not null)
       and j.state in ('ready', 'delayed', 'suspended')
     returning j.*, p.timeout as policy_timeout
@@ -644,6 +648,12 @@ begin
   if v_ids is null then
     perform jobs._warn_unknown_queues(queues);  -- once per connection, for a queue never used
     return;
+  end if;
+  if not v_limited and cardinality(v_ids) > max_jobs + coalesce(cardinality(array_positions(v_bury, true)), 0) then
+    -- Candidates locked that this claim does not move (as in jobs._moving): the claims that
+    -- skipped them are woken at its commit. (Not under limits: what a limit held back stays
+    -- held back, and a claim woken for it would only look again.)
+    perform jobs._signal_work(queues);
   end if;
 
   -- No join to the candidates: each row says what it is. A candidate still running is a lapsed

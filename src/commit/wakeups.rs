@@ -111,6 +111,27 @@ fn signal_work(queues: Vec<Option<String>>) {
     xact::register(&HOOKS);
 }
 
+/// `jobs._moving(candidates, max_jobs, queues)`: the jobs a claim's one statement moves, of
+/// the candidates it locked, in claim order (NULL for one that needs the statements after it:
+/// then none). When it locked more than it moves (a ready and a due one for one job), the
+/// others stay locked until its commit, and a waiting claim that looked meanwhile skipped them
+/// and slept: the commit wakes the claims waiting on these queues.
+#[pg_extern(volatile, parallel_unsafe, name = "_moving")]
+fn moving(
+    candidates: Vec<Option<pgrx::Uuid>>,
+    max_jobs: i32,
+    queues: Vec<Option<String>>,
+) -> Vec<pgrx::Uuid> {
+    if candidates.iter().any(Option::is_none) {
+        return Vec::new();
+    }
+    let n = usize::try_from(max_jobs).unwrap_or(0);
+    if candidates.len() > n {
+        signal_work(queues);
+    }
+    candidates.into_iter().flatten().take(n).collect()
+}
+
 /// The wake-up key of a limit: a job name (`name:`) or a concurrency key (`key:`), after a
 /// byte no queue name starts with in practice (a queue named so would only share wake-ups).
 /// jobs.claim waits on these (`jobs._held_back`) when a limit holds back all it found.

@@ -197,6 +197,35 @@ def test_a_look_that_found_nothing_hides_no_job_from_another_claim(dsn):
     assert not waiter.is_alive() and waiter.error is None and waiter.rows == [("plain",)]
 
 
+@pytest.mark.parametrize("path", ["one_statement", "with_a_lapsed_lease"])
+def test_a_claim_that_locked_more_than_it_moved_wakes_the_claims_that_skipped_them(dsn, path):
+    """A claim locks up to max_jobs ready, due and lapsed jobs each and moves the first
+    max_jobs of them; the others stay locked until it commits. A waiting claim that looked
+    meanwhile skipped them and slept: the first claim's commit wakes it. Both of the claim's
+    paths: its one statement, and the statements after it (a lapsed lease among the
+    candidates). Checked: without the wake-up in either path the waiter slept through the
+    commit and this failed at its 30 s bound."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select jobs.enqueue('second', queue => 'overlocked', run_at => now() + interval '200 ms')")
+        if path == "one_statement":
+            conn.execute("select jobs.enqueue('first', queue => 'overlocked', priority => 10)")
+        else:
+            conn.execute("select jobs.enqueue('first', queue => 'overlocked', priority => 10, max_attempts => 5)")
+            conn.execute("select count(*) from jobs.claim('gone', array['overlocked'], lease => '100 ms')")
+        time.sleep(0.4)  # 'second' is due (still delayed), and the lapsed lease's has lapsed
+    with psycopg.connect(dsn) as claimer:
+        assert claimer.execute("select name from jobs.claim('a', array['overlocked'])").fetchall() == [("first",)]
+        waiter = Waiter(dsn, "select name from jobs.claim('w', array['overlocked'], wait => '60 s')")
+        waiter.start()
+        deadline = time.monotonic() + BOUND
+        while waiter.is_alive() and waiting_claims(dsn) == 0:
+            assert time.monotonic() < deadline, "the claim neither returned nor slept"
+            time.sleep(0.02)
+        claimer.commit()
+    waiter.join(BOUND)
+    assert not waiter.is_alive() and waiter.error is None and waiter.rows == [("second",)]
+
+
 @pytest.mark.parametrize("how", ["pg_cancel_backend", "statement_timeout"])
 def test_a_waiting_claim_can_be_cancelled(dsn, how):
     sql = "select name from jobs.claim('w', array['default'], wait => '60 s')"
