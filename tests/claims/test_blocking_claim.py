@@ -40,6 +40,17 @@ def until_waiting(dsn, n=1):
         time.sleep(0.02)
 
 
+def asleep_or_done(dsn, sql):
+    """A Waiter of one blocking claim, started, once its claim sleeps or has returned."""
+    waiter = Waiter(dsn, sql)
+    waiter.start()
+    deadline = time.monotonic() + BOUND
+    while waiter.is_alive() and waiting_claims(dsn) == 0:
+        assert time.monotonic() < deadline, "the claim neither returned nor slept"
+        time.sleep(0.02)
+    return waiter
+
+
 class Waiter(threading.Thread):
     """Runs one blocking claim on its own connection; keeps its rows or its error."""
 
@@ -186,12 +197,7 @@ def test_a_look_that_found_nothing_hides_no_job_from_another_claim(dsn):
         conn.execute("select jobs.enqueue('plain', queue => 'hidden')")
     with psycopg.connect(dsn) as other:
         other.execute("select * from jobs._held_back(array['hidden'], null, now())")
-        waiter = Waiter(dsn, "select name from jobs.claim('w', array['hidden'], wait => '60 s')")
-        waiter.start()
-        deadline = time.monotonic() + BOUND
-        while waiter.is_alive() and waiting_claims(dsn) == 0:
-            assert time.monotonic() < deadline, "the claim neither returned nor slept"
-            time.sleep(0.02)
+        waiter = asleep_or_done(dsn, "select name from jobs.claim('w', array['hidden'], wait => '60 s')")
         other.rollback()
     waiter.join(BOUND)
     assert not waiter.is_alive() and waiter.error is None and waiter.rows == [("plain",)]
@@ -215,12 +221,7 @@ def test_a_claim_that_locked_more_than_it_moved_wakes_the_claims_that_skipped_th
         time.sleep(0.4)  # 'second' is due (still delayed), and the lapsed lease's has lapsed
     with psycopg.connect(dsn) as claimer:
         assert claimer.execute("select name from jobs.claim('a', array['overlocked'])").fetchall() == [("first",)]
-        waiter = Waiter(dsn, "select name from jobs.claim('w', array['overlocked'], wait => '60 s')")
-        waiter.start()
-        deadline = time.monotonic() + BOUND
-        while waiter.is_alive() and waiting_claims(dsn) == 0:
-            assert time.monotonic() < deadline, "the claim neither returned nor slept"
-            time.sleep(0.02)
+        waiter = asleep_or_done(dsn, "select name from jobs.claim('w', array['overlocked'], wait => '60 s')")
         claimer.commit()
     waiter.join(BOUND)
     assert not waiter.is_alive() and waiter.error is None and waiter.rows == [("second",)]
