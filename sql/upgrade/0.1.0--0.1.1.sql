@@ -145,6 +145,14 @@ CREATE  FUNCTION jobs."_signal_work"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'signal_work_wrapper';
+CREATE  FUNCTION jobs."_moving"(
+	"candidates" uuid[],
+	"max_jobs" INT,
+	"queues" TEXT[]
+) RETURNS uuid[]
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'moving_wrapper';
 CREATE  FUNCTION jobs."_work_seen"(
 	"queues" TEXT[]
 ) RETURNS bigint[]
